@@ -1,0 +1,82 @@
+//! Command-line interface: one binary, one subcommand per process role
+//! (ARCHITECTURE.md §1).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "imstream",
+    version,
+    about = "Event-sourced message backbone for a multi-tenant IM product",
+    long_about = "imstream turns every chat change into an Avro event in Kafka and projects the \
+event log into MySQL monthly tables, Redis routes and hot messages, and realtime fan-out to \
+Tinode-compatible WebSocket gateways.\n\nConfiguration comes from --config (TOML) and \
+IMSTREAM__<SECTION>__<KEY> environment overrides; see docker/local/imstream.toml."
+)]
+pub struct Cli {
+    /// Configuration file (TOML). Without it, built-in defaults for the local stack.
+    #[arg(long, short, global = true, env = "IMSTREAM_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the embedded Confluent-compatible schema registry.
+    Registry(RegistryArgs),
+    /// Register or check the event schemas (schemas/*.avsc) with the schema registry.
+    #[command(subcommand)]
+    Schemas(SchemasCommand),
+    /// Manage the Kafka topics of the event log.
+    #[command(subcommand)]
+    Topics(TopicsCommand),
+    /// Create every tenant database and apply migrations/tenant (idempotent).
+    Migrate(MigrateArgs),
+    /// Run everything against local services in one process (laptop default).
+    Dev(DevArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RegistryArgs {
+    /// Address to listen on; defaults to registry.listen from the config.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SchemasCommand {
+    /// Register every event schema under TopicNameStrategy (<topic>-value).
+    /// Refused with the registry's 409 message if a schema is incompatible.
+    Register,
+    /// Check every event schema against what is registered, without registering.
+    /// Exits non-zero when any is incompatible.
+    Check,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopicsCommand {
+    /// Create every missing topic (event log, receipts, control, admin, DLQs)
+    /// with the configured partitions and retention.
+    Ensure,
+    /// Print the topics this deployment uses, with partitions and retention.
+    List,
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// Only this tenant.
+    #[arg(long)]
+    pub tenant: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Skip topic creation and schema registration (they already exist).
+    #[arg(long)]
+    pub no_setup: bool,
+}

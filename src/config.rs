@@ -1,0 +1,597 @@
+//! Configuration: one TOML file (see `docker/local/imstream.toml` for the
+//! documented example) with environment overrides.
+//!
+//! Every section denies unknown keys, so a typo is refused with a message
+//! naming the key instead of being silently ignored. Overrides use the form
+//! `IMSTREAM__<SECTION>__<KEY>=<value>` (double underscores separate path
+//! segments; the value is parsed as a TOML scalar, falling back to a string),
+//! for example `IMSTREAM__KAFKA__BROKERS=10.0.0.5:9092`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// Prefix of the environment variables that override configuration keys.
+pub const ENV_PREFIX: &str = "IMSTREAM__";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid TOML: {source}")]
+    Syntax {
+        path: String,
+        source: toml::de::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub node: NodeConfig,
+    #[serde(default)]
+    pub kafka: KafkaConfig,
+    #[serde(default)]
+    pub redis: RedisConfig,
+    #[serde(default)]
+    pub mysql: MysqlConfig,
+    #[serde(default)]
+    pub registry: RegistryConfig,
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+    #[serde(default)]
+    pub gateway: GatewayConfig,
+    #[serde(default)]
+    pub auth: AuthConfig,
+    #[serde(default)]
+    pub shards: ShardsConfig,
+    #[serde(default)]
+    pub pipelines: PipelinesConfig,
+    /// Tenants served by this deployment; each has its own database.
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeConfig {
+    /// Node id used for presence and the node's realtime channel. Empty means
+    /// `IM_NODE_ID`, then `HOSTNAME`.
+    pub id: String,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        Self { id: String::new() }
+    }
+}
+
+impl NodeConfig {
+    /// The effective node id: config, then `IM_NODE_ID`, then `HOSTNAME`.
+    pub fn resolved_id(&self) -> String {
+        if !self.id.is_empty() {
+            return self.id.clone();
+        }
+        std::env::var("IM_NODE_ID")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| "node-1".to_string())
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaConfig {
+    /// Bootstrap servers, comma separated.
+    pub brokers: String,
+    /// Replication factor for topics created by `imstream topics ensure`.
+    pub replication_factor: i32,
+    /// Topic name prefix, so several deployments (or tests) can share a cluster.
+    pub topic_prefix: String,
+    pub topics: TopicsConfig,
+    /// Extra librdkafka properties for every client (e.g. security settings).
+    pub client_properties: BTreeMap<String, String>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        Self {
+            brokers: "127.0.0.1:19092".into(),
+            replication_factor: 1,
+            topic_prefix: String::new(),
+            topics: TopicsConfig::default(),
+            client_properties: BTreeMap::new(),
+        }
+    }
+}
+
+/// Partition counts and retention of the event-log topics (ARCHITECTURE.md §2).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicsConfig {
+    pub group_events: TopicSpec,
+    pub receipts: TopicSpec,
+    pub session_control: TopicSpec,
+    pub admin_commands: TopicSpec,
+    pub admin_results: TopicSpec,
+    /// Partitions and retention of every `<topic>.<pipeline>.dlq` topic.
+    pub dlq: TopicSpec,
+}
+
+impl Default for TopicsConfig {
+    fn default() -> Self {
+        Self {
+            // The event store: kept without a time limit so replays can rebuild.
+            group_events: TopicSpec::new(8, -1),
+            receipts: TopicSpec::new(8, 7 * DAY_MS),
+            session_control: TopicSpec::new(4, 7 * DAY_MS),
+            admin_commands: TopicSpec::new(4, 30 * DAY_MS),
+            admin_results: TopicSpec::new(4, 30 * DAY_MS),
+            dlq: TopicSpec::new(2, -1),
+        }
+    }
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicSpec {
+    pub partitions: i32,
+    /// `retention.ms`; -1 keeps records forever.
+    pub retention_ms: i64,
+}
+
+impl TopicSpec {
+    pub const fn new(partitions: i32, retention_ms: i64) -> Self {
+        Self {
+            partitions,
+            retention_ms,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    pub url: String,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:16379".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MysqlConfig {
+    /// Server URL without a database; tenant databases are appended.
+    pub url: String,
+    /// Connections per tenant pool.
+    pub max_connections: u32,
+}
+
+impl Default for MysqlConfig {
+    fn default() -> Self {
+        Self {
+            url: "mysql://imstream:imstream@127.0.0.1:13306".into(),
+            max_connections: 16,
+        }
+    }
+}
+
+impl MysqlConfig {
+    /// URL of one database on the configured server.
+    pub fn database_url(&self, database: &str) -> String {
+        let base = self.url.trim_end_matches('/');
+        match base.split_once('?') {
+            Some((server, query)) => format!("{server}/{database}?{query}"),
+            None => format!("{base}/{database}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RegistryConfig {
+    /// Where clients reach the schema registry (Confluent-compatible).
+    pub url: String,
+    /// Where `imstream registry` listens.
+    pub listen: SocketAddr,
+    /// Database on the MySQL server that holds the embedded registry's schemas.
+    pub database: String,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self {
+            url: "http://127.0.0.1:18081".into(),
+            listen: "127.0.0.1:18081".parse().expect("static address"),
+            database: "imstream_registry".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable, for a terminal.
+    Pretty,
+    /// One JSON object per line, for services.
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    pub log_format: LogFormat,
+    /// `tracing_subscriber::EnvFilter` directive; `RUST_LOG` wins when set.
+    pub log_filter: String,
+    /// Address of the Prometheus `/metrics`, `/healthz` and `/readyz`
+    /// endpoint of long-running subcommands. Port 0 picks a free port.
+    pub listen: SocketAddr,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            log_format: LogFormat::Pretty,
+            log_filter: "info,rdkafka=warn,sqlx=warn".into(),
+            listen: "127.0.0.1:9464".parse().expect("static address"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    pub listen: SocketAddr,
+    /// Largest accepted message content, in bytes (Tinode's maxMessageSize).
+    pub max_message_size: usize,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:6060".parse().expect("static address"),
+            max_message_size: 256 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// HS256 secret for session tokens. Must be changed in production.
+    pub jwt_secret: String,
+    /// Lifetime of issued tokens, in seconds.
+    pub token_ttl_secs: u64,
+    /// Users accepted by the `basic` login scheme (development only).
+    pub dev_users: Vec<DevUser>,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            jwt_secret: "dev-secret-change-me".into(),
+            token_ttl_secs: 14 * 86_400,
+            dev_users: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DevUser {
+    pub tenant: String,
+    pub uid: i64,
+    pub login: String,
+    pub password: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShardsConfig {
+    /// Fixed "now" for the shard manager and the gateway's month (RFC 3339),
+    /// so tests can cross a month boundary. Empty means Redis `TIME`.
+    pub clock_override: String,
+    /// Seconds between shard-manager passes.
+    pub interval_secs: u64,
+    /// Days a finished month stays `sealing` before it may be sealed.
+    pub sealing_days: u32,
+}
+
+impl Default for ShardsConfig {
+    fn default() -> Self {
+        Self {
+            clock_override: String::new(),
+            interval_secs: 60,
+            sealing_days: 7,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelinesConfig {
+    /// Directory holding `topologies/<pipeline>.toml`.
+    pub topologies_dir: String,
+    /// Consumer group id prefix, so tests can run isolated groups.
+    pub group_prefix: String,
+}
+
+impl Default for PipelinesConfig {
+    fn default() -> Self {
+        Self {
+            topologies_dir: "topologies".into(),
+            group_prefix: "imstream".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Tenant id: `[a-z0-9_]{1,32}`; appears in Redis keys and Kafka keys.
+    pub id: String,
+    /// The tenant's own database on the MySQL server.
+    pub database: String,
+}
+
+impl Config {
+    /// Loads `path` (or the built-in defaults when `None`) and applies the
+    /// `IMSTREAM__…` environment overrides.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let text = match path {
+            Some(p) => std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                path: p.display().to_string(),
+                source,
+            })?,
+            None => String::new(),
+        };
+        let shown = path.map_or_else(|| "<defaults>".to_string(), |p| p.display().to_string());
+        Self::from_toml_with_env(&text, &shown, std::env::vars())
+    }
+
+    /// Parses TOML text, applies overrides from `env`, and validates.
+    pub fn from_toml_with_env(
+        text: &str,
+        shown_path: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let file: toml::Table = text.parse().map_err(|source| ConfigError::Syntax {
+            path: shown_path.to_string(),
+            source,
+        })?;
+        // Defaults first, the file over them, the environment over both, so
+        // one key can be set without restating its whole section.
+        let mut doc = match toml::Value::try_from(Config::default()) {
+            Ok(toml::Value::Table(t)) => t,
+            _ => toml::Table::new(),
+        };
+        merge(&mut doc, file);
+        for (name, value) in env {
+            if let Some(path) = name.strip_prefix(ENV_PREFIX) {
+                apply_override(&mut doc, &name, path, &value)?;
+            }
+        }
+        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(doc))
+            .map_err(|e| ConfigError::Invalid(format!("{}: {}", e.path(), e.inner().message())))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for t in &self.tenants {
+            crate::tenant::validate_tenant_id(&t.id)
+                .map_err(|e| ConfigError::Invalid(format!("tenants.id {:?}: {e}", t.id)))?;
+            crate::tenant::validate_database_name(&t.database).map_err(|e| {
+                ConfigError::Invalid(format!("tenants.database {:?}: {e}", t.database))
+            })?;
+            if !seen.insert(t.id.as_str()) {
+                return Err(ConfigError::Invalid(format!(
+                    "tenant {:?} is listed twice",
+                    t.id
+                )));
+            }
+        }
+        crate::tenant::validate_database_name(&self.registry.database).map_err(|e| {
+            ConfigError::Invalid(format!(
+                "registry.database {:?}: {e}",
+                self.registry.database
+            ))
+        })?;
+        if self.kafka.brokers.trim().is_empty() {
+            return Err(ConfigError::Invalid("kafka.brokers is empty".into()));
+        }
+        let topics = &self.kafka.topics;
+        for (name, spec) in [
+            ("group_events", &topics.group_events),
+            ("receipts", &topics.receipts),
+            ("session_control", &topics.session_control),
+            ("admin_commands", &topics.admin_commands),
+            ("admin_results", &topics.admin_results),
+            ("dlq", &topics.dlq),
+        ] {
+            if spec.partitions < 1 {
+                return Err(ConfigError::Invalid(format!(
+                    "kafka.topics.{name}.partitions must be at least 1, got {}",
+                    spec.partitions
+                )));
+            }
+            if spec.retention_ms < -1 || spec.retention_ms == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "kafka.topics.{name}.retention_ms must be -1 (forever) or positive, got {}",
+                    spec.retention_ms
+                )));
+            }
+        }
+        if self.auth.jwt_secret.len() < 16 {
+            return Err(ConfigError::Invalid(
+                "auth.jwt_secret must be at least 16 bytes".into(),
+            ));
+        }
+        if !self.shards.clock_override.is_empty() {
+            chrono::DateTime::parse_from_rfc3339(&self.shards.clock_override).map_err(|e| {
+                ConfigError::Invalid(format!(
+                    "shards.clock_override {:?} is not RFC 3339: {e}",
+                    self.shards.clock_override
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The tenant with this id, if configured.
+    pub fn tenant(&self, id: &str) -> Option<&TenantConfig> {
+        self.tenants.iter().find(|t| t.id == id)
+    }
+}
+
+/// Deep-merges `over` into `base`: tables merge key by key, anything else
+/// (scalars, arrays) replaces.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(key, v);
+            }
+        }
+    }
+}
+
+/// Applies one `IMSTREAM__A__B=value` override to the parsed document.
+fn apply_override(
+    doc: &mut toml::Table,
+    var: &str,
+    path: &str,
+    value: &str,
+) -> Result<(), ConfigError> {
+    let segments: Vec<String> = path.split("__").map(|s| s.to_ascii_lowercase()).collect();
+    if segments.iter().any(|s| s.is_empty()) {
+        return Err(ConfigError::Invalid(format!(
+            "environment variable {var}: empty key segment"
+        )));
+    }
+    let (last, parents) = segments.split_last().expect("split yields one segment");
+    let mut table = doc;
+    for seg in parents {
+        let entry = table
+            .entry(seg.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = entry.as_table_mut().ok_or_else(|| {
+            ConfigError::Invalid(format!(
+                "environment variable {var}: `{seg}` is not a section"
+            ))
+        })?;
+    }
+    table.insert(last.clone(), parse_scalar(value));
+    Ok(())
+}
+
+/// A TOML scalar if the text parses as one (number, bool, array), else a string.
+fn parse_scalar(value: &str) -> toml::Value {
+    let wrapped = format!("v = {value}");
+    match wrapped.parse::<toml::Table>() {
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(value.into())),
+        Err(_) => toml::Value::String(value.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        Config::from_toml_with_env(
+            text,
+            "test.toml",
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = load("", &[]).unwrap();
+        assert_eq!(c.kafka.topics.group_events.retention_ms, -1);
+        assert!(c.tenants.is_empty());
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = load("[kafka]\nbrokerz = \"x\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("brokerz"), "{err}");
+    }
+
+    #[test]
+    fn env_overrides_nested_keys() {
+        let c = load(
+            "[kafka]\nbrokers = \"a:1\"\n",
+            &[
+                ("IMSTREAM__KAFKA__BROKERS", "b:2"),
+                ("IMSTREAM__KAFKA__TOPICS__GROUP_EVENTS__PARTITIONS", "16"),
+                ("IMSTREAM__GATEWAY__MAX_MESSAGE_SIZE", "1024"),
+                ("OTHER", "ignored"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.kafka.brokers, "b:2");
+        assert_eq!(c.kafka.topics.group_events.partitions, 16);
+        assert_eq!(c.gateway.max_message_size, 1024);
+    }
+
+    #[test]
+    fn unknown_env_key_is_refused() {
+        let err = load("", &[("IMSTREAM__REDIS__URLL", "x")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("urll"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let err = load(
+            "[kafka.topics.receipts]\npartitions = 0\nretention_ms = 5\n",
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("kafka.topics.receipts.partitions"), "{err}");
+        let err = load("[[tenants]]\nid = \"Bad Tenant\"\ndatabase = \"db\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("Bad Tenant"), "{err}");
+        let err = load("[gateway]\nmax_message_size = \"big\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("max_message_size") || err.contains("invalid type"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn database_url_keeps_query() {
+        let m = MysqlConfig {
+            url: "mysql://u:p@h:1?ssl-mode=disabled".into(),
+            max_connections: 1,
+        };
+        assert_eq!(m.database_url("t1"), "mysql://u:p@h:1/t1?ssl-mode=disabled");
+    }
+}

@@ -1,0 +1,238 @@
+//! The Confluent wire format (magic byte, schema id, Avro datum), through
+//! schema_registry_converter: events are written with the schema this build
+//! carries (registered under TopicNameStrategy, `<topic>-value`) and read
+//! with whatever writer schema the record names.
+
+use std::sync::Arc;
+
+use apache_avro::types::Value;
+use apache_avro::Schema;
+use schema_registry_converter::async_impl::avro::{AvroDecoder, AvroEncoder};
+use schema_registry_converter::async_impl::schema_registry::SrSettings;
+use schema_registry_converter::avro_common::get_supplied_schema;
+use schema_registry_converter::error::SRCError;
+use schema_registry_converter::schema_registry_common::SubjectNameStrategy;
+
+use super::model::Event;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    #[error("schema registry: {0}")]
+    Registry(#[from] SRCError),
+    #[error("{kind}: the schema this build carries does not parse: {source}")]
+    BadSchema {
+        kind: &'static str,
+        source: apache_avro::Error,
+    },
+    #[error("{kind}: record does not fit the schema: {source}")]
+    Shape {
+        kind: &'static str,
+        source: apache_avro::Error,
+    },
+    #[error("{kind}: unknown event kind {name:?} (written by a newer producer?)")]
+    UnknownKind { kind: &'static str, name: String },
+    #[error("empty record (tombstone)")]
+    Empty,
+}
+
+impl CodecError {
+    /// Registry outages are worth retrying; malformed records are not.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, CodecError::Registry(e) if e.retriable)
+    }
+}
+
+/// Encodes and decodes every event envelope of [`super::model`].
+#[derive(Clone)]
+pub struct EventCodec {
+    encoder: Arc<AvroEncoder>,
+    decoder: Arc<AvroDecoder>,
+}
+
+impl EventCodec {
+    pub fn new(registry_url: &str) -> Result<Self, CodecError> {
+        let settings = SrSettings::new_builder(registry_url.trim_end_matches('/').to_string())
+            .no_proxy()
+            .set_timeout(std::time::Duration::from_secs(10))
+            .build()?;
+        Ok(Self {
+            encoder: Arc::new(AvroEncoder::new(settings.clone())),
+            decoder: Arc::new(AvroDecoder::new(settings)),
+        })
+    }
+
+    /// Encodes `event` for Kafka topic `topic`. The first call per topic
+    /// registers (or finds) this build's schema and caches its id.
+    pub async fn encode<E: Event>(&self, topic: &str, event: &E) -> Result<Vec<u8>, CodecError> {
+        let schema = parse_schema::<E>()?;
+        let strategy = SubjectNameStrategy::TopicNameStrategyWithSchema(
+            topic.to_string(),
+            false,
+            get_supplied_schema(&schema),
+        );
+        Ok(self.encoder.encode_struct(event, &strategy).await?)
+    }
+
+    /// Decodes a record value written with any registered version of `E`'s
+    /// schema.
+    pub async fn decode<E: Event>(&self, bytes: Option<&[u8]>) -> Result<E, CodecError> {
+        let decoded = self
+            .decoder
+            .decode_with_schema(bytes)
+            .await?
+            .ok_or(CodecError::Empty)?;
+        let reader = parse_schema::<E>()?;
+        let value = remap_body_branch::<E>(decoded.value, &decoded.schema.parsed, &reader)?;
+        apache_avro::from_value(&value).map_err(|source| CodecError::Shape {
+            kind: E::KIND,
+            source,
+        })
+    }
+}
+
+/// The schema of `E` this build carries, parsed once per type.
+fn parse_schema<E: Event>() -> Result<Schema, CodecError> {
+    Schema::parse_str(E::SCHEMA).map_err(|source| CodecError::BadSchema {
+        kind: E::KIND,
+        source,
+    })
+}
+
+/// Union branches are chosen by index on the wire. Rewrites the `body`
+/// branch index from the writer schema's numbering to this build's, by
+/// record name, so a reordered or extended union still decodes right.
+fn remap_body_branch<E: Event>(
+    value: Value,
+    writer: &Schema,
+    reader: &Schema,
+) -> Result<Value, CodecError> {
+    let (Some(writer_branches), Some(reader_branches)) =
+        (body_branches(writer), body_branches(reader))
+    else {
+        return Ok(value);
+    };
+    let Value::Record(mut fields) = value else {
+        return Ok(value);
+    };
+    for (name, field) in fields.iter_mut() {
+        if name != "body" {
+            continue;
+        }
+        if let Value::Union(index, inner) = field {
+            let branch = writer_branches
+                .get(*index as usize)
+                .cloned()
+                .unwrap_or_default();
+            let Some(mine) = reader_branches.iter().position(|b| *b == branch) else {
+                return Err(CodecError::UnknownKind {
+                    kind: E::KIND,
+                    name: branch,
+                });
+            };
+            *field = Value::Union(mine as u32, std::mem::replace(inner, Box::new(Value::Null)));
+        }
+    }
+    Ok(Value::Record(fields))
+}
+
+/// Record names of the `body` union of an envelope schema.
+fn body_branches(schema: &Schema) -> Option<Vec<String>> {
+    let Schema::Record(record) = schema else {
+        return None;
+    };
+    let field = record.fields.iter().find(|f| f.name == "body")?;
+    let Schema::Union(union) = &field.schema else {
+        return None;
+    };
+    Some(
+        union
+            .variants()
+            .iter()
+            .map(|v| match v {
+                Schema::Record(r) => r.name.name().to_string(),
+                other => format!("{other:?}"),
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::model::*;
+
+    /// Every body enum lists the schema's union branches in order.
+    fn assert_branches_match<E: Event>(names: &[&str]) {
+        let schema = parse_schema::<E>().unwrap();
+        let branches = body_branches(&schema).unwrap();
+        assert_eq!(
+            branches,
+            names,
+            "{} body enum and schema union differ",
+            E::KIND
+        );
+    }
+
+    #[test]
+    fn enums_follow_schema_union_order() {
+        assert_branches_match::<GroupEvent>(&[
+            "MessageSent",
+            "MessageEdited",
+            "MessageRecalled",
+            "MessageDeleted",
+            "HistoryCleared",
+            "MemberJoined",
+            "MemberLeft",
+            "MemberRoleChanged",
+            "MemberMuted",
+            "GroupMuteChanged",
+            "GroupCreated",
+            "GroupDissolved",
+        ]);
+        assert_branches_match::<ReceiptEvent>(&["ReadReceipt", "RecvReceipt"]);
+        assert_branches_match::<SessionControlEvent>(&[
+            "DeviceRevoked",
+            "SignedOutEverywhere",
+            "UserDisabled",
+            "UserEnabled",
+            "PasswordReset",
+        ]);
+    }
+
+    #[test]
+    fn every_schema_parses() {
+        parse_schema::<GroupEvent>().unwrap();
+        parse_schema::<ReceiptEvent>().unwrap();
+        parse_schema::<SessionControlEvent>().unwrap();
+        parse_schema::<AdminCommand>().unwrap();
+        parse_schema::<AdminResult>().unwrap();
+    }
+
+    #[test]
+    fn branch_remap_follows_names() {
+        let writer = Schema::parse_str(
+            r#"{"type":"record","name":"E","fields":[{"name":"body","type":[
+                {"type":"record","name":"B","fields":[]},
+                {"type":"record","name":"A","fields":[]}]}]}"#,
+        )
+        .unwrap();
+        let reader = Schema::parse_str(
+            r#"{"type":"record","name":"E","fields":[{"name":"body","type":[
+                {"type":"record","name":"A","fields":[]},
+                {"type":"record","name":"B","fields":[]}]}]}"#,
+        )
+        .unwrap();
+        let value = Value::Record(vec![(
+            "body".into(),
+            Value::Union(0, Box::new(Value::Record(vec![]))),
+        )]);
+        let remapped = remap_body_branch::<GroupEvent>(value, &writer, &reader).unwrap();
+        assert_eq!(
+            remapped,
+            Value::Record(vec![(
+                "body".into(),
+                Value::Union(1, Box::new(Value::Record(vec![])))
+            )])
+        );
+    }
+}

@@ -1,0 +1,414 @@
+//! The events, as Rust types. Each envelope mirrors one `schemas/*.avsc`
+//! record field for field; each body enum lists the union's branches in the
+//! schema's order (the codec maps branches by name on decode, so a writer
+//! with more branches is still read correctly).
+//!
+//! Times are UTC epoch milliseconds (`timestamp-millis` in the schemas).
+
+use serde::{Deserialize, Serialize};
+
+/// An envelope type bound to its schema file and Kafka topic kind.
+pub trait Event: Serialize + serde::de::DeserializeOwned + Send + Sync + 'static {
+    /// The `.avsc` text the code was built with.
+    const SCHEMA: &'static str;
+    /// Short name for metrics and errors.
+    const KIND: &'static str;
+    /// Name of the body record (the event kind), for logs and metrics.
+    fn body_name(&self) -> &'static str;
+}
+
+// ---------------------------------------------------------------- group events
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupEvent {
+    pub event_id: String,
+    pub tenant_id: String,
+    pub topic: String,
+    pub occurred_at: i64,
+    pub actor_uid: i64,
+    #[serde(default)]
+    pub actor_device: String,
+    #[serde(default)]
+    pub source_sid: String,
+    #[serde(default)]
+    pub source_node: String,
+    #[serde(default)]
+    pub traceparent: String,
+    pub body: GroupEventBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum GroupEventBody {
+    MessageSent(MessageSent),
+    MessageEdited(MessageEdited),
+    MessageRecalled(MessageRecalled),
+    MessageDeleted(MessageDeleted),
+    HistoryCleared(HistoryCleared),
+    MemberJoined(MemberJoined),
+    MemberLeft(MemberLeft),
+    MemberRoleChanged(MemberRoleChanged),
+    MemberMuted(MemberMuted),
+    GroupMuteChanged(GroupMuteChanged),
+    GroupCreated(GroupCreated),
+    GroupDissolved(GroupDissolved),
+}
+
+impl GroupEventBody {
+    pub fn name(&self) -> &'static str {
+        match self {
+            GroupEventBody::MessageSent(_) => "MessageSent",
+            GroupEventBody::MessageEdited(_) => "MessageEdited",
+            GroupEventBody::MessageRecalled(_) => "MessageRecalled",
+            GroupEventBody::MessageDeleted(_) => "MessageDeleted",
+            GroupEventBody::HistoryCleared(_) => "HistoryCleared",
+            GroupEventBody::MemberJoined(_) => "MemberJoined",
+            GroupEventBody::MemberLeft(_) => "MemberLeft",
+            GroupEventBody::MemberRoleChanged(_) => "MemberRoleChanged",
+            GroupEventBody::MemberMuted(_) => "MemberMuted",
+            GroupEventBody::GroupMuteChanged(_) => "GroupMuteChanged",
+            GroupEventBody::GroupCreated(_) => "GroupCreated",
+            GroupEventBody::GroupDissolved(_) => "GroupDissolved",
+        }
+    }
+}
+
+impl Event for GroupEvent {
+    const SCHEMA: &'static str = include_str!("../../schemas/group_events.avsc");
+    const KIND: &'static str = "group_events";
+    fn body_name(&self) -> &'static str {
+        self.body.name()
+    }
+}
+
+/// A message was accepted; `seq` and `shard_month` are fixed here for good.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageSent {
+    pub message_id: i64,
+    pub group_id: i64,
+    pub seq: i64,
+    pub shard_month: String,
+    #[serde(default)]
+    pub client_msg_id: Option<String>,
+    pub from_user: i64,
+    #[serde(default = "default_msg_type")]
+    pub msg_type: String,
+    #[serde(default)]
+    pub head: Option<String>,
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub mentioned_user_ids: Vec<i64>,
+    #[serde(default)]
+    pub mention_all: bool,
+    #[serde(default)]
+    pub reply_seq: Option<i64>,
+    #[serde(default)]
+    pub root_seq: Option<i64>,
+    #[serde(default)]
+    pub file_count: i32,
+    #[serde(default)]
+    pub content_size: i32,
+    #[serde(default)]
+    pub has_risk: bool,
+    #[serde(default = "default_audit_status")]
+    pub audit_status: String,
+    pub created_at: i64,
+    #[serde(default)]
+    pub expires_at: Option<i64>,
+}
+
+fn default_msg_type() -> String {
+    "text".into()
+}
+
+fn default_audit_status() -> String {
+    "pass".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageEdited {
+    pub seq: i64,
+    #[serde(default)]
+    pub edit_seq: Option<i64>,
+    #[serde(default)]
+    pub head: Option<String>,
+    #[serde(default)]
+    pub content: Option<String>,
+    pub edited_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageRecalled {
+    pub seq: i64,
+    pub recalled_at: i64,
+}
+
+/// A seq range `[low, hi)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeqRange {
+    pub low: i64,
+    pub hi: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageDeleted {
+    pub ranges: Vec<SeqRange>,
+    pub del_id: i32,
+    #[serde(default)]
+    pub moderation: bool,
+    #[serde(default)]
+    pub reason: String,
+    pub deleted_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryCleared {
+    pub uid: i64,
+    pub ranges: Vec<SeqRange>,
+    pub del_id: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberJoined {
+    pub uid: i64,
+    #[serde(default)]
+    pub role: String,
+    #[serde(default)]
+    pub invited_by: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberLeft {
+    pub uid: i64,
+    #[serde(default)]
+    pub kicked: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberRoleChanged {
+    pub uid: i64,
+    pub role: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberMuted {
+    pub uid: i64,
+    #[serde(default)]
+    pub muted_until: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupMuteChanged {
+    pub mute_all: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupCreated {
+    pub group_id: i64,
+    #[serde(default)]
+    pub name: String,
+    pub owner_uid: i64,
+    #[serde(default)]
+    pub members: Vec<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupDissolved {
+    #[serde(default)]
+    pub reason: String,
+}
+
+// ---------------------------------------------------------------- receipts
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReceiptEvent {
+    pub event_id: String,
+    pub tenant_id: String,
+    pub topic: String,
+    pub occurred_at: i64,
+    pub uid: i64,
+    #[serde(default)]
+    pub device: String,
+    #[serde(default)]
+    pub source_sid: String,
+    #[serde(default)]
+    pub source_node: String,
+    pub body: ReceiptBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ReceiptBody {
+    ReadReceipt(SeqCursor),
+    RecvReceipt(SeqCursor),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeqCursor {
+    pub seq: i64,
+}
+
+impl Event for ReceiptEvent {
+    const SCHEMA: &'static str = include_str!("../../schemas/receipts.avsc");
+    const KIND: &'static str = "receipts";
+    fn body_name(&self) -> &'static str {
+        match self.body {
+            ReceiptBody::ReadReceipt(_) => "ReadReceipt",
+            ReceiptBody::RecvReceipt(_) => "RecvReceipt",
+        }
+    }
+}
+
+// ---------------------------------------------------------------- session control
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionControlEvent {
+    pub event_id: String,
+    pub tenant_id: String,
+    pub uid: i64,
+    pub occurred_at: i64,
+    #[serde(default)]
+    pub actor_uid: i64,
+    #[serde(default)]
+    pub reason: String,
+    pub body: SessionControlBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum SessionControlBody {
+    DeviceRevoked(DeviceRevoked),
+    SignedOutEverywhere(AuthVersion),
+    UserDisabled(AuthVersion),
+    UserEnabled(Empty),
+    PasswordReset(AuthVersion),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceRevoked {
+    pub device: String,
+    pub device_version: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuthVersion {
+    pub auth_version: i64,
+}
+
+/// A record with no fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Empty {}
+
+impl Event for SessionControlEvent {
+    const SCHEMA: &'static str = include_str!("../../schemas/session_control.avsc");
+    const KIND: &'static str = "session_control";
+    fn body_name(&self) -> &'static str {
+        match self.body {
+            SessionControlBody::DeviceRevoked(_) => "DeviceRevoked",
+            SessionControlBody::SignedOutEverywhere(_) => "SignedOutEverywhere",
+            SessionControlBody::UserDisabled(_) => "UserDisabled",
+            SessionControlBody::UserEnabled(_) => "UserEnabled",
+            SessionControlBody::PasswordReset(_) => "PasswordReset",
+        }
+    }
+}
+
+// ---------------------------------------------------------------- admin
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdminCommand {
+    pub command_id: String,
+    pub tenant_id: String,
+    pub issued_at: i64,
+    pub operator: String,
+    #[serde(default)]
+    pub reason: String,
+    pub body: AdminCommandBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AdminCommandBody {
+    UserDisable(UserRef),
+    UserEnable(UserRef),
+    UserPasswordReset(UserRef),
+    UserDeviceRevoke(UserDevice),
+    GroupDelete(TopicRef),
+    GroupMemberRemove(TopicMember),
+    GroupAdminSet(TopicMember),
+    GroupAdminRemove(TopicMember),
+    GroupMemberMute(TopicMemberMute),
+    MessageModerate(TopicSeq),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserRef {
+    pub uid: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserDevice {
+    pub uid: i64,
+    pub device: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicRef {
+    pub topic: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicMember {
+    pub topic: String,
+    pub uid: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicMemberMute {
+    pub topic: String,
+    pub uid: i64,
+    #[serde(default)]
+    pub until: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicSeq {
+    pub topic: String,
+    pub seq: i64,
+}
+
+impl Event for AdminCommand {
+    const SCHEMA: &'static str = include_str!("../../schemas/admin_commands.avsc");
+    const KIND: &'static str = "admin_commands";
+    fn body_name(&self) -> &'static str {
+        match self.body {
+            AdminCommandBody::UserDisable(_) => "UserDisable",
+            AdminCommandBody::UserEnable(_) => "UserEnable",
+            AdminCommandBody::UserPasswordReset(_) => "UserPasswordReset",
+            AdminCommandBody::UserDeviceRevoke(_) => "UserDeviceRevoke",
+            AdminCommandBody::GroupDelete(_) => "GroupDelete",
+            AdminCommandBody::GroupMemberRemove(_) => "GroupMemberRemove",
+            AdminCommandBody::GroupAdminSet(_) => "GroupAdminSet",
+            AdminCommandBody::GroupAdminRemove(_) => "GroupAdminRemove",
+            AdminCommandBody::GroupMemberMute(_) => "GroupMemberMute",
+            AdminCommandBody::MessageModerate(_) => "MessageModerate",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdminResult {
+    pub command_id: String,
+    pub tenant_id: String,
+    pub completed_at: i64,
+    pub status: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub event_ids: Vec<String>,
+}
+
+impl Event for AdminResult {
+    const SCHEMA: &'static str = include_str!("../../schemas/admin_results.avsc");
+    const KIND: &'static str = "admin_results";
+    fn body_name(&self) -> &'static str {
+        "AdminResult"
+    }
+}

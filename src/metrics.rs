@@ -1,0 +1,93 @@
+//! Metric names, in one place. Names of seed 000 §11 are kept verbatim;
+//! labels are bounded (months, statuses, pipelines, sources — never topic or
+//! user ids).
+
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+
+/// Histogram buckets shared by every latency metric (seconds).
+pub const LATENCY_BUCKETS_SECONDS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
+];
+
+// Seed 000 §11.
+pub const PERSIST_TOTAL: &str = "group_message_persist_total";
+pub const PERSIST_LATENCY: &str = "group_message_persist_latency";
+pub const SHARD_MISSING_TOTAL: &str = "group_message_shard_missing_total";
+pub const QUERY_TABLES: &str = "group_message_query_tables";
+pub const QUERY_LATENCY: &str = "group_message_query_latency";
+pub const DEDUP_HIT_TOTAL: &str = "group_message_dedup_hit_total";
+pub const ROUTE_MISS_TOTAL: &str = "group_message_route_miss_total";
+pub const ROUTE_REBUILD_TOTAL: &str = "group_message_route_rebuild_total";
+pub const ROUTE_REPAIR_BACKLOG: &str = "group_message_route_repair_backlog";
+pub const DEAD_LETTER_TOTAL: &str = "group_message_dead_letter_total";
+
+// Send path, pipelines, registry.
+pub const SEND_ACK_LATENCY: &str = "imstream_send_ack_latency_seconds";
+pub const SEND_TOTAL: &str = "imstream_send_total";
+pub const EVENTS_PRODUCED_TOTAL: &str = "imstream_events_produced_total";
+pub const PIPELINE_EVENTS_TOTAL: &str = "imstream_pipeline_events_total";
+pub const PIPELINE_RETRIES_TOTAL: &str = "imstream_pipeline_retries_total";
+pub const PIPELINE_DLQ_TOTAL: &str = "imstream_pipeline_dlq_total";
+pub const PIPELINE_LAG: &str = "imstream_pipeline_consumer_lag";
+pub const DELIVERY_LATENCY: &str = "imstream_delivery_latency_seconds";
+pub const REGISTRY_REQUESTS_TOTAL: &str = "imstream_registry_requests_total";
+
+/// Registers descriptions so `/metrics` explains each series.
+pub fn describe_all() {
+    describe_counter!(
+        PERSIST_TOTAL,
+        "Group messages persisted, by month and status"
+    );
+    describe_histogram!(
+        PERSIST_LATENCY,
+        Unit::Seconds,
+        "From event time to MySQL commit"
+    );
+    describe_counter!(
+        SHARD_MISSING_TOTAL,
+        "Events whose month table did not exist"
+    );
+    describe_histogram!(QUERY_TABLES, "Month tables scanned per history request");
+    describe_histogram!(
+        QUERY_LATENCY,
+        Unit::Seconds,
+        "History query latency by source"
+    );
+    describe_counter!(
+        DEDUP_HIT_TOTAL,
+        "Sends answered from the idempotency record"
+    );
+    describe_counter!(ROUTE_MISS_TOTAL, "Reads that found no Redis route");
+    describe_counter!(
+        ROUTE_REBUILD_TOTAL,
+        "Redis routes rebuilt from the MySQL mirror"
+    );
+    describe_gauge!(ROUTE_REPAIR_BACKLOG, "Route repairs waiting to be retried");
+    describe_counter!(DEAD_LETTER_TOTAL, "Group message events sent to a DLQ");
+    describe_histogram!(
+        SEND_ACK_LATENCY,
+        Unit::Seconds,
+        "From pub received to ctrl 202"
+    );
+    describe_counter!(SEND_TOTAL, "Send attempts by outcome");
+    describe_counter!(
+        EVENTS_PRODUCED_TOTAL,
+        "Events produced to Kafka by topic kind"
+    );
+    describe_counter!(
+        PIPELINE_EVENTS_TOTAL,
+        "Events handled by a pipeline, by outcome"
+    );
+    describe_counter!(PIPELINE_RETRIES_TOTAL, "Retried pipeline batches");
+    describe_counter!(PIPELINE_DLQ_TOTAL, "Events a pipeline sent to its DLQ");
+    describe_gauge!(PIPELINE_LAG, "Consumer lag of a pipeline, in records");
+    describe_histogram!(
+        DELIVERY_LATENCY,
+        Unit::Seconds,
+        "From event time to realtime delivery"
+    );
+    describe_counter!(
+        REGISTRY_REQUESTS_TOTAL,
+        "Schema registry requests by route and status"
+    );
+}

@@ -1,0 +1,103 @@
+//! Telemetry: `tracing` (pretty for a terminal, JSON for services), the
+//! `metrics` recorder with its Prometheus endpoint, and `/healthz` +
+//! `/readyz` for every long-running subcommand.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{LogFormat, TelemetryConfig};
+use crate::shutdown::Shutdown;
+
+/// Installs the global tracing subscriber. Safe to call more than once (later
+/// calls are ignored), so tests and `dev` can share it.
+pub fn init_tracing(config: &TelemetryConfig) {
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&config.log_filter))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match config.log_format {
+        LogFormat::Pretty => builder.compact().try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder once and returns its handle.
+pub fn metrics_handle() -> PrometheusHandle {
+    PROMETHEUS
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets(crate::metrics::LATENCY_BUCKETS_SECONDS)
+                .expect("static buckets are valid")
+                .build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (e.g. by a test
+            // harness); the handle still renders what this one records.
+            let _ = metrics::set_global_recorder(recorder);
+            crate::metrics::describe_all();
+            handle
+        })
+        .clone()
+}
+
+/// Readiness of a process: set once its dependencies answered.
+#[derive(Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn set_ready(&self, ready: bool) {
+        self.0.store(ready, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Routes `/metrics`, `/healthz` and `/readyz`, to be merged into a
+/// process's own HTTP router or served alone by [`serve_ops`].
+pub fn ops_router(readiness: Readiness) -> Router {
+    let handle = metrics_handle();
+    Router::new()
+        .route("/metrics", get(move || async move { handle.render() }))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(readiness)
+}
+
+async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, &'static str) {
+    if readiness.is_ready() {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+/// Serves the ops endpoints on `addr` until shutdown; returns the bound address.
+pub async fn serve_ops(
+    addr: SocketAddr,
+    readiness: Readiness,
+    shutdown: Shutdown,
+) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tracing::info!(%bound, "metrics and health endpoints listening");
+    let app = ops_router(readiness);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+    });
+    Ok(bound)
+}
