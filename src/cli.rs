@@ -37,8 +37,53 @@ pub enum Command {
     Topics(TopicsCommand),
     /// Create every tenant database and apply migrations/tenant (idempotent).
     Migrate(MigrateArgs),
+    /// Serve the Tinode-compatible WebSocket (/v0/channels) and HTTP (/v1) gateway.
+    Gateway(GatewayArgs),
+    /// Run one projector pipeline as a Kafka consumer group (topologies/<pipeline>.toml).
+    Project(ProjectArgs),
+    /// Run the shard manager: month tables, catalog, active month.
+    Shards(ShardsArgs),
+    /// Session tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Run everything against local services in one process (laptop default).
     Dev(DevArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    /// Address to listen on; defaults to gateway.listen from the config.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Args)]
+pub struct ProjectArgs {
+    /// Pipeline name: store or members.
+    pub pipeline: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ShardsArgs {
+    /// One pass for every tenant, then exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Use this instant (RFC 3339) instead of Redis TIME (tests, backfills).
+    #[arg(long)]
+    pub now: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Mint a session token for development (prints it).
+    Issue {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        uid: i64,
+        #[arg(long, default_value = "cli")]
+        device: String,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context};
 
-use crate::cli::{Cli, Command, DevArgs, SchemasCommand, TopicsCommand};
+use crate::cli::{Cli, Command, DevArgs, SchemasCommand, ShardsArgs, TokenCommand, TopicsCommand};
 use crate::config::Config;
 use crate::events::catalog;
 use crate::kafka::topics::{self, TopicNames};
@@ -42,11 +42,63 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 bail!("no tenants configured: add [[tenants]] entries to the config");
             }
             let n = crate::tenant::migrate(&config, args.tenant.as_deref()).await?;
+            crate::send::establish_generations(&config).await?;
             println!("migrated {n} tenant database(s)");
+            Ok(())
+        }
+        Command::Gateway(args) => {
+            let shutdown = Shutdown::new();
+            shutdown.trigger_on_signals();
+            let addr = args.listen.unwrap_or(config.gateway.listen);
+            let running = crate::gateway::start(&config, addr, Readiness::default(), shutdown).await?;
+            println!("gateway listening on ws://{}/v0/channels", running.addr);
+            running.task.await?;
+            Ok(())
+        }
+        Command::Project(args) => {
+            let shutdown = Shutdown::new();
+            shutdown.trigger_on_signals();
+            let readiness = Readiness::default();
+            crate::telemetry::serve_ops(config.telemetry.listen, readiness.clone(), shutdown.clone()).await?;
+            readiness.set_ready(true);
+            crate::pipeline::run_named(&config, &args.pipeline, shutdown).await
+        }
+        Command::Shards(args) => shards(&config, args).await,
+        Command::Token(TokenCommand::Issue { tenant, uid, device }) => {
+            if config.tenant(&tenant).is_none() {
+                bail!("unknown tenant {tenant:?}");
+            }
+            let issued = crate::gateway::auth::Tokens::new(&config.auth).issue(&tenant, uid, &device, 0);
+            println!("{}", issued.token);
             Ok(())
         }
         Command::Dev(args) => dev(&config, args).await,
     }
+}
+
+/// `imstream shards`: one pass per tenant every `shards.interval_secs`.
+async fn shards(config: &Config, args: ShardsArgs) -> anyhow::Result<()> {
+    let shutdown = Shutdown::new();
+    shutdown.trigger_on_signals();
+    let clock = crate::redis_util::Clock::from_override(
+        args.now.as_deref().unwrap_or(&config.shards.clock_override),
+    );
+    let manager = crate::store::shards::ShardManager::connect(config, clock).await?;
+    if args.once {
+        for (tenant, pass) in manager.pass().await? {
+            println!(
+                "{tenant}\ttables={}\tactive_month={}",
+                pass.tables.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(","),
+                pass.active_month.map(|m| m.to_string()).unwrap_or_else(|| "(locked elsewhere)".into())
+            );
+        }
+        return Ok(());
+    }
+    let readiness = Readiness::default();
+    crate::telemetry::serve_ops(config.telemetry.listen, readiness.clone(), shutdown.clone()).await?;
+    readiness.set_ready(true);
+    manager.run(shutdown).await;
+    Ok(())
 }
 
 async fn schemas_register(config: &Config) -> anyhow::Result<()> {
@@ -89,43 +141,111 @@ async fn topics_ensure(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `imstream dev`: the registry in-process, tenant databases migrated,
-/// schemas registered and topics created, then serve until Ctrl-C.
+/// `imstream dev`: everything in one process against the local stack —
+/// registry, migrations, topics and schemas, shard manager, the store and
+/// members pipelines, the gateway — plus a demo group of the dev users.
 async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
     let shutdown = Shutdown::new();
     shutdown.trigger_on_signals();
     let readiness = Readiness::default();
-    let registry = crate::registry::start(
-        config,
-        config.registry.listen,
-        readiness.clone(),
-        shutdown.clone(),
-    )
-    .await?;
+    let registry =
+        crate::registry::start(config, config.registry.listen, readiness.clone(), shutdown.clone()).await?;
     if !config.tenants.is_empty() {
         crate::tenant::migrate(config, None).await?;
+        crate::send::establish_generations(config).await?;
     }
     if !args.no_setup {
         topics_ensure(config).await?;
         schemas_register(config).await?;
     }
+    let manager = crate::store::shards::ShardManager::connect(
+        config,
+        crate::redis_util::Clock::from_override(&config.shards.clock_override),
+    )
+    .await?;
+    manager.pass().await?;
+    let mut tasks = Vec::new();
+    {
+        let shutdown = shutdown.clone();
+        tasks.push(tokio::spawn(async move { manager.run(shutdown).await }));
+    }
+    for pipeline in crate::pipeline::PIPELINES {
+        let (config, shutdown) = (config.clone(), shutdown.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = crate::pipeline::run_named(&config, pipeline, shutdown).await {
+                tracing::error!(pipeline, error = %e, "pipeline stopped with an error");
+            }
+        }));
+    }
+    let gateway = crate::gateway::start(config, config.gateway.listen, readiness.clone(), shutdown.clone()).await?;
+    seed_demo(config).await?;
+
+    let tokens = crate::gateway::auth::Tokens::new(&config.auth);
     println!("imstream dev is up:");
-    println!("  schema registry   http://{}", registry.addr);
-    println!(
-        "  metrics, health   http://{}/metrics  /healthz  /readyz",
-        registry.addr
-    );
-    println!(
-        "  tenants           {}",
-        config
-            .tenants
-            .iter()
-            .map(|t| t.id.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    println!("  WebSocket (Tinode)  ws://{}/v0/channels?apikey=any", gateway.addr);
+    println!("  HTTP                http://{}/v1/groups/grpDemo/messages", gateway.addr);
+    println!("  schema registry     http://{}", registry.addr);
+    println!("  metrics, health     http://{}/metrics  /healthz  /readyz", gateway.addr);
+    for user in &config.auth.dev_users {
+        let token = tokens.issue(&user.tenant, user.uid, "dev", 0).token;
+        println!(
+            "  user {} (tenant {}, uid {}, password {}): token {}",
+            user.login, user.tenant, user.uid, user.password, token
+        );
+    }
+    println!("  demo group          grpDemo (every dev user of its tenant is a member)");
+    println!("Try: curl -H \"Authorization: Bearer <token>\" -d '{{\"content\":\"hi\"}}' http://{}/v1/groups/grpDemo/messages", gateway.addr);
     println!("Ctrl-C stops it.");
     shutdown.cancelled().await;
+    let _ = gateway.task.await;
     let _ = registry.task.await;
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(())
+}
+
+/// Creates `grpDemo` for each tenant that has dev users, once.
+async fn seed_demo(config: &Config) -> anyhow::Result<()> {
+    use crate::events::{new_event_id, now_ms, GroupCreated, GroupEvent, GroupEventBody};
+    let codec = crate::events::EventCodec::new(&config.registry.url)?;
+    let producer = crate::kafka::producer::EventProducer::new(&config.kafka, codec)?;
+    for tenant in &config.tenants {
+        let users: Vec<i64> = config
+            .auth
+            .dev_users
+            .iter()
+            .filter(|u| u.tenant == tenant.id)
+            .map(|u| u.uid)
+            .collect();
+        let Some(owner) = users.first().copied() else { continue };
+        let pool = crate::tenant::database_pool(&config.mysql, &tenant.database)?;
+        let exists: Option<i64> = sqlx::query_scalar("SELECT group_id FROM im_groups WHERE topic = 'grpDemo'")
+            .fetch_optional(&pool)
+            .await?;
+        if exists.is_some() {
+            continue;
+        }
+        let event = GroupEvent {
+            event_id: new_event_id(),
+            tenant_id: tenant.id.clone(),
+            topic: "grpDemo".into(),
+            occurred_at: now_ms(),
+            actor_uid: owner,
+            actor_device: "dev".into(),
+            source_sid: String::new(),
+            source_node: config.node.resolved_id(),
+            traceparent: String::new(),
+            body: GroupEventBody::GroupCreated(GroupCreated {
+                group_id: 1,
+                name: "Demo".into(),
+                owner_uid: owner,
+                members: users,
+            }),
+        };
+        producer
+            .send(topics::TopicKind::GroupEvents, &format!("{}:grpDemo", tenant.id), &event, None)
+            .await?;
+    }
     Ok(())
 }

@@ -17,15 +17,29 @@
 //! - [`registry`] — the embedded Confluent-compatible schema registry.
 //! - [`kafka`] — producer, topics of the event log.
 //! - [`tenant`] — tenant databases, pools, migrations.
+//! - [`keys`], [`redis_util`] — Redis key names, scripts, locks, the month clock.
+//! - [`store`] — month tables, the catalog, the shard manager, the store writer, routes.
+//! - [`groups`] — group facts (members, roles, mutes) in MySQL and their Redis cache.
+//! - [`pipeline`] — the consumer-group runner and the projector pipelines.
+//! - [`send`], [`snowflake`] — the send path: ACL, seq allocation, produce, ack.
+//! - [`gateway`] — the Tinode-compatible WebSocket and HTTP front end.
 
 pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod events;
+pub mod gateway;
+pub mod groups;
 pub mod kafka;
+pub mod keys;
 pub mod metrics;
+pub mod pipeline;
+pub mod redis_util;
 pub mod registry;
+pub mod send;
 pub mod shutdown;
+pub mod snowflake;
+pub mod store;
 pub mod telemetry;
 pub mod tenant;
 

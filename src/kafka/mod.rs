@@ -1,6 +1,7 @@
 //! Kafka clients: shared client settings, the idempotent event producer
 //! ([`producer`]), and the topics of the event log ([`topics`]).
 
+pub mod log_tail;
 pub mod producer;
 pub mod topics;
 

@@ -108,7 +108,7 @@ impl EventProducer {
         self.send_raw(topic, key, &payload, traceparent).await
     }
 
-    /// Sends an already-encoded value (a DLQ copy keeps the original bytes).
+    /// Sends an already-encoded value with a `traceparent` header.
     pub async fn send_raw(
         &self,
         topic: &str,
@@ -116,12 +116,33 @@ impl EventProducer {
         payload: &[u8],
         traceparent: Option<&str>,
     ) -> Result<Acked, ProduceError> {
+        let headers: Vec<(&str, &[u8])> = traceparent
+            .filter(|t| !t.is_empty())
+            .map(|t| vec![("traceparent", t.as_bytes())])
+            .unwrap_or_default();
+        self.send_bytes(topic, key.as_bytes(), payload, &headers)
+            .await
+    }
+
+    /// Sends raw bytes with arbitrary headers (a DLQ copy keeps the original
+    /// key and value and adds why it failed).
+    pub async fn send_bytes(
+        &self,
+        topic: &str,
+        key: &[u8],
+        payload: &[u8],
+        headers: &[(&str, &[u8])],
+    ) -> Result<Acked, ProduceError> {
         let mut record = FutureRecord::to(topic).key(key).payload(payload);
-        if let Some(tp) = traceparent.filter(|t| !t.is_empty()) {
-            record = record.headers(OwnedHeaders::new().insert(Header {
-                key: "traceparent",
-                value: Some(tp),
-            }));
+        if !headers.is_empty() {
+            let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+            for (k, v) in headers {
+                owned = owned.insert(Header {
+                    key: k,
+                    value: Some(*v),
+                });
+            }
+            record = record.headers(owned);
         }
         let delivery = self
             .producer

@@ -1,0 +1,86 @@
+-- allocate_seq.lua: one atomic step of the send path (ARCHITECTURE.md §3).
+--
+-- Checks the sender against the cached group (status, membership, mutes),
+-- claims the client message id, allocates the next seq and picks the
+-- message's shard month, so that per-topic month segments never overlap and
+-- never go back.
+--
+-- KEYS[1] seq hash     (last_seq, month_floor)
+-- KEYS[2] meta hash    (group_id, status, mute_all)
+-- KEYS[3] members set
+-- KEYS[4] roles hash   (uid -> owner|admin)
+-- KEYS[5] mutes hash   (uid -> muted-until epoch ms)
+-- KEYS[6] uniq claim   (only read/written when ARGV[5] ~= '')
+-- ARGV[1] uid
+-- ARGV[2] active month YYYYMM (tenant-wide, read by the gateway)
+-- ARGV[3] now, epoch ms
+-- ARGV[4] pending claim TTL, ms
+-- ARGV[5] client message id ('' for none)
+-- ARGV[6] message id (Snowflake) to record in the claim
+--
+-- Returns one of:
+--   {'OK', seq, shard_month, group_id}
+--   {'DUP', status, seq, shard_month, message_id}   earlier pending/done claim
+--   {'RESEED'}        seq state missing: new topic or Redis lost data
+--   {'NOGROUP'}       group facts not cached: load them, then retry
+--   {'NOMEMBERS'}     member set not cached: load it, then retry
+--   {'NOTMEMBER'} | {'DISSOLVED'} | {'MUTED', until_ms} | {'MUTED_ALL'}
+
+local uid = ARGV[1]
+
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'RESEED'}
+end
+
+local meta = redis.call('HMGET', KEYS[2], 'group_id', 'status', 'mute_all')
+if not meta[1] then
+  return {'NOGROUP'}
+end
+if meta[2] == 'dissolved' then
+  return {'DISSOLVED'}
+end
+
+if redis.call('SISMEMBER', KEYS[3], uid) == 0 then
+  if redis.call('EXISTS', KEYS[3]) == 0 then
+    return {'NOMEMBERS'}
+  end
+  return {'NOTMEMBER'}
+end
+
+local role = redis.call('HGET', KEYS[4], uid)
+local privileged = role == 'owner' or role == 'admin'
+local muted_until = redis.call('HGET', KEYS[5], uid)
+if muted_until and tonumber(muted_until) > tonumber(ARGV[3]) and not privileged then
+  return {'MUTED', muted_until}
+end
+if meta[3] == '1' and not privileged then
+  return {'MUTED_ALL'}
+end
+
+local cmid = ARGV[5]
+if cmid ~= '' then
+  local prev = redis.call('GET', KEYS[6])
+  if prev then
+    -- status|seq|month|message_id
+    local status, seq, month, mid = string.match(prev, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+    -- A failed send may be retried with the same id: it gets a new seq.
+    if status ~= 'failed' then
+      return {'DUP', status, seq, month, mid}
+    end
+  end
+end
+
+local seq = redis.call('HINCRBY', KEYS[1], 'last_seq', 1)
+local floor = redis.call('HGET', KEYS[1], 'month_floor')
+local month = ARGV[2]
+if floor and floor > month then
+  month = floor
+elseif not floor or floor < month then
+  redis.call('HSET', KEYS[1], 'month_floor', month)
+end
+
+if cmid ~= '' then
+  redis.call('SET', KEYS[6], 'pending|' .. seq .. '|' .. month .. '|' .. ARGV[6], 'PX', ARGV[4])
+end
+
+return {'OK', seq, month, meta[1]}

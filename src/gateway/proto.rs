@@ -1,0 +1,232 @@
+//! The Tinode JSON protocol subset imstream speaks (see
+//! shared/design/TINODE-PROTOCOL.md): client messages as types, server
+//! messages as builders. Timestamps are RFC 3339 with milliseconds and `Z`.
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+/// Protocol version the server speaks.
+pub const VERSION: &str = "0.25";
+/// Oldest client version accepted.
+pub const MIN_VERSION: (u32, u32) = (0, 20);
+
+/// One client message; exactly one field is set.
+#[derive(Debug, Default, Deserialize)]
+pub struct ClientMsg {
+    pub hi: Option<MsgHi>,
+    pub login: Option<MsgLogin>,
+    pub sub: Option<MsgSub>,
+    #[serde(rename = "pub")]
+    pub publish: Option<MsgPub>,
+    pub get: Option<MsgGet>,
+    pub leave: Option<MsgLeave>,
+    pub note: Option<MsgNote>,
+    pub del: Option<MsgDel>,
+    pub set: Option<Value>,
+    pub acc: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MsgHi {
+    pub id: Option<String>,
+    pub ver: Option<String>,
+    pub ua: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MsgLogin {
+    pub id: Option<String>,
+    pub scheme: String,
+    #[serde(default)]
+    pub secret: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MsgSub {
+    pub id: Option<String>,
+    pub topic: String,
+    pub get: Option<GetQuery>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MsgPub {
+    pub id: Option<String>,
+    pub topic: String,
+    #[serde(default)]
+    pub noecho: bool,
+    pub head: Option<Map<String, Value>>,
+    pub content: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GetQuery {
+    #[serde(default)]
+    pub what: String,
+    pub data: Option<DataQuery>,
+    pub del: Option<DataQuery>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MsgGet {
+    pub id: Option<String>,
+    pub topic: String,
+    #[serde(flatten)]
+    pub query: GetQuery,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct DataQuery {
+    pub since: Option<i64>,
+    pub before: Option<i64>,
+    pub limit: Option<i64>,
+    pub ranges: Option<Vec<SeqRangeMsg>>,
+}
+
+/// `[low, hi)`; a missing `hi` means one message.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct SeqRangeMsg {
+    pub low: i64,
+    pub hi: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MsgLeave {
+    pub id: Option<String>,
+    pub topic: String,
+    #[serde(default)]
+    pub unsub: bool,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MsgNote {
+    pub topic: String,
+    pub what: String,
+    pub seq: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MsgDel {
+    pub id: Option<String>,
+    pub topic: String,
+    pub what: String,
+    pub delseq: Option<Vec<SeqRangeMsg>>,
+    #[serde(default)]
+    pub hard: bool,
+}
+
+/// `2026-07-04T10:00:00.123Z`
+pub fn timestamp(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+pub fn timestamp_ms(ms: i64) -> String {
+    timestamp(
+        Utc.timestamp_millis_opt(ms)
+            .single()
+            .unwrap_or_else(Utc::now),
+    )
+}
+
+pub fn now() -> String {
+    timestamp(Utc::now())
+}
+
+/// A `{ctrl}` message.
+pub fn ctrl(
+    id: Option<&str>,
+    topic: Option<&str>,
+    code: u16,
+    text: &str,
+    params: Option<Value>,
+) -> String {
+    let mut c = Map::new();
+    if let Some(id) = id {
+        c.insert("id".into(), json!(id));
+    }
+    if let Some(topic) = topic {
+        c.insert("topic".into(), json!(topic));
+    }
+    if let Some(p) = params {
+        c.insert("params".into(), p);
+    }
+    c.insert("code".into(), json!(code));
+    c.insert("text".into(), json!(text));
+    c.insert("ts".into(), json!(now()));
+    json!({ "ctrl": c }).to_string()
+}
+
+/// Tinode user id of a numeric uid: `usr<uid>`.
+pub fn user_id(uid: i64) -> String {
+    format!("usr{uid}")
+}
+
+/// Parses `usr<uid>`.
+pub fn parse_user_id(s: &str) -> Option<i64> {
+    s.strip_prefix("usr")?.parse().ok().filter(|u| *u > 0)
+}
+
+/// Group topic names: `grp` then 1–61 of `[A-Za-z0-9_-]`.
+pub fn is_group_topic(topic: &str) -> bool {
+    topic.len() > 3
+        && topic.len() <= 64
+        && topic.starts_with("grp")
+        && topic[3..]
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Parses a client version like `0.25.3` into (major, minor).
+pub fn parse_version(v: &str) -> Option<(u32, u32)> {
+    let mut parts = v.split('.');
+    let major = parts.next()?.trim().parse().ok()?;
+    let minor = parts.next().unwrap_or("0").trim().parse().ok()?;
+    Some((major, minor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sdk_messages() {
+        let m: ClientMsg = serde_json::from_str(
+            r#"{"hi":{"id":"83575","ver":"0.25.3","ua":"gw-test/1.0 (undefined); tinodejs/0.25.3","lang":"xx","platf":"web"}}"#,
+        )
+        .unwrap();
+        assert_eq!(m.hi.unwrap().ver.as_deref(), Some("0.25.3"));
+        let m: ClientMsg = serde_json::from_str(
+            r#"{"pub":{"id":"4","topic":"grpX","noecho":true,"head":{"mime":"text/x-drafty","client_mid":"c1"},"content":"hi"}}"#,
+        )
+        .unwrap();
+        let p = m.publish.unwrap();
+        assert!(p.noecho);
+        assert_eq!(p.head.unwrap()["client_mid"], "c1");
+        let m: ClientMsg = serde_json::from_str(
+            r#"{"get":{"id":"5","topic":"grpX","what":"data","data":{"ranges":[{"low":1,"hi":3}],"limit":3}}}"#,
+        )
+        .unwrap();
+        let g = m.get.unwrap();
+        assert_eq!(g.query.what, "data");
+        assert_eq!(g.query.data.unwrap().ranges.unwrap()[0].hi, Some(3));
+    }
+
+    #[test]
+    fn timestamps_have_milliseconds_and_z() {
+        let t = timestamp_ms(1_790_000_000_123);
+        assert_eq!(t.len(), 24);
+        assert!(t.ends_with(".123Z"), "{t}");
+    }
+
+    #[test]
+    fn names() {
+        assert!(is_group_topic("grpAbc_9-x"));
+        assert!(!is_group_topic("grp"));
+        assert!(!is_group_topic("usrAbc"));
+        assert!(!is_group_topic("grp a"));
+        assert_eq!(parse_user_id("usr1001"), Some(1001));
+        assert_eq!(parse_user_id("usr0"), None);
+        assert_eq!(parse_version("0.25.3"), Some((0, 25)));
+        assert_eq!(parse_version("x"), None);
+    }
+}

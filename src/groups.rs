@@ -1,0 +1,208 @@
+//! Group facts the gateway checks on every send and subscribe — status,
+//! members, roles, mutes — kept in MySQL (projected by the members
+//! pipeline) and cached in Redis (cache-aside, seed 001 §5.2): a missing
+//! cache is loaded from MySQL whole; projections update only what is cached.
+
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionManager;
+use redis::Script;
+use sqlx::mysql::MySqlPool;
+use sqlx::Row;
+
+use crate::keys::TopicKeys;
+
+/// Cached group entries expire so a rare load/update race heals itself.
+pub const CACHE_TTL_SECS: i64 = 3600;
+
+static IF_CACHED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/if_cached.lua")));
+
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    #[error("group {0} not found")]
+    NotFound(String),
+    #[error("mysql: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// Roles of group members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Owner,
+    Admin,
+    Member,
+}
+
+impl Role {
+    pub fn parse(s: &str) -> Role {
+        match s {
+            "owner" => Role::Owner,
+            "admin" => Role::Admin,
+            _ => Role::Member,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
+}
+
+/// One group as stored in MySQL.
+#[derive(Debug, Clone)]
+pub struct GroupRecord {
+    pub group_id: i64,
+    pub status: String,
+    pub mute_all: bool,
+    /// (uid, role, muted_until_ms)
+    pub members: Vec<(i64, Role, Option<i64>)>,
+}
+
+pub async fn read_group(pool: &MySqlPool, topic: &str) -> Result<GroupRecord, GroupError> {
+    let row = sqlx::query("SELECT group_id, status, mute_all FROM im_groups WHERE topic = ?")
+        .bind(topic)
+        .fetch_optional(pool)
+        .await?
+        .ok_or_else(|| GroupError::NotFound(topic.to_string()))?;
+    let members = sqlx::query(
+        "SELECT uid, role, CAST(UNIX_TIMESTAMP(muted_until) * 1000 AS SIGNED) FROM im_group_members WHERE topic = ?",
+    )
+    .bind(topic)
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| {
+        Ok((
+            r.try_get::<i64, _>(0)?,
+            Role::parse(&r.try_get::<String, _>(1)?),
+            r.try_get::<Option<i64>, _>(2)?,
+        ))
+    })
+    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    Ok(GroupRecord {
+        group_id: row.try_get(0)?,
+        status: row.try_get(1)?,
+        mute_all: row.try_get::<i8, _>(2)? != 0,
+        members,
+    })
+}
+
+/// Replaces the Redis cache of one group with `group`, atomically.
+pub async fn cache_group(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    topic: &str,
+    group: &GroupRecord,
+) -> Result<(), GroupError> {
+    let keys = TopicKeys::new(tenant, topic);
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    pipe.del(keys.members()).ignore();
+    pipe.del(keys.roles()).ignore();
+    pipe.del(keys.mutes()).ignore();
+    pipe.del(keys.meta()).ignore();
+    // A placeholder keeps an empty member set distinguishable from "not cached".
+    pipe.sadd(keys.members(), 0i64).ignore();
+    for chunk in group.members.chunks(1000) {
+        let uids: Vec<i64> = chunk.iter().map(|m| m.0).collect();
+        pipe.sadd(keys.members(), uids).ignore();
+    }
+    for (uid, role, muted) in &group.members {
+        if *role != Role::Member {
+            pipe.hset(keys.roles(), uid, role.as_str()).ignore();
+        }
+        if let Some(until) = muted {
+            pipe.hset(keys.mutes(), uid, until).ignore();
+        }
+    }
+    pipe.hset_multiple(
+        keys.meta(),
+        &[
+            ("group_id", group.group_id.to_string()),
+            ("status", group.status.clone()),
+            (
+                "mute_all",
+                if group.mute_all { "1" } else { "0" }.to_string(),
+            ),
+        ],
+    )
+    .ignore();
+    for key in [keys.members(), keys.roles(), keys.mutes(), keys.meta()] {
+        pipe.expire(key, CACHE_TTL_SECS).ignore();
+    }
+    pipe.query_async::<()>(redis).await?;
+    Ok(())
+}
+
+/// Loads a group from MySQL into the Redis cache.
+pub async fn load(
+    pool: &MySqlPool,
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    topic: &str,
+) -> Result<GroupRecord, GroupError> {
+    let group = read_group(pool, topic).await?;
+    cache_group(redis, tenant, topic, &group).await?;
+    Ok(group)
+}
+
+/// Applies one write to a cached key only (see `lua/if_cached.lua`).
+pub async fn if_cached(
+    redis: &mut ConnectionManager,
+    key: &str,
+    command: &str,
+    args: &[String],
+) -> redis::RedisResult<()> {
+    let mut invocation = IF_CACHED.key(key);
+    invocation.arg(command);
+    for a in args {
+        invocation.arg(a);
+    }
+    let _: redis::Value = invocation.invoke_async(redis).await?;
+    Ok(())
+}
+
+/// Membership as the gateway sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Membership {
+    Member,
+    NotMember,
+    Dissolved,
+}
+
+/// Whether `uid` may attach to `topic`; loads the cache on a miss.
+pub async fn membership(
+    pool: &MySqlPool,
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    topic: &str,
+    uid: i64,
+) -> Result<Membership, GroupError> {
+    let keys = TopicKeys::new(tenant, topic);
+    for _ in 0..2 {
+        let (is_member, members_cached, status): (bool, bool, Option<String>) = redis::pipe()
+            .sismember(keys.members(), uid)
+            .exists(keys.members())
+            .hget(keys.meta(), "status")
+            .query_async(redis)
+            .await?;
+        if members_cached && status.is_some() {
+            return Ok(match (status.as_deref(), is_member) {
+                (Some("dissolved"), _) => Membership::Dissolved,
+                (_, true) => Membership::Member,
+                _ => Membership::NotMember,
+            });
+        }
+        match load(pool, redis, tenant, topic).await {
+            Ok(_) => continue,
+            Err(GroupError::NotFound(_)) => return Ok(Membership::NotMember),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Membership::NotMember)
+}

@@ -1,0 +1,152 @@
+//! Reads the part of the group-events log that the store pipeline has not
+//! committed yet, to find the highest seq (and month) of one topic there.
+//! With the MySQL mirror (everything committed) this covers every acked
+//! event, which is what re-seeding a lost seq allocator needs.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use crate::config::Config;
+use crate::events::{EventCodec, GroupEvent, GroupEventBody};
+
+use super::topics::{TopicKind, TopicNames};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TailError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("decoding a tail event: {0}")]
+    Codec(#[from] crate::events::CodecError),
+    #[error("log tail scan did not finish within {0:?}")]
+    Timeout(Duration),
+}
+
+/// Highest seq and shard month of `key`'s topic in the uncommitted tail.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TailMax {
+    pub seq: Option<i64>,
+    pub month: Option<String>,
+    pub scanned: u64,
+}
+
+/// Scans every partition from `group`'s committed offset (or the start) to
+/// the high watermark seen now, decoding only records whose key is `key`.
+pub async fn max_in_tail(
+    config: &Config,
+    group: &str,
+    key: &str,
+    codec: &EventCodec,
+    deadline: Duration,
+) -> Result<TailMax, TailError> {
+    let topic = TopicNames::new(&config.kafka).name(TopicKind::GroupEvents);
+    let config = config.clone();
+    let group = group.to_string();
+    let key_bytes = key.as_bytes().to_vec();
+    // librdkafka's blocking calls run off the async workers.
+    let payloads =
+        tokio::task::spawn_blocking(move || scan(&config, &topic, &group, &key_bytes, deadline))
+            .await
+            .map_err(|_| TailError::Timeout(deadline))??;
+    let mut out = TailMax {
+        scanned: payloads.1,
+        ..TailMax::default()
+    };
+    for payload in payloads.0 {
+        let event: GroupEvent = match codec.decode(Some(&payload)).await {
+            Ok(e) => e,
+            Err(crate::events::CodecError::UnknownKind { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if let GroupEventBody::MessageSent(m) = event.body {
+            out.seq = out.seq.max(Some(m.seq));
+            if out
+                .month
+                .as_deref()
+                .is_none_or(|cur| m.shard_month.as_str() > cur)
+            {
+                out.month = Some(m.shard_month);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn scan(
+    config: &Config,
+    topic: &str,
+    group: &str,
+    key: &[u8],
+    deadline: Duration,
+) -> Result<(Vec<Vec<u8>>, u64), TailError> {
+    let started = Instant::now();
+    let timeout = Duration::from_secs(10);
+    let probe: BaseConsumer = crate::kafka::client_config(&config.kafka)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let metadata = probe.fetch_metadata(Some(topic), timeout)?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    let mut wanted = TopicPartitionList::new();
+    for p in &partitions {
+        wanted.add_partition(topic, *p);
+    }
+    let committed = probe.committed_offsets(wanted, timeout)?;
+
+    let reader: BaseConsumer = crate::kafka::client_config(&config.kafka)
+        .set("group.id", format!("{group}.tail-scan"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()?;
+    let mut assignment = TopicPartitionList::new();
+    let mut ends = std::collections::HashMap::new();
+    for p in &partitions {
+        let (low, high) = reader.fetch_watermarks(topic, *p, timeout)?;
+        let start = match committed.find_partition(topic, *p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => o.max(low),
+            _ => low,
+        };
+        if start < high {
+            assignment.add_partition_offset(topic, *p, Offset::Offset(start))?;
+            ends.insert(*p, high);
+        }
+    }
+    let mut found = Vec::new();
+    let mut scanned = 0u64;
+    if ends.is_empty() {
+        return Ok((found, scanned));
+    }
+    reader.assign(&assignment)?;
+    while !ends.is_empty() {
+        if started.elapsed() > deadline {
+            return Err(TailError::Timeout(deadline));
+        }
+        let Some(result) = reader.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let msg = match result {
+            Ok(m) => m,
+            Err(rdkafka::error::KafkaError::PartitionEOF(p)) => {
+                ends.remove(&p);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let p = msg.partition();
+        scanned += 1;
+        if msg.key() == Some(key) {
+            if let Some(payload) = msg.payload() {
+                found.push(payload.to_vec());
+            }
+        }
+        if ends.get(&p).is_some_and(|high| msg.offset() + 1 >= *high) {
+            ends.remove(&p);
+        }
+    }
+    Ok((found, scanned))
+}

@@ -1,0 +1,124 @@
+//! Redis key names, in one place (ARCHITECTURE.md §8, seeds 000 §3.3 and
+//! 001 §5). Per-topic keys share the Cluster hash tag `{tenant:topic}` so a
+//! script touches one slot; tenant-wide keys use `{tenant}`.
+
+/// Keys of one topic of one tenant.
+#[derive(Debug, Clone)]
+pub struct TopicKeys {
+    base: String,
+}
+
+impl TopicKeys {
+    pub fn new(tenant: &str, topic: &str) -> Self {
+        Self {
+            base: format!("im:{{{tenant}:{topic}}}"),
+        }
+    }
+
+    /// HASH `last_seq`, `month_floor`: the topic's seq allocator. Its absence
+    /// means "new topic or Redis lost its data"; see `send::reseed`.
+    pub fn seq(&self) -> String {
+        format!("{}:seq", self.base)
+    }
+    /// HASH `group_id`, `status`, `mute_all`, `owner`: cached group facts.
+    pub fn meta(&self) -> String {
+        format!("{}:meta", self.base)
+    }
+    /// SET of member uids (cache-aside from MySQL).
+    pub fn members(&self) -> String {
+        format!("{}:members", self.base)
+    }
+    /// HASH uid → role, only for owner and admins.
+    pub fn roles(&self) -> String {
+        format!("{}:roles", self.base)
+    }
+    /// HASH uid → muted-until (epoch ms).
+    pub fn mutes(&self) -> String {
+        format!("{}:mutes", self.base)
+    }
+    /// Idempotency claim of one client message id.
+    pub fn uniq(&self, uid: i64, client_msg_id: &str) -> String {
+        format!("{}:uniq:msg:{uid}:{client_msg_id}", self.base)
+    }
+    /// ZSET month → first seq of the topic in that month (seed 000 §3.3).
+    pub fn route(&self) -> String {
+        format!("{}:groupmsg:route", self.base)
+    }
+    /// HASH month → `min_seq=..,max_seq=..,count=..`.
+    pub fn route_meta(&self) -> String {
+        format!("{}:groupmsg:route_meta", self.base)
+    }
+    /// Lock held while the seq allocator is re-seeded.
+    pub fn reseed_lock(&self) -> String {
+        format!("{}:seq:reseed_lock", self.base)
+    }
+    /// ZSET of hot message seqs (score = seq).
+    pub fn hot_seqs(&self) -> String {
+        format!("{}:hot_msg_seqs", self.base)
+    }
+    /// STRING snapshot of one hot message.
+    pub fn hot_msg(&self, seq: i64) -> String {
+        format!("{}:hot_msg:{seq}", self.base)
+    }
+    /// Counter of delete transaction ids.
+    pub fn del_id(&self) -> String {
+        format!("{}:del_id", self.base)
+    }
+}
+
+/// Tenant-wide keys.
+#[derive(Debug, Clone)]
+pub struct TenantKeys {
+    base: String,
+}
+
+impl TenantKeys {
+    pub fn new(tenant: &str) -> Self {
+        Self {
+            base: format!("im:{{{tenant}}}"),
+        }
+    }
+
+    /// STRING `YYYYMM`: the month new messages go to (only moves forward).
+    pub fn active_month(&self) -> String {
+        format!("{}:groupmsg:active_month", self.base)
+    }
+    /// Lock of the shard manager's month switch.
+    pub fn shard_lock(&self) -> String {
+        format!("{}:groupmsg:shard_lock", self.base)
+    }
+    /// STRING `<id>|<created_ms>`: set once per Redis dataset. A young
+    /// generation means Redis may have lost data recently.
+    pub fn generation(&self) -> String {
+        format!("{}:generation", self.base)
+    }
+}
+
+/// Keys shared by every tenant (leases of process identities).
+pub fn snowflake_worker(worker: u16) -> String {
+    format!("im:{{global}}:snowflake:worker:{worker}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_keys_share_one_hash_tag() {
+        let k = TopicKeys::new("acme", "grpX");
+        for key in [
+            k.seq(),
+            k.members(),
+            k.uniq(7, "c1"),
+            k.route(),
+            k.route_meta(),
+        ] {
+            assert!(key.starts_with("im:{acme:grpX}:"), "{key}");
+        }
+        assert_eq!(k.route(), "im:{acme:grpX}:groupmsg:route");
+        assert_eq!(
+            TenantKeys::new("acme").active_month(),
+            "im:{acme}:groupmsg:active_month"
+        );
+    }
+}

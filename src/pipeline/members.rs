@@ -1,0 +1,293 @@
+//! The members pipeline's handler: membership events into MySQL
+//! (`im_groups`, `im_group_members`) and the cached group facts in Redis.
+//! Events are applied in log order; every write is an upsert or a delete,
+//! so redelivery and replay converge to the same state.
+
+use chrono::{TimeZone, Utc};
+use redis::aio::ConnectionManager;
+use sqlx::mysql::MySqlPool;
+
+use crate::events::{CodecError, EventCodec, GroupEvent, GroupEventBody};
+use crate::groups::{self, GroupError, Role};
+use crate::keys::TopicKeys;
+use crate::tenant::TenantPools;
+
+use super::runner::{Handler, Record, RecordFailure};
+
+pub struct MembersHandler {
+    codec: EventCodec,
+    pools: TenantPools,
+    redis: ConnectionManager,
+}
+
+impl MembersHandler {
+    pub fn new(codec: EventCodec, pools: TenantPools, redis: ConnectionManager) -> Self {
+        Self {
+            codec,
+            pools,
+            redis,
+        }
+    }
+}
+
+fn at(ms: i64) -> chrono::NaiveDateTime {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .unwrap_or_else(Utc::now)
+        .naive_utc()
+}
+
+impl Handler for MembersHandler {
+    async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
+        for (i, r) in records.iter().enumerate() {
+            let event = match self.codec.decode::<GroupEvent>(r.payload.as_deref()).await {
+                Ok(e) => e,
+                Err(CodecError::UnknownKind { .. }) => continue,
+                Err(e) => return Err(vec![RecordFailure::new(i, e.is_retryable(), e.to_string())]),
+            };
+            if let Err(e) = self.apply(&event).await {
+                // Later records of the same topic must wait for this one:
+                // fail it and everything after it in the batch.
+                let retryable = !matches!(e, GroupError::NotFound(_));
+                return Err((i..records.len())
+                    .map(|j| RecordFailure::new(j, retryable && j >= i, e.to_string()))
+                    .collect());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl MembersHandler {
+    async fn apply(&self, event: &GroupEvent) -> Result<(), GroupError> {
+        let membership_event = matches!(
+            event.body,
+            GroupEventBody::GroupCreated(_)
+                | GroupEventBody::MemberJoined(_)
+                | GroupEventBody::MemberLeft(_)
+                | GroupEventBody::MemberRoleChanged(_)
+                | GroupEventBody::MemberMuted(_)
+                | GroupEventBody::GroupMuteChanged(_)
+                | GroupEventBody::GroupDissolved(_)
+        );
+        if !membership_event {
+            return Ok(());
+        }
+        let pool = self
+            .pools
+            .get(&event.tenant_id)
+            .map_err(|_| GroupError::NotFound(format!("tenant {}", event.tenant_id)))?;
+        apply_mysql(pool, event).await?;
+        let mut redis = self.redis.clone();
+        apply_redis(pool, &mut redis, event).await
+    }
+}
+
+async fn apply_mysql(pool: &MySqlPool, event: &GroupEvent) -> Result<(), sqlx::Error> {
+    let topic = &event.topic;
+    let when = at(event.occurred_at);
+    match &event.body {
+        GroupEventBody::GroupCreated(g) => {
+            let mut tx = pool.begin().await?;
+            sqlx::query(
+                "INSERT INTO im_groups (topic, group_id, name, owner_uid, status, created_at) VALUES (?, ?, ?, ?, 'active', ?) \
+                 ON DUPLICATE KEY UPDATE name = VALUES(name)",
+            )
+            .bind(topic)
+            .bind(g.group_id)
+            .bind(&g.name)
+            .bind(g.owner_uid)
+            .bind(when)
+            .execute(&mut *tx)
+            .await?;
+            let mut all: Vec<i64> = g.members.clone();
+            if !all.contains(&g.owner_uid) {
+                all.push(g.owner_uid);
+            }
+            for chunk in all.chunks(1000) {
+                let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
+                    "INSERT IGNORE INTO im_group_members (topic, uid, role, joined_at) ",
+                );
+                q.push_values(chunk, |mut b, uid| {
+                    let role = if *uid == g.owner_uid {
+                        "owner"
+                    } else {
+                        "member"
+                    };
+                    b.push_bind(topic)
+                        .push_bind(*uid)
+                        .push_bind(role)
+                        .push_bind(when);
+                });
+                q.build().execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+        }
+        GroupEventBody::MemberJoined(j) => {
+            let role = if j.role.is_empty() {
+                "member"
+            } else {
+                j.role.as_str()
+            };
+            sqlx::query(
+                "INSERT INTO im_group_members (topic, uid, role, joined_at) VALUES (?, ?, ?, ?) \
+                 ON DUPLICATE KEY UPDATE role = role",
+            )
+            .bind(topic)
+            .bind(j.uid)
+            .bind(role)
+            .bind(when)
+            .execute(pool)
+            .await?;
+        }
+        GroupEventBody::MemberLeft(l) => {
+            sqlx::query("DELETE FROM im_group_members WHERE topic = ? AND uid = ?")
+                .bind(topic)
+                .bind(l.uid)
+                .execute(pool)
+                .await?;
+        }
+        GroupEventBody::MemberRoleChanged(c) => {
+            sqlx::query("UPDATE im_group_members SET role = ? WHERE topic = ? AND uid = ?")
+                .bind(Role::parse(&c.role).as_str())
+                .bind(topic)
+                .bind(c.uid)
+                .execute(pool)
+                .await?;
+            if c.role == "owner" {
+                sqlx::query("UPDATE im_groups SET owner_uid = ? WHERE topic = ?")
+                    .bind(c.uid)
+                    .bind(topic)
+                    .execute(pool)
+                    .await?;
+            }
+        }
+        GroupEventBody::MemberMuted(mu) => {
+            sqlx::query("UPDATE im_group_members SET muted_until = ? WHERE topic = ? AND uid = ?")
+                .bind(mu.muted_until.map(at))
+                .bind(topic)
+                .bind(mu.uid)
+                .execute(pool)
+                .await?;
+        }
+        GroupEventBody::GroupMuteChanged(g) => {
+            sqlx::query("UPDATE im_groups SET mute_all = ? WHERE topic = ?")
+                .bind(g.mute_all)
+                .bind(topic)
+                .execute(pool)
+                .await?;
+        }
+        GroupEventBody::GroupDissolved(_) => {
+            sqlx::query("UPDATE im_groups SET status = 'dissolved' WHERE topic = ?")
+                .bind(topic)
+                .execute(pool)
+                .await?;
+        }
+        _ => {}
+    }
+    if matches!(
+        event.body,
+        GroupEventBody::GroupCreated(_)
+            | GroupEventBody::MemberJoined(_)
+            | GroupEventBody::MemberLeft(_)
+    ) {
+        sqlx::query(
+            "UPDATE im_groups SET member_count = (SELECT COUNT(*) FROM im_group_members WHERE topic = ?) WHERE topic = ?",
+        )
+        .bind(topic)
+        .bind(topic)
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
+}
+
+async fn apply_redis(
+    pool: &MySqlPool,
+    redis: &mut ConnectionManager,
+    event: &GroupEvent,
+) -> Result<(), GroupError> {
+    let keys = TopicKeys::new(&event.tenant_id, &event.topic);
+    match &event.body {
+        // A new group: cache it whole from what MySQL now holds.
+        GroupEventBody::GroupCreated(_) => {
+            groups::load(pool, redis, &event.tenant_id, &event.topic).await?;
+        }
+        GroupEventBody::MemberJoined(j) => {
+            groups::if_cached(redis, &keys.members(), "SADD", &[j.uid.to_string()]).await?;
+            let role = Role::parse(&j.role);
+            if role != Role::Member {
+                let _: () = redis::cmd("HSET")
+                    .arg(keys.roles())
+                    .arg(j.uid)
+                    .arg(role.as_str())
+                    .query_async(redis)
+                    .await?;
+            }
+        }
+        GroupEventBody::MemberLeft(l) => {
+            let uid = l.uid.to_string();
+            let _: () = redis::pipe()
+                .srem(keys.members(), &uid)
+                .hdel(keys.roles(), &uid)
+                .hdel(keys.mutes(), &uid)
+                .query_async(redis)
+                .await?;
+        }
+        GroupEventBody::MemberRoleChanged(c) => {
+            let uid = c.uid.to_string();
+            match Role::parse(&c.role) {
+                Role::Member => {
+                    let _: () = redis::cmd("HDEL")
+                        .arg(keys.roles())
+                        .arg(&uid)
+                        .query_async(redis)
+                        .await?;
+                }
+                role => {
+                    let _: () = redis::cmd("HSET")
+                        .arg(keys.roles())
+                        .arg(&uid)
+                        .arg(role.as_str())
+                        .query_async(redis)
+                        .await?;
+                }
+            }
+        }
+        GroupEventBody::MemberMuted(mu) => {
+            let uid = mu.uid.to_string();
+            match mu.muted_until {
+                Some(until) => {
+                    let _: () = redis::cmd("HSET")
+                        .arg(keys.mutes())
+                        .arg(&uid)
+                        .arg(until)
+                        .query_async(redis)
+                        .await?;
+                }
+                None => {
+                    let _: () = redis::cmd("HDEL")
+                        .arg(keys.mutes())
+                        .arg(&uid)
+                        .query_async(redis)
+                        .await?;
+                }
+            }
+        }
+        GroupEventBody::GroupMuteChanged(g) => {
+            let v = if g.mute_all { "1" } else { "0" };
+            groups::if_cached(redis, &keys.meta(), "HSET", &["mute_all".into(), v.into()]).await?;
+        }
+        GroupEventBody::GroupDissolved(_) => {
+            groups::if_cached(
+                redis,
+                &keys.meta(),
+                "HSET",
+                &["status".into(), "dissolved".into()],
+            )
+            .await?;
+        }
+        _ => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! The store pipeline's handler: MessageSent events into the monthly MySQL
+//! tables, one transaction per (tenant, shard month), then Redis routes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use redis::aio::ConnectionManager;
+
+use crate::events::{CodecError, EventCodec, GroupEvent, GroupEventBody};
+use crate::metrics as m;
+use crate::store::month::ShardMonth;
+use crate::store::routes;
+use crate::store::writer::{self, StoreError, StoredMessage};
+use crate::tenant::TenantPools;
+
+use super::runner::{Handler, Record, RecordFailure};
+
+pub struct StoreHandler {
+    codec: EventCodec,
+    pools: TenantPools,
+    redis: ConnectionManager,
+    /// Topics whose Redis route write failed, retried after the next batch
+    /// (reads fall back to the mirror meanwhile).
+    repair: Mutex<BTreeSet<(String, String)>>,
+}
+
+impl StoreHandler {
+    pub fn new(codec: EventCodec, pools: TenantPools, redis: ConnectionManager) -> Self {
+        Self {
+            codec,
+            pools,
+            redis,
+            repair: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    async fn repair_routes(&self) {
+        let pending: Vec<(String, String)> =
+            self.repair.lock().expect("lock").iter().cloned().collect();
+        for (tenant, topic) in pending {
+            let Ok(pool) = self.pools.get(&tenant) else {
+                continue;
+            };
+            let mut redis = self.redis.clone();
+            if routes::rebuild_topic(pool, &mut redis, &tenant, &topic)
+                .await
+                .is_ok()
+            {
+                self.repair.lock().expect("lock").remove(&(tenant, topic));
+                metrics::counter!(m::ROUTE_REBUILD_TOTAL, "status" => "ok").increment(1);
+            }
+        }
+        metrics::gauge!(m::ROUTE_REPAIR_BACKLOG)
+            .set(self.repair.lock().expect("lock").len() as f64);
+    }
+}
+
+impl Handler for StoreHandler {
+    async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
+        let mut failures = Vec::new();
+        let mut events: Vec<(usize, GroupEvent)> = Vec::with_capacity(records.len());
+        for (i, r) in records.iter().enumerate() {
+            match self.codec.decode::<GroupEvent>(r.payload.as_deref()).await {
+                Ok(e) => events.push((i, e)),
+                Err(CodecError::UnknownKind { name, .. }) => {
+                    tracing::warn!(kind = %name, offset = r.offset, "skipping event kind this build does not know");
+                }
+                Err(e) => failures.push(RecordFailure::new(i, e.is_retryable(), e.to_string())),
+            }
+        }
+
+        // (tenant, month) → indexes into `events`.
+        let mut groups: BTreeMap<(String, ShardMonth), Vec<usize>> = BTreeMap::new();
+        for (n, (i, event)) in events.iter().enumerate() {
+            if let GroupEventBody::MessageSent(msg) = &event.body {
+                match ShardMonth::parse(&msg.shard_month) {
+                    Ok(month) => groups
+                        .entry((event.tenant_id.clone(), month))
+                        .or_default()
+                        .push(n),
+                    Err(e) => failures.push(RecordFailure::new(*i, false, e.to_string())),
+                }
+            }
+        }
+
+        for ((tenant, month), members) in groups {
+            let index_of = |n: &usize| events[*n].0;
+            let pool = match self.pools.get(&tenant) {
+                Ok(p) => p,
+                Err(e) => {
+                    failures.extend(
+                        members
+                            .iter()
+                            .map(|n| RecordFailure::new(index_of(n), false, e.to_string())),
+                    );
+                    continue;
+                }
+            };
+            let batch: Vec<StoredMessage<'_>> = members
+                .iter()
+                .filter_map(|n| match &events[*n].1.body {
+                    GroupEventBody::MessageSent(msg) => Some(StoredMessage {
+                        topic: &events[*n].1.topic,
+                        msg,
+                    }),
+                    _ => None,
+                })
+                .collect();
+            let month_label = month.to_string();
+            match writer::write_month(pool, month, &batch).await {
+                Ok(outcome) => {
+                    let now = crate::events::now_ms();
+                    for s in &batch {
+                        metrics::histogram!(m::PERSIST_LATENCY)
+                            .record((now - s.msg.created_at).max(0) as f64 / 1000.0);
+                    }
+                    metrics::counter!(m::PERSIST_TOTAL, "month" => month_label.clone(), "status" => "ok")
+                        .increment(outcome.inserted as u64);
+                    metrics::counter!(m::DEDUP_HIT_TOTAL).increment(outcome.dedup_hits as u64);
+                    let mut redis = self.redis.clone();
+                    if let Err(e) = routes::apply(&mut redis, &tenant, &outcome.mirror).await {
+                        tracing::warn!(%tenant, error = %e, "route update failed; queued for repair");
+                        let mut repair = self.repair.lock().expect("lock");
+                        for row in &outcome.mirror {
+                            repair.insert((tenant.clone(), row.topic.clone()));
+                        }
+                    }
+                }
+                Err(e) => {
+                    if matches!(e, StoreError::MissingTable(_)) {
+                        metrics::counter!(m::SHARD_MISSING_TOTAL).increment(1);
+                    }
+                    metrics::counter!(m::PERSIST_TOTAL, "month" => month_label, "status" => "failed")
+                        .increment(batch.len() as u64);
+                    tracing::warn!(%tenant, %month, error = %e, records = members.len(), "store write failed");
+                    let retryable = e.is_retryable();
+                    let reason = e.to_string();
+                    failures.extend(
+                        members
+                            .iter()
+                            .map(|n| RecordFailure::new(index_of(n), retryable, reason.clone())),
+                    );
+                }
+            }
+        }
+        self.repair_routes().await;
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures)
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Pipeline topologies, declared in `topologies/<name>.toml` and validated
+//! before anything starts.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::kafka::topics::TopicKind;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    pub name: String,
+    /// Topic kind the pipeline consumes: group_events, receipts, session_control, admin_commands.
+    pub source: String,
+    #[serde(default = "defaults::batch_max")]
+    pub batch_max: usize,
+    #[serde(default = "defaults::batch_linger_ms")]
+    pub batch_linger_ms: u64,
+    #[serde(default = "defaults::max_attempts")]
+    pub max_attempts: u32,
+    #[serde(default = "defaults::backoff_initial_ms")]
+    pub backoff_initial_ms: u64,
+    #[serde(default = "defaults::backoff_max_ms")]
+    pub backoff_max_ms: u64,
+}
+
+mod defaults {
+    pub fn batch_max() -> usize {
+        500
+    }
+    pub fn batch_linger_ms() -> u64 {
+        5
+    }
+    pub fn max_attempts() -> u32 {
+        5
+    }
+    pub fn backoff_initial_ms() -> u64 {
+        100
+    }
+    pub fn backoff_max_ms() -> u64 {
+        5000
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error("cannot read topology {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("topology {path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+impl Topology {
+    pub fn load(dir: &Path, name: &str) -> Result<Topology, TopologyError> {
+        let path = dir.join(format!("{name}.toml"));
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(&path).map_err(|source| TopologyError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Self::parse(&text, &shown)
+    }
+
+    pub fn parse(text: &str, shown: &str) -> Result<Topology, TopologyError> {
+        let invalid = |message: String| TopologyError::Invalid {
+            path: shown.to_string(),
+            message,
+        };
+        let t: Topology = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
+        t.source_kind()
+            .ok_or_else(|| invalid(format!("unknown source {:?}", t.source)))?;
+        if t.batch_max == 0 || t.max_attempts == 0 {
+            return Err(invalid(
+                "batch_max and max_attempts must be at least 1".into(),
+            ));
+        }
+        Ok(t)
+    }
+
+    pub fn source_kind(&self) -> Option<TopicKind> {
+        Some(match self.source.as_str() {
+            "group_events" => TopicKind::GroupEvents,
+            "receipts" => TopicKind::Receipts,
+            "session_control" => TopicKind::SessionControl,
+            "admin_commands" => TopicKind::AdminCommands,
+            _ => return None,
+        })
+    }
+
+    /// A built-in copy of the committed topology, for tests and `dev`.
+    pub fn builtin(name: &str) -> Option<Topology> {
+        let text = match name {
+            "store" => include_str!("../../topologies/store.toml"),
+            "members" => include_str!("../../topologies/members.toml"),
+            _ => return None,
+        };
+        Self::parse(text, &format!("topologies/{name}.toml")).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn committed_topologies_are_valid() {
+        for name in ["store", "members"] {
+            let t = Topology::builtin(name).expect(name);
+            assert_eq!(t.name, name);
+        }
+    }
+
+    #[test]
+    fn unknown_keys_and_sources_are_refused() {
+        let err = Topology::parse(
+            "name = \"x\"\nsource = \"group_events\"\nbatchmax = 3\n",
+            "x.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("batchmax"), "{err}");
+        let err = Topology::parse("name = \"x\"\nsource = \"nowhere\"\n", "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("nowhere"), "{err}");
+    }
+}

@@ -1,0 +1,193 @@
+//! Re-seeding a topic's seq allocator when its Redis state is missing
+//! (ARCHITECTURE.md §3, "two traps"). The new `last_seq` must exceed every
+//! seq ever acked, so it is the maximum of
+//!
+//! - the MySQL route mirror (everything the store pipeline committed),
+//! - the uncommitted tail of the event log (acked, not yet stored), and,
+//!   when Redis lost its data recently, only after the in-flight window
+//!   (a send that allocated from the old state either acks or fails
+//!   within the producer's delivery timeout) plus a safety margin.
+//!
+//! A hole in the seqs is fine; a reused seq never is. Until the re-seed is
+//! done, sends get a retryable error.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::events::now_ms;
+use crate::keys::{TenantKeys, TopicKeys};
+use crate::redis_util::RedisLock;
+
+use super::{SendError, Sender};
+
+/// A send allocated from the old state acks or fails within this window
+/// (the producer's `message.timeout.ms` plus slack).
+pub const IN_FLIGHT_WINDOW_MS: i64 = 11_000;
+/// Added to the recovered maximum when Redis lost data, for safety.
+pub const MARGIN_AFTER_LOSS: i64 = 1000;
+/// How long a send waits for a quick re-seed (new topics) before answering
+/// "retry".
+const INLINE_WAIT: Duration = Duration::from_secs(3);
+
+/// Re-seeds in progress in this process.
+#[derive(Default, Clone)]
+pub struct Reseeds {
+    running: Arc<Mutex<HashSet<(String, String)>>>,
+}
+
+impl Reseeds {
+    /// Starts (or joins) the re-seed of one topic; returns `Ok` once it is
+    /// done, or a retryable error while it is still running.
+    pub async fn reseed(
+        &self,
+        sender: &Sender,
+        tenant: &str,
+        topic: &str,
+    ) -> Result<(), SendError> {
+        let key = (tenant.to_string(), topic.to_string());
+        let fresh = self.running.lock().expect("lock").insert(key.clone());
+        if !fresh {
+            return Err(SendError::Retryable(
+                "re-seeding this topic's seq; retry shortly".into(),
+            ));
+        }
+        let sender = sender.clone();
+        let running = self.running.clone();
+        let task = tokio::spawn(async move {
+            let result = reseed_topic(&sender, &key.0, &key.1).await;
+            running.lock().expect("lock").remove(&key);
+            if let Err(e) = &result {
+                tracing::warn!(tenant = %key.0, topic = %key.1, error = %e, "seq re-seed failed");
+            }
+            result
+        });
+        match tokio::time::timeout(INLINE_WAIT, task).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(SendError::Retryable("re-seed task failed".into())),
+            Err(_) => Err(SendError::Retryable(
+                "re-seeding this topic's seq after a Redis data loss; retry shortly".into(),
+            )),
+        }
+    }
+}
+
+async fn reseed_topic(sender: &Sender, tenant: &str, topic: &str) -> Result<(), SendError> {
+    let retry = |e: &dyn std::fmt::Display| SendError::Retryable(format!("re-seed: {e}"));
+    let mut redis = sender.redis();
+    let keys = TopicKeys::new(tenant, topic);
+    let Some(lock) = RedisLock::acquire(&mut redis, &keys.reseed_lock(), 120_000)
+        .await
+        .map_err(|e| retry(&e))?
+    else {
+        return Err(SendError::Retryable(
+            "another gateway is re-seeding this topic".into(),
+        ));
+    };
+    let result = async {
+        let generation_age = generation_age_ms(&mut redis, tenant).await.map_err(|e| retry(&e))?;
+        let data_loss = generation_age < IN_FLIGHT_WINDOW_MS;
+        if data_loss {
+            let wait = (IN_FLIGHT_WINDOW_MS - generation_age).max(0) as u64;
+            tracing::warn!(tenant, topic, wait_ms = wait, "Redis lost this topic's seq state; waiting out in-flight sends");
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+        }
+        let pool = sender.pools().get(tenant).map_err(|e| retry(&e))?;
+        let (mirror_seq, mirror_month): (Option<i64>, Option<String>) = sqlx::query_as(
+            "SELECT MAX(max_seq), MAX(shard_month) FROM im_group_message_topic_shards WHERE topic = ?",
+        )
+        .bind(topic)
+        .fetch_one(pool)
+        .await
+        .map_err(|e| retry(&e))?;
+        let config = sender.config();
+        let store_group = format!("{}.store", config.pipelines.group_prefix);
+        let tail = crate::kafka::log_tail::max_in_tail(
+            config,
+            &store_group,
+            &format!("{tenant}:{topic}"),
+            sender.producer().codec(),
+            Duration::from_secs(60),
+        )
+        .await
+        .map_err(|e| retry(&e))?;
+        let recovered = mirror_seq.unwrap_or(0).max(tail.seq.unwrap_or(0));
+        let last_seq = if data_loss || recovered > 0 {
+            recovered + if data_loss { MARGIN_AFTER_LOSS } else { 0 }
+        } else {
+            0
+        };
+        let month_floor = mirror_month.into_iter().chain(tail.month).max();
+        let mut pipe = redis::pipe();
+        pipe.atomic().hset(keys.seq(), "last_seq", last_seq).ignore();
+        if let Some(month) = &month_floor {
+            pipe.hset(keys.seq(), "month_floor", month).ignore();
+        }
+        pipe.query_async::<()>(&mut redis).await.map_err(|e| retry(&e))?;
+        tracing::info!(tenant, topic, last_seq, ?month_floor, scanned = tail.scanned, data_loss, "seq allocator re-seeded");
+        Ok(())
+    }
+    .await;
+    let _ = lock.release(&mut redis).await;
+    result
+}
+
+/// Milliseconds since this Redis dataset got its generation marker; a
+/// missing marker is created now (age 0: data may just have been lost).
+async fn generation_age_ms(
+    redis: &mut redis::aio::ConnectionManager,
+    tenant: &str,
+) -> redis::RedisResult<i64> {
+    let key = TenantKeys::new(tenant).generation();
+    let now = now_ms();
+    let candidate = format!("{}|{now}", uuid::Uuid::new_v4().simple());
+    let _: Option<String> = redis::cmd("SET")
+        .arg(&key)
+        .arg(&candidate)
+        .arg("NX")
+        .query_async(redis)
+        .await?;
+    let current: Option<String> = redis::cmd("GET").arg(&key).query_async(redis).await?;
+    let created = current
+        .as_deref()
+        .and_then(|v| v.split('|').nth(1))
+        .and_then(|t| t.parse::<i64>().ok())
+        .unwrap_or(now);
+    Ok(now - created)
+}
+
+/// Marks the tenant's Redis dataset as established long ago (a fresh
+/// deployment has no earlier data to lose). Called by `migrate`/`dev` on a
+/// tenant's first setup, never after data could exist.
+pub async fn establish_generation(
+    redis: &mut redis::aio::ConnectionManager,
+    tenant: &str,
+) -> redis::RedisResult<bool> {
+    let key = TenantKeys::new(tenant).generation();
+    let value = format!("{}|0", uuid::Uuid::new_v4().simple());
+    let set: Option<String> = redis::cmd("SET")
+        .arg(&key)
+        .arg(value)
+        .arg("NX")
+        .query_async(redis)
+        .await?;
+    Ok(set.is_some())
+}
+
+/// `establish_generation` for every tenant whose database holds no
+/// messages yet (run by `migrate`): a tenant with data keeps whatever
+/// generation Redis has, so a lost Redis is still detected as a loss.
+pub async fn establish_generations(config: &crate::config::Config) -> anyhow::Result<()> {
+    let mut redis = crate::redis_util::connect(&config.redis.url).await?;
+    for t in &config.tenants {
+        let pool = crate::tenant::database_pool(&config.mysql, &t.database)?;
+        let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_group_message_topic_shards")
+            .fetch_one(&pool)
+            .await?;
+        if stored == 0 {
+            establish_generation(&mut redis, &t.id).await?;
+        }
+        pool.close().await;
+    }
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! The month catalog `im_group_message_shards` (seed 000 §3.2): which month
+//! tables exist and their lifecycle status. A [`MonthTable`] for reads and
+//! writes comes only from here.
+
+use std::fmt;
+use std::str::FromStr;
+
+use sqlx::mysql::MySqlPool;
+use sqlx::Row;
+
+use super::month::{MonthTable, ShardMonth};
+
+/// prepared → writable → sealing → sealed → archived (seed 000 §10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ShardStatus {
+    Prepared,
+    Writable,
+    Sealing,
+    Sealed,
+    Archived,
+}
+
+impl ShardStatus {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ShardStatus::Prepared => "prepared",
+            ShardStatus::Writable => "writable",
+            ShardStatus::Sealing => "sealing",
+            ShardStatus::Sealed => "sealed",
+            ShardStatus::Archived => "archived",
+        }
+    }
+
+    /// Whether the store pipeline may still write events of this month.
+    pub fn accepts_writes(self) -> bool {
+        matches!(
+            self,
+            ShardStatus::Prepared | ShardStatus::Writable | ShardStatus::Sealing
+        )
+    }
+}
+
+impl fmt::Display for ShardStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ShardStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "prepared" => ShardStatus::Prepared,
+            "writable" => ShardStatus::Writable,
+            "sealing" => ShardStatus::Sealing,
+            "sealed" => ShardStatus::Sealed,
+            "archived" => ShardStatus::Archived,
+            other => return Err(format!("unknown shard status {other:?}")),
+        })
+    }
+}
+
+/// One catalog row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardEntry {
+    pub month: ShardMonth,
+    pub status: ShardStatus,
+}
+
+/// Registers a month (status `prepared`) if it is not in the catalog yet.
+pub async fn register(pool: &MySqlPool, month: ShardMonth) -> sqlx::Result<()> {
+    let table = MonthTable::new(month);
+    sqlx::query(
+        "INSERT IGNORE INTO im_group_message_shards (shard_month, table_name, shard_start, shard_end, status) \
+         VALUES (?, ?, ?, ?, 'prepared')",
+    )
+    .bind(month.to_string())
+    .bind(table.name())
+    .bind(month.start().naive_utc())
+    .bind(month.end().naive_utc())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+pub async fn set_status(
+    pool: &MySqlPool,
+    month: ShardMonth,
+    status: ShardStatus,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE im_group_message_shards SET status = ? WHERE shard_month = ?")
+        .bind(status.as_str())
+        .bind(month.to_string())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Every catalog entry, oldest first.
+pub async fn list(pool: &MySqlPool) -> sqlx::Result<Vec<ShardEntry>> {
+    let rows =
+        sqlx::query("SELECT shard_month, status FROM im_group_message_shards ORDER BY shard_month")
+            .fetch_all(pool)
+            .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let month: String = r.try_get(0)?;
+        let status: String = r.try_get(1)?;
+        // A row that does not parse is not ours to use; skip it loudly.
+        match (ShardMonth::parse(&month), status.parse()) {
+            (Ok(month), Ok(status)) => out.push(ShardEntry { month, status }),
+            _ => tracing::warn!(%month, %status, "ignoring malformed catalog row"),
+        }
+    }
+    Ok(out)
+}
+
+/// The catalog entry of one month.
+pub async fn entry(pool: &MySqlPool, month: ShardMonth) -> sqlx::Result<Option<ShardEntry>> {
+    let status: Option<String> =
+        sqlx::query_scalar("SELECT status FROM im_group_message_shards WHERE shard_month = ?")
+            .bind(month.to_string())
+            .fetch_optional(pool)
+            .await?;
+    Ok(status
+        .and_then(|s| s.parse().ok())
+        .map(|status| ShardEntry { month, status }))
+}
+
+/// The table of a month the catalog knows; `None` when it does not.
+pub async fn table(
+    pool: &MySqlPool,
+    month: ShardMonth,
+) -> sqlx::Result<Option<(MonthTable, ShardStatus)>> {
+    Ok(entry(pool, month)
+        .await?
+        .map(|e| (MonthTable::new(e.month), e.status)))
+}
+
+/// Whether the month's physical table exists.
+pub async fn table_exists(pool: &MySqlPool, month: ShardMonth) -> sqlx::Result<bool> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+    )
+    .bind(MonthTable::new(month).name())
+    .fetch_one(pool)
+    .await?;
+    Ok(n > 0)
+}
+
+/// Creates the month's table from the template and registers it.
+pub async fn create_month(pool: &MySqlPool, month: ShardMonth) -> sqlx::Result<MonthTable> {
+    let table = MonthTable::new(month);
+    sqlx::query(&table.create_sql()).execute(pool).await?;
+    register(pool, month).await?;
+    Ok(table)
+}

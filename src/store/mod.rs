@@ -1,0 +1,9 @@
+//! MySQL read models of group messages: month tables ([`month`]), the month
+//! catalog ([`catalog`]), the shard manager ([`shards`]), the batched writer
+//! of the store pipeline ([`writer`]) and Redis routes ([`routes`]).
+
+pub mod catalog;
+pub mod month;
+pub mod routes;
+pub mod shards;
+pub mod writer;

@@ -1,0 +1,264 @@
+//! Shard months and month tables. A table name exists only as a
+//! [`MonthTable`], built from a validated [`ShardMonth`]; every SQL text
+//! that names a month table is built here.
+
+use std::fmt;
+
+use chrono::{DateTime, Datelike, TimeZone, Utc};
+
+/// A validated UTC month `YYYYMM` (years 2000–2999).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShardMonth {
+    year: u16,
+    month: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MonthError {
+    #[error("illegal month {0:?}: expected YYYYMM with a year 2000-2999 and a month 01-12")]
+    IllegalMonth(String),
+    #[error("illegal month table name {0:?}: expected im_group_messages_YYYYMM")]
+    IllegalTableName(String),
+}
+
+impl ShardMonth {
+    pub fn new(year: u16, month: u8) -> Result<Self, MonthError> {
+        if !(2000..=2999).contains(&year) || !(1..=12).contains(&month) {
+            return Err(MonthError::IllegalMonth(format!("{year:04}{month:02}")));
+        }
+        Ok(Self { year, month })
+    }
+
+    /// Parses exactly six ASCII digits `YYYYMM`.
+    pub fn parse(text: &str) -> Result<Self, MonthError> {
+        let illegal = || MonthError::IllegalMonth(text.to_string());
+        if text.len() != 6 || !text.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(illegal());
+        }
+        let year: u16 = text[..4].parse().map_err(|_| illegal())?;
+        let month: u8 = text[4..].parse().map_err(|_| illegal())?;
+        Self::new(year, month).map_err(|_| illegal())
+    }
+
+    /// The month containing `t` (UTC).
+    pub fn of(t: DateTime<Utc>) -> Self {
+        Self {
+            year: t.year() as u16,
+            month: t.month() as u8,
+        }
+    }
+
+    /// The month containing the epoch-millisecond instant `ms`.
+    pub fn of_millis(ms: i64) -> Self {
+        Self::of(
+            Utc.timestamp_millis_opt(ms)
+                .single()
+                .unwrap_or_else(Utc::now),
+        )
+    }
+
+    pub fn next(self) -> Self {
+        if self.month == 12 {
+            Self {
+                year: self.year + 1,
+                month: 1,
+            }
+        } else {
+            Self {
+                year: self.year,
+                month: self.month + 1,
+            }
+        }
+    }
+
+    pub fn prev(self) -> Self {
+        if self.month == 1 {
+            Self {
+                year: self.year - 1,
+                month: 12,
+            }
+        } else {
+            Self {
+                year: self.year,
+                month: self.month - 1,
+            }
+        }
+    }
+
+    /// First instant of the month (UTC).
+    pub fn start(self) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(self.year as i32, self.month as u32, 1, 0, 0, 0)
+            .single()
+            .expect("validated month")
+    }
+
+    /// First instant of the next month (exclusive end).
+    pub fn end(self) -> DateTime<Utc> {
+        self.next().start()
+    }
+}
+
+impl fmt::Display for ShardMonth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04}{:02}", self.year, self.month)
+    }
+}
+
+/// Prefix of every month table.
+pub const TABLE_PREFIX: &str = "im_group_messages_";
+
+/// The name of one month table; `^im_group_messages_[0-9]{6}$` by
+/// construction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MonthTable {
+    month: ShardMonth,
+}
+
+impl MonthTable {
+    /// Only the catalog and the shard manager build table names.
+    pub(crate) fn new(month: ShardMonth) -> Self {
+        Self { month }
+    }
+
+    /// Parses and validates a table name (for tools that list tables).
+    pub fn parse_name(name: &str) -> Result<ShardMonth, MonthError> {
+        let illegal = || MonthError::IllegalTableName(name.to_string());
+        let digits = name.strip_prefix(TABLE_PREFIX).ok_or_else(illegal)?;
+        ShardMonth::parse(digits).map_err(|_| illegal())
+    }
+
+    pub fn month(&self) -> ShardMonth {
+        self.month
+    }
+
+    pub fn name(&self) -> String {
+        format!("{TABLE_PREFIX}{}", self.month)
+    }
+
+    /// The one template every month table is created from (seed 000 §3.1).
+    pub fn create_sql(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS `{}` (\
+  message_id BIGINT NOT NULL COMMENT 'Snowflake id',\
+  topic VARCHAR(64) NOT NULL,\
+  group_id BIGINT NOT NULL,\
+  seqid BIGINT NOT NULL COMMENT 'per-topic, never reset across months',\
+  from_user BIGINT NOT NULL,\
+  client_msg_id VARCHAR(64) NULL,\
+  msg_type VARCHAR(32) NOT NULL DEFAULT 'text',\
+  status VARCHAR(32) NOT NULL DEFAULT 'normal',\
+  content JSON NULL,\
+  head JSON NULL,\
+  mentioned_user_ids JSON NULL,\
+  mention_all TINYINT(1) NOT NULL DEFAULT 0,\
+  reply_seqid BIGINT NULL,\
+  root_seqid BIGINT NULL,\
+  file_count INT NOT NULL DEFAULT 0,\
+  content_size INT NOT NULL DEFAULT 0,\
+  has_risk TINYINT(1) NOT NULL DEFAULT 0,\
+  audit_status VARCHAR(32) NOT NULL DEFAULT 'pass',\
+  version INT NOT NULL DEFAULT 1,\
+  recalled_at DATETIME(3) NULL,\
+  recalled_by BIGINT NULL,\
+  deleted_at DATETIME(3) NULL,\
+  expires_at DATETIME(3) NULL,\
+  created_at DATETIME(3) NOT NULL,\
+  updated_at DATETIME(3) NOT NULL,\
+  PRIMARY KEY (message_id),\
+  UNIQUE KEY uk_topic_seq (topic, seqid),\
+  UNIQUE KEY uk_topic_sender_client_mid (topic, from_user, client_msg_id),\
+  KEY idx_group_seq (group_id, seqid),\
+  KEY idx_topic_created (topic, created_at),\
+  KEY idx_topic_from_seq (topic, from_user, seqid),\
+  KEY idx_audit_created (audit_status, created_at),\
+  KEY idx_expires (expires_at)\
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci",
+            self.name()
+        )
+    }
+
+    /// Multi-row insert of `rows` messages; duplicates (redelivery) ignored.
+    pub fn insert_ignore_sql(&self, rows: usize) -> String {
+        let one = "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+        let values = vec![one; rows].join(",");
+        format!(
+            "INSERT IGNORE INTO `{}` (message_id, topic, group_id, seqid, from_user, client_msg_id, \
+             msg_type, status, content, head, mentioned_user_ids, mention_all, reply_seqid, root_seqid, \
+             file_count, content_size, has_risk, audit_status, version, expires_at, created_at, updated_at) \
+             VALUES {values}",
+            self.name()
+        )
+    }
+
+    /// `(seqid, message_id)` of the rows holding some of a topic's seqs.
+    pub fn rows_by_seq_sql(&self, count: usize) -> String {
+        let marks = vec!["?"; count].join(",");
+        format!(
+            "SELECT seqid, message_id FROM `{}` WHERE topic = ? AND seqid IN ({marks})",
+            self.name()
+        )
+    }
+}
+
+impl fmt::Display for MonthTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legal_months() {
+        let m = ShardMonth::parse("202610").unwrap();
+        assert_eq!(m.to_string(), "202610");
+        assert_eq!(m.next().to_string(), "202611");
+        assert_eq!(
+            ShardMonth::parse("202612").unwrap().next().to_string(),
+            "202701"
+        );
+        assert_eq!(
+            ShardMonth::parse("202601").unwrap().prev().to_string(),
+            "202512"
+        );
+        assert_eq!(m.start().to_rfc3339(), "2026-10-01T00:00:00+00:00");
+        assert_eq!(m.end().to_rfc3339(), "2026-11-01T00:00:00+00:00");
+    }
+
+    #[test]
+    fn illegal_months_are_refused() {
+        for bad in [
+            "202613", "202600", "20261", "2026100", "abcdef", "1999 1", "199912", "+20261",
+            "2026-1", "",
+        ] {
+            assert!(ShardMonth::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn illegal_table_names_are_refused() {
+        assert_eq!(
+            MonthTable::parse_name("im_group_messages_202609")
+                .unwrap()
+                .to_string(),
+            "202609"
+        );
+        for bad in [
+            "im_group_messages_2026091",
+            "im_group_messages_202613",
+            "im_group_messages_202609; DROP TABLE x",
+            "im_group_messages",
+            "other_202609",
+            "im_group_messages_20260a",
+        ] {
+            assert!(MonthTable::parse_name(bad).is_err(), "{bad:?} accepted");
+        }
+        let t = MonthTable::new(ShardMonth::parse("202609").unwrap());
+        assert_eq!(t.name(), "im_group_messages_202609");
+        assert!(t
+            .create_sql()
+            .starts_with("CREATE TABLE IF NOT EXISTS `im_group_messages_202609`"));
+    }
+}

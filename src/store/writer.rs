@@ -1,0 +1,389 @@
+//! The store pipeline's transaction (seed 000 §5.2): for one tenant and one
+//! shard month, in one transaction, the cross-month dedup rows, `INSERT
+//! IGNORE` into the month table, and the route-mirror upsert that counts only
+//! rows really inserted. Correct under any order and under redelivery.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use chrono::{TimeZone, Utc};
+use sqlx::mysql::{MySqlPool, MySqlRow};
+use sqlx::{MySql, QueryBuilder, Row, Transaction};
+
+use crate::events::MessageSent;
+
+use super::catalog::{self, ShardStatus};
+use super::month::{MonthTable, ShardMonth};
+
+/// Rows per multi-row INSERT.
+const INSERT_CHUNK: usize = 500;
+/// How long a dedup row protects a client message id across months.
+const DEDUP_RETENTION_DAYS: i64 = 30;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("illegal shard month: {0}")]
+    IllegalMonth(#[from] super::month::MonthError),
+    #[error("month table for {0} does not exist yet")]
+    MissingTable(ShardMonth),
+    #[error("month {0} is {1}; the event needs compensation")]
+    Sealed(ShardMonth, ShardStatus),
+    #[error("mysql: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+impl StoreError {
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::MissingTable(_) | StoreError::Redis(_) => true,
+            StoreError::Db(e) => crate::tenant::is_retryable_db_error(e),
+            StoreError::IllegalMonth(_) | StoreError::Sealed(..) => false,
+        }
+    }
+}
+
+/// A message to store, with the topic from its envelope.
+#[derive(Debug, Clone)]
+pub struct StoredMessage<'a> {
+    pub topic: &'a str,
+    pub msg: &'a MessageSent,
+}
+
+/// One route-mirror row after the write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorRow {
+    pub topic: String,
+    pub month: ShardMonth,
+    pub min_seq: i64,
+    pub max_seq: i64,
+    pub count: i64,
+}
+
+/// What a write did.
+#[derive(Debug, Default)]
+pub struct WriteOutcome {
+    pub inserted: usize,
+    /// Already stored (redelivery, replay).
+    pub already_stored: usize,
+    /// Same client message id stored under another seq (a retry that got a
+    /// new seq): not stored again.
+    pub dedup_hits: usize,
+    pub mirror: Vec<MirrorRow>,
+}
+
+/// Checks the catalog: the month's table must exist and accept writes.
+pub async fn writable_table(pool: &MySqlPool, month: ShardMonth) -> Result<MonthTable, StoreError> {
+    match catalog::table(pool, month).await? {
+        None => Err(StoreError::MissingTable(month)),
+        Some((_, status)) if !status.accepts_writes() => Err(StoreError::Sealed(month, status)),
+        Some((table, _)) => Ok(table),
+    }
+}
+
+/// Stores every message of one shard month in one transaction.
+pub async fn write_month(
+    pool: &MySqlPool,
+    month: ShardMonth,
+    messages: &[StoredMessage<'_>],
+) -> Result<WriteOutcome, StoreError> {
+    let table = writable_table(pool, month).await?;
+    let mut tx = pool.begin().await?;
+    let result = write_in_tx(&mut tx, &table, messages).await;
+    match result {
+        Ok(outcome) => {
+            tx.commit().await?;
+            Ok(outcome)
+        }
+        Err(e) => {
+            let _ = tx.rollback().await;
+            Err(match e {
+                StoreError::Db(sqlx::Error::Database(db))
+                    if db
+                        .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                        .is_some_and(|m| m.number() == 1146) =>
+                {
+                    StoreError::MissingTable(month)
+                }
+                other => other,
+            })
+        }
+    }
+}
+
+async fn write_in_tx(
+    tx: &mut Transaction<'_, MySql>,
+    table: &MonthTable,
+    messages: &[StoredMessage<'_>],
+) -> Result<WriteOutcome, StoreError> {
+    let mut outcome = WriteOutcome::default();
+
+    // 1. Cross-month dedup: a client message id already stored under another
+    //    seq is a duplicate; within the batch the first occurrence wins.
+    let claimed = existing_dedup(tx, messages).await?;
+    let mut seen_cmid: HashSet<(&str, i64, &str)> = HashSet::new();
+    let mut candidates: Vec<&StoredMessage<'_>> = Vec::with_capacity(messages.len());
+    for m in messages {
+        if let Some(cmid) = m.msg.client_msg_id.as_deref() {
+            let key = (m.topic, m.msg.from_user, cmid);
+            let stored_seq = claimed.get(&(m.topic.to_string(), m.msg.from_user, cmid.to_string()));
+            if stored_seq.is_some_and(|s| *s != m.msg.seq) || !seen_cmid.insert(key) {
+                outcome.dedup_hits += 1;
+                continue;
+            }
+        }
+        candidates.push(m);
+    }
+    insert_dedup(tx, table.month(), &candidates).await?;
+
+    // 2. Which (topic, seq) are stored already (redelivery, replay).
+    let before = rows_present(tx, table, &candidates).await?;
+    let fresh: Vec<&StoredMessage<'_>> = candidates
+        .iter()
+        .copied()
+        .filter(|m| !before.contains_key(&(m.topic.to_string(), m.msg.seq)))
+        .collect();
+    outcome.already_stored = candidates.len() - fresh.len();
+
+    // 3. Insert; count what really went in.
+    let mut affected = 0u64;
+    for chunk in fresh.chunks(INSERT_CHUNK) {
+        affected += insert_messages(tx, table, chunk).await?;
+    }
+    let inserted: Vec<&StoredMessage<'_>> = if affected as usize == fresh.len() {
+        fresh
+    } else {
+        // Some rows were ignored (a client id stored under another seq
+        // without a dedup row): keep only rows that are now ours.
+        let after = rows_present(tx, table, &fresh).await?;
+        let ignored = fresh.len() - affected as usize;
+        outcome.dedup_hits += ignored;
+        fresh
+            .into_iter()
+            .filter(|m| after.get(&(m.topic.to_string(), m.msg.seq)) == Some(&m.msg.message_id))
+            .collect()
+    };
+    outcome.inserted = inserted.len();
+
+    // 4. Route mirror: one upsert per topic, counting only inserted rows.
+    outcome.mirror = upsert_mirror(tx, table.month(), &inserted).await?;
+    Ok(outcome)
+}
+
+type DedupKey = (String, i64, String);
+
+async fn existing_dedup(
+    tx: &mut Transaction<'_, MySql>,
+    messages: &[StoredMessage<'_>],
+) -> Result<HashMap<DedupKey, i64>, StoreError> {
+    let with_cmid: Vec<_> = messages
+        .iter()
+        .filter_map(|m| {
+            m.msg
+                .client_msg_id
+                .as_deref()
+                .map(|c| (m.topic, m.msg.from_user, c))
+        })
+        .collect();
+    let mut out = HashMap::new();
+    for chunk in with_cmid.chunks(INSERT_CHUNK) {
+        let mut q: QueryBuilder<MySql> = QueryBuilder::new(
+            "SELECT topic, from_user, client_msg_id, seqid FROM im_group_message_dedup WHERE (topic, from_user, client_msg_id) IN ",
+        );
+        q.push_tuples(chunk, |mut b, (topic, uid, cmid)| {
+            b.push_bind(*topic).push_bind(*uid).push_bind(*cmid);
+        });
+        for row in q.build().fetch_all(&mut **tx).await? {
+            out.insert(
+                (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?),
+                row.try_get::<i64, _>(3)?,
+            );
+        }
+    }
+    Ok(out)
+}
+
+async fn insert_dedup(
+    tx: &mut Transaction<'_, MySql>,
+    month: ShardMonth,
+    messages: &[&StoredMessage<'_>],
+) -> Result<(), StoreError> {
+    let rows: Vec<_> = messages
+        .iter()
+        .filter(|m| m.msg.client_msg_id.is_some())
+        .collect();
+    let expires = Utc::now() + chrono::Duration::days(DEDUP_RETENTION_DAYS);
+    let month = month.to_string();
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        let mut q: QueryBuilder<MySql> = QueryBuilder::new(
+            "INSERT IGNORE INTO im_group_message_dedup (topic, from_user, client_msg_id, seqid, shard_month, message_id, status, expires_at) ",
+        );
+        q.push_values(chunk, |mut b, m| {
+            b.push_bind(m.topic)
+                .push_bind(m.msg.from_user)
+                .push_bind(m.msg.client_msg_id.as_deref())
+                .push_bind(m.msg.seq)
+                .push_bind(&month)
+                .push_bind(m.msg.message_id)
+                .push_bind("done")
+                .push_bind(expires.naive_utc());
+        });
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// `(topic, seq) → message_id` of the rows present for these messages.
+async fn rows_present(
+    tx: &mut Transaction<'_, MySql>,
+    table: &MonthTable,
+    messages: &[&StoredMessage<'_>],
+) -> Result<HashMap<(String, i64), i64>, StoreError> {
+    let mut by_topic: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for m in messages {
+        by_topic.entry(m.topic).or_default().push(m.msg.seq);
+    }
+    let mut out = HashMap::new();
+    for (topic, seqs) in by_topic {
+        for chunk in seqs.chunks(INSERT_CHUNK) {
+            let sql = table.rows_by_seq_sql(chunk.len());
+            let mut q = sqlx::query(&sql).bind(topic);
+            for s in chunk {
+                q = q.bind(s);
+            }
+            for row in q.fetch_all(&mut **tx).await? {
+                let row: MySqlRow = row;
+                out.insert((topic.to_string(), row.try_get(0)?), row.try_get(1)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn datetime(ms: i64) -> chrono::NaiveDateTime {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .unwrap_or_else(Utc::now)
+        .naive_utc()
+}
+
+async fn insert_messages(
+    tx: &mut Transaction<'_, MySql>,
+    table: &MonthTable,
+    rows: &[&StoredMessage<'_>],
+) -> Result<u64, StoreError> {
+    let sql = table.insert_ignore_sql(rows.len());
+    let mut q = sqlx::query(&sql);
+    for m in rows {
+        let msg = m.msg;
+        let mentions = if msg.mentioned_user_ids.is_empty() {
+            None
+        } else {
+            Some(serde_json::to_string(&msg.mentioned_user_ids).unwrap_or_default())
+        };
+        let created = datetime(msg.created_at);
+        q = q
+            .bind(msg.message_id)
+            .bind(m.topic)
+            .bind(msg.group_id)
+            .bind(msg.seq)
+            .bind(msg.from_user)
+            .bind(msg.client_msg_id.as_deref())
+            .bind(&msg.msg_type)
+            .bind("normal")
+            .bind(json_or_null(msg.content.as_deref()))
+            .bind(json_or_null(msg.head.as_deref()))
+            .bind(mentions)
+            .bind(msg.mention_all)
+            .bind(msg.reply_seq)
+            .bind(msg.root_seq)
+            .bind(msg.file_count)
+            .bind(msg.content_size)
+            .bind(msg.has_risk)
+            .bind(&msg.audit_status)
+            .bind(1i32)
+            .bind(msg.expires_at.map(datetime))
+            .bind(created)
+            .bind(created);
+    }
+    Ok(q.execute(&mut **tx).await?.rows_affected())
+}
+
+/// JSON columns take only valid JSON; anything else is stored as a JSON string.
+fn json_or_null(text: Option<&str>) -> Option<String> {
+    let text = text?;
+    if serde_json::from_str::<serde_json::Value>(text).is_ok() {
+        Some(text.to_string())
+    } else {
+        Some(serde_json::Value::String(text.to_string()).to_string())
+    }
+}
+
+async fn upsert_mirror(
+    tx: &mut Transaction<'_, MySql>,
+    month: ShardMonth,
+    inserted: &[&StoredMessage<'_>],
+) -> Result<Vec<MirrorRow>, StoreError> {
+    #[derive(Default)]
+    struct Agg {
+        min_seq: i64,
+        max_seq: i64,
+        count: i64,
+        min_at: i64,
+        max_at: i64,
+    }
+    let mut per_topic: BTreeMap<&str, Agg> = BTreeMap::new();
+    for m in inserted {
+        let a = per_topic.entry(m.topic).or_insert(Agg {
+            min_seq: i64::MAX,
+            max_seq: i64::MIN,
+            count: 0,
+            min_at: i64::MAX,
+            max_at: i64::MIN,
+        });
+        a.min_seq = a.min_seq.min(m.msg.seq);
+        a.max_seq = a.max_seq.max(m.msg.seq);
+        a.count += 1;
+        a.min_at = a.min_at.min(m.msg.created_at);
+        a.max_at = a.max_at.max(m.msg.created_at);
+    }
+    let month_text = month.to_string();
+    let mut out = Vec::with_capacity(per_topic.len());
+    for (topic, a) in per_topic {
+        sqlx::query(
+            "INSERT INTO im_group_message_topic_shards \
+             (topic, shard_month, min_seq, max_seq, message_count, min_created_at, max_created_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE \
+             min_seq = LEAST(min_seq, VALUES(min_seq)), \
+             max_seq = GREATEST(max_seq, VALUES(max_seq)), \
+             message_count = message_count + VALUES(message_count), \
+             min_created_at = LEAST(min_created_at, VALUES(min_created_at)), \
+             max_created_at = GREATEST(max_created_at, VALUES(max_created_at))",
+        )
+        .bind(topic)
+        .bind(&month_text)
+        .bind(a.min_seq)
+        .bind(a.max_seq)
+        .bind(a.count)
+        .bind(datetime(a.min_at))
+        .bind(datetime(a.max_at))
+        .execute(&mut **tx)
+        .await?;
+        let row = sqlx::query(
+            "SELECT min_seq, max_seq, message_count FROM im_group_message_topic_shards WHERE topic = ? AND shard_month = ?",
+        )
+        .bind(topic)
+        .bind(&month_text)
+        .fetch_one(&mut **tx)
+        .await?;
+        out.push(MirrorRow {
+            topic: topic.to_string(),
+            month,
+            min_seq: row.try_get(0)?,
+            max_seq: row.try_get(1)?,
+            count: row.try_get(2)?,
+        });
+    }
+    Ok(out)
+}
