@@ -50,7 +50,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let shutdown = Shutdown::new();
             shutdown.trigger_on_signals();
             let addr = args.listen.unwrap_or(config.gateway.listen);
-            let running = crate::gateway::start(&config, addr, Readiness::default(), shutdown).await?;
+            let running =
+                crate::gateway::start(&config, addr, Readiness::default(), shutdown).await?;
             println!("gateway listening on ws://{}/v0/channels", running.addr);
             running.task.await?;
             Ok(())
@@ -59,16 +60,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let shutdown = Shutdown::new();
             shutdown.trigger_on_signals();
             let readiness = Readiness::default();
-            crate::telemetry::serve_ops(config.telemetry.listen, readiness.clone(), shutdown.clone()).await?;
+            crate::telemetry::serve_ops(
+                config.telemetry.listen,
+                readiness.clone(),
+                shutdown.clone(),
+            )
+            .await?;
             readiness.set_ready(true);
             crate::pipeline::run_named(&config, &args.pipeline, shutdown).await
         }
         Command::Shards(args) => shards(&config, args).await,
-        Command::Token(TokenCommand::Issue { tenant, uid, device }) => {
+        Command::Token(TokenCommand::Issue {
+            tenant,
+            uid,
+            device,
+        }) => {
             if config.tenant(&tenant).is_none() {
                 bail!("unknown tenant {tenant:?}");
             }
-            let issued = crate::gateway::auth::Tokens::new(&config.auth).issue(&tenant, uid, &device, 0);
+            let issued =
+                crate::gateway::auth::Tokens::new(&config.auth).issue(&tenant, uid, &device, 0);
             println!("{}", issued.token);
             Ok(())
         }
@@ -88,14 +99,21 @@ async fn shards(config: &Config, args: ShardsArgs) -> anyhow::Result<()> {
         for (tenant, pass) in manager.pass().await? {
             println!(
                 "{tenant}\ttables={}\tactive_month={}",
-                pass.tables.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(","),
-                pass.active_month.map(|m| m.to_string()).unwrap_or_else(|| "(locked elsewhere)".into())
+                pass.tables
+                    .iter()
+                    .map(|m| m.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                pass.active_month
+                    .map(|m| m.to_string())
+                    .unwrap_or_else(|| "(locked elsewhere)".into())
             );
         }
         return Ok(());
     }
     let readiness = Readiness::default();
-    crate::telemetry::serve_ops(config.telemetry.listen, readiness.clone(), shutdown.clone()).await?;
+    crate::telemetry::serve_ops(config.telemetry.listen, readiness.clone(), shutdown.clone())
+        .await?;
     readiness.set_ready(true);
     manager.run(shutdown).await;
     Ok(())
@@ -148,8 +166,13 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
     let shutdown = Shutdown::new();
     shutdown.trigger_on_signals();
     let readiness = Readiness::default();
-    let registry =
-        crate::registry::start(config, config.registry.listen, readiness.clone(), shutdown.clone()).await?;
+    let registry = crate::registry::start(
+        config,
+        config.registry.listen,
+        readiness.clone(),
+        shutdown.clone(),
+    )
+    .await?;
     if !config.tenants.is_empty() {
         crate::tenant::migrate(config, None).await?;
         crate::send::establish_generations(config).await?;
@@ -177,15 +200,30 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
             }
         }));
     }
-    let gateway = crate::gateway::start(config, config.gateway.listen, readiness.clone(), shutdown.clone()).await?;
+    let gateway = crate::gateway::start(
+        config,
+        config.gateway.listen,
+        readiness.clone(),
+        shutdown.clone(),
+    )
+    .await?;
     seed_demo(config).await?;
 
     let tokens = crate::gateway::auth::Tokens::new(&config.auth);
     println!("imstream dev is up:");
-    println!("  WebSocket (Tinode)  ws://{}/v0/channels?apikey=any", gateway.addr);
-    println!("  HTTP                http://{}/v1/groups/grpDemo/messages", gateway.addr);
+    println!(
+        "  WebSocket (Tinode)  ws://{}/v0/channels?apikey=any",
+        gateway.addr
+    );
+    println!(
+        "  HTTP                http://{}/v1/groups/grpDemo/messages",
+        gateway.addr
+    );
     println!("  schema registry     http://{}", registry.addr);
-    println!("  metrics, health     http://{}/metrics  /healthz  /readyz", gateway.addr);
+    println!(
+        "  metrics, health     http://{}/metrics  /healthz  /readyz",
+        gateway.addr
+    );
     for user in &config.auth.dev_users {
         let token = tokens.issue(&user.tenant, user.uid, "dev", 0).token;
         println!(
@@ -218,11 +256,14 @@ async fn seed_demo(config: &Config) -> anyhow::Result<()> {
             .filter(|u| u.tenant == tenant.id)
             .map(|u| u.uid)
             .collect();
-        let Some(owner) = users.first().copied() else { continue };
+        let Some(owner) = users.first().copied() else {
+            continue;
+        };
         let pool = crate::tenant::database_pool(&config.mysql, &tenant.database)?;
-        let exists: Option<i64> = sqlx::query_scalar("SELECT group_id FROM im_groups WHERE topic = 'grpDemo'")
-            .fetch_optional(&pool)
-            .await?;
+        let exists: Option<i64> =
+            sqlx::query_scalar("SELECT group_id FROM im_groups WHERE topic = 'grpDemo'")
+                .fetch_optional(&pool)
+                .await?;
         if exists.is_some() {
             continue;
         }
@@ -244,7 +285,12 @@ async fn seed_demo(config: &Config) -> anyhow::Result<()> {
             }),
         };
         producer
-            .send(topics::TopicKind::GroupEvents, &format!("{}:grpDemo", tenant.id), &event, None)
+            .send(
+                topics::TopicKind::GroupEvents,
+                &format!("{}:grpDemo", tenant.id),
+                &event,
+                None,
+            )
             .await?;
     }
     Ok(())

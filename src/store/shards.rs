@@ -100,7 +100,10 @@ impl ShardManager {
         let redis = crate::redis_util::connect(&config.redis.url).await?;
         let mut tenants = Vec::new();
         for t in &config.tenants {
-            tenants.push((t.id.clone(), crate::tenant::database_pool(&config.mysql, &t.database)?));
+            tenants.push((
+                t.id.clone(),
+                crate::tenant::database_pool(&config.mysql, &t.database)?,
+            ));
         }
         Ok(Self {
             tenants,
@@ -116,7 +119,10 @@ impl ShardManager {
         let now = self.clock.now(&mut redis).await?;
         let mut out = Vec::new();
         for (tenant, pool) in &self.tenants {
-            out.push((tenant.clone(), run_once(tenant, pool, &mut redis, now).await?));
+            out.push((
+                tenant.clone(),
+                run_once(tenant, pool, &mut redis, now).await?,
+            ));
         }
         Ok(out)
     }

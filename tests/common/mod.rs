@@ -170,3 +170,203 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A running deployment for one test: registry, migrated tenant database,
+/// topics, registered schemas, the current month tables, and optionally the
+/// pipelines and gateways, all in-process and stopped with the world.
+pub struct Stack {
+    pub world: World,
+    pub gateways: Vec<imstream::gateway::RunningGateway>,
+    pub pipelines: Vec<(String, Shutdown, tokio::task::JoinHandle<()>)>,
+}
+
+impl Stack {
+    /// Registry, tenant DB, topics, schemas, shard tables (for `now`, or
+    /// Redis TIME when `None`).
+    pub async fn prepared(now: Option<&str>) -> Stack {
+        let world = World::with_registry().await;
+        let config = &world.config;
+        imstream::tenant::migrate(config, None)
+            .await
+            .expect("migrate");
+        imstream::send::establish_generations(config)
+            .await
+            .expect("generation");
+        imstream::kafka::topics::ensure(config)
+            .await
+            .expect("topics");
+        let names = imstream::kafka::topics::TopicNames::new(&config.kafka);
+        imstream::events::catalog::register_all(&config.registry.url, &names)
+            .await
+            .expect("schemas");
+        let stack = Stack {
+            world,
+            gateways: Vec::new(),
+            pipelines: Vec::new(),
+        };
+        stack.shard_pass(now).await;
+        stack
+    }
+
+    /// Registry, DB, topics, schemas, shards, the store and members
+    /// pipelines and one gateway.
+    pub async fn running() -> Stack {
+        let mut stack = Stack::prepared(None).await;
+        stack.start_pipeline("store").await;
+        stack.start_pipeline("members").await;
+        stack.start_gateway("node-a").await;
+        stack
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.world.config
+    }
+
+    pub fn tenant(&self) -> &str {
+        self.world.tenant()
+    }
+
+    pub fn pool(&self) -> sqlx::MySqlPool {
+        imstream::tenant::database_pool(
+            &self.world.config.mysql,
+            &self.world.config.tenants[0].database,
+        )
+        .expect("pool")
+    }
+
+    pub async fn redis(&self) -> redis::aio::ConnectionManager {
+        imstream::redis_util::connect(&self.world.config.redis.url)
+            .await
+            .expect("redis")
+    }
+
+    /// One shard-manager pass at `now` (RFC 3339) or Redis TIME.
+    pub async fn shard_pass(&self, now: Option<&str>) {
+        let clock = imstream::redis_util::Clock::from_override(now.unwrap_or(""));
+        let manager = imstream::store::shards::ShardManager::connect(&self.world.config, clock)
+            .await
+            .expect("shard manager");
+        manager.pass().await.expect("shard pass");
+    }
+
+    /// Starts a pipeline in-process; stop it with `stop_pipeline`.
+    pub async fn start_pipeline(&mut self, name: &str) {
+        let shutdown = self.world.shutdown.child();
+        let config = self.world.config.clone();
+        let (n, s) = (name.to_string(), shutdown.clone());
+        let task = tokio::spawn(async move {
+            imstream::pipeline::run_named(&config, &n, s)
+                .await
+                .expect("pipeline");
+        });
+        self.pipelines.push((name.to_string(), shutdown, task));
+    }
+
+    pub async fn stop_pipeline(&mut self, name: &str) {
+        let mut kept = Vec::new();
+        for (n, s, t) in std::mem::take(&mut self.pipelines) {
+            if n == name {
+                s.trigger();
+                let _ = t.await;
+            } else {
+                kept.push((n, s, t));
+            }
+        }
+        self.pipelines = kept;
+    }
+
+    /// Starts a gateway with its own node id on a free port.
+    pub async fn start_gateway(&mut self, node: &str) -> std::net::SocketAddr {
+        let mut config = self.world.config.clone();
+        config.node.id = format!("{node}-{}", self.world.id);
+        let running = imstream::gateway::start(
+            &config,
+            "127.0.0.1:0".parse().unwrap(),
+            Readiness::default(),
+            self.world.shutdown.child(),
+        )
+        .await
+        .expect("gateway");
+        let addr = running.addr;
+        self.gateways.push(running);
+        addr
+    }
+
+    pub fn gateway_addr(&self, i: usize) -> std::net::SocketAddr {
+        self.gateways[i].addr
+    }
+
+    pub fn token(&self, uid: i64, device: &str) -> String {
+        imstream::gateway::auth::Tokens::new(&self.world.config.auth)
+            .issue(self.tenant(), uid, device, 0)
+            .token
+    }
+
+    /// Produces GroupCreated and waits until the members pipeline made the
+    /// group usable (cached facts in MySQL).
+    pub async fn create_group(&self, topic: &str, owner: i64, members: &[i64]) {
+        use imstream::events::*;
+        let codec = EventCodec::new(&self.world.config.registry.url).unwrap();
+        let producer =
+            imstream::kafka::producer::EventProducer::new(&self.world.config.kafka, codec).unwrap();
+        let event = GroupEvent {
+            event_id: new_event_id(),
+            tenant_id: self.tenant().to_string(),
+            topic: topic.to_string(),
+            occurred_at: now_ms(),
+            actor_uid: owner,
+            actor_device: String::new(),
+            source_sid: String::new(),
+            source_node: String::new(),
+            traceparent: String::new(),
+            body: GroupEventBody::GroupCreated(GroupCreated {
+                group_id: (rand_id() & 0x7fff_ffff) as i64,
+                name: topic.to_string(),
+                owner_uid: owner,
+                members: members.to_vec(),
+            }),
+        };
+        producer
+            .send(
+                imstream::kafka::topics::TopicKind::GroupEvents,
+                &format!("{}:{topic}", self.tenant()),
+                &event,
+                None,
+            )
+            .await
+            .expect("GroupCreated");
+        let pool = self.pool();
+        let expected = members
+            .iter()
+            .chain(std::iter::once(&owner))
+            .collect::<std::collections::HashSet<_>>()
+            .len() as i64;
+        wait_for(
+            &format!("group {topic} projected"),
+            Duration::from_secs(60),
+            || {
+                let pool = pool.clone();
+                let topic = topic.to_string();
+                async move {
+                    let n: i64 =
+                        sqlx::query_scalar("SELECT COUNT(*) FROM im_group_members WHERE topic = ?")
+                            .bind(&topic)
+                            .fetch_one(&pool)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                    if n == expected {
+                        Ok(())
+                    } else {
+                        Err(format!("{n} of {expected} members"))
+                    }
+                }
+            },
+        )
+        .await;
+    }
+}
+
+fn rand_id() -> u64 {
+    let b = uuid::Uuid::new_v4();
+    u64::from_le_bytes(b.as_bytes()[..8].try_into().unwrap())
+}
