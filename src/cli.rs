@@ -43,11 +43,26 @@ pub enum Command {
     Project(ProjectArgs),
     /// Run the shard manager: month tables, catalog, active month.
     Shards(ShardsArgs),
+    /// Dead-letter queues of the pipelines.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
     /// Session tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Redis topic routes.
+    #[command(subcommand)]
+    Routes(RoutesCommand),
     /// Run everything against local services in one process (laptop default).
     Dev(DevArgs),
+    /// Benchmarks against a running deployment (start one with docker/local/run).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Send-ack latency and send-to-MySQL throughput over WebSocket clients.
+    Send(crate::bench::send::SendArgs),
 }
 
 #[derive(Debug, Args)]
@@ -63,6 +78,21 @@ pub struct ProjectArgs {
     pub pipeline: String,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// Run the pipeline's handler again over its DLQ (<topic>.<pipeline>.dlq),
+    /// as consumer group <group_prefix>.<pipeline>.dlq-replay. Records that
+    /// fail again go back to the same DLQ. Stops once every record that was
+    /// in the DLQ at the start is replayed, unless --follow.
+    Replay {
+        /// Pipeline name: store or members.
+        pipeline: String,
+        /// Keep replaying new DLQ records until Ctrl-C / SIGTERM.
+        #[arg(long)]
+        follow: bool,
+    },
+}
+
 #[derive(Debug, Args)]
 pub struct ShardsArgs {
     /// One pass for every tenant, then exit.
@@ -71,6 +101,19 @@ pub struct ShardsArgs {
     /// Use this instant (RFC 3339) instead of Redis TIME (tests, backfills).
     #[arg(long)]
     pub now: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RoutesCommand {
+    /// Rebuild Redis route/route_meta from the MySQL route mirror.
+    Rebuild {
+        /// Only this tenant (default: every tenant).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only this topic.
+        #[arg(long)]
+        topic: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -70,6 +70,32 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::pipeline::run_named(&config, &args.pipeline, shutdown).await
         }
         Command::Shards(args) => shards(&config, args).await,
+        Command::Routes(crate::cli::RoutesCommand::Rebuild { tenant, topic }) => {
+            let mut redis = crate::redis_util::connect(&config.redis.url).await?;
+            let mut total = 0;
+            for t in &config.tenants {
+                if tenant.as_deref().is_some_and(|x| x != t.id) {
+                    continue;
+                }
+                let pool = crate::tenant::database_pool(&config.mysql, &t.database)?;
+                let topics: Vec<String> = match &topic {
+                    Some(x) => vec![x.clone()],
+                    None => sqlx::query_scalar("SELECT DISTINCT topic FROM im_group_message_topic_shards")
+                        .fetch_all(&pool)
+                        .await?,
+                };
+                for x in topics {
+                    let rows = crate::store::routes::rebuild_topic(&pool, &mut redis, &t.id, &x).await?;
+                    println!("{}\t{x}\t{} month(s)", t.id, rows.len());
+                    total += 1;
+                }
+            }
+            println!("rebuilt {total} route(s)");
+            Ok(())
+        }
+        Command::Dlq(crate::cli::DlqCommand::Replay { pipeline, follow }) => {
+            dlq_replay(&config, &pipeline, follow).await
+        }
         Command::Token(TokenCommand::Issue {
             tenant,
             uid,
@@ -84,6 +110,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Dev(args) => dev(&config, args).await,
+        Command::Bench(crate::cli::BenchCommand::Send(args)) => {
+            crate::bench::send::run(&config, args).await
+        }
     }
 }
 
@@ -116,6 +145,18 @@ async fn shards(config: &Config, args: ShardsArgs) -> anyhow::Result<()> {
         .await?;
     readiness.set_ready(true);
     manager.run(shutdown).await;
+    Ok(())
+}
+
+/// `imstream dlq replay <pipeline>`.
+async fn dlq_replay(config: &Config, pipeline: &str, follow: bool) -> anyhow::Result<()> {
+    let shutdown = Shutdown::new();
+    shutdown.trigger_on_signals();
+    if follow {
+        return crate::pipeline::replay_dlq(config, pipeline, shutdown).await;
+    }
+    let drained = crate::pipeline::replay_until_drained(config, pipeline, shutdown).await?;
+    println!("{pipeline}\treplayed {} DLQ record(s)", drained.records);
     Ok(())
 }
 

@@ -258,6 +258,8 @@ pub struct GatewayConfig {
     pub listen: SocketAddr,
     /// Largest accepted message content, in bytes (Tinode's maxMessageSize).
     pub max_message_size: usize,
+    /// Seconds between presence refreshes and session control re-checks.
+    pub heartbeat_secs: u64,
 }
 
 impl Default for GatewayConfig {
@@ -265,6 +267,7 @@ impl Default for GatewayConfig {
         Self {
             listen: "127.0.0.1:6060".parse().expect("static address"),
             max_message_size: 256 * 1024,
+            heartbeat_secs: 20,
         }
     }
 }
@@ -278,6 +281,8 @@ pub struct AuthConfig {
     pub token_ttl_secs: u64,
     /// Users accepted by the `basic` login scheme (development only).
     pub dev_users: Vec<DevUser>,
+    /// Bearer token of the `/v1/admin` endpoints. Must be changed in production.
+    pub admin_token: String,
 }
 
 impl Default for AuthConfig {
@@ -286,6 +291,7 @@ impl Default for AuthConfig {
             jwt_secret: "dev-secret-change-me".into(),
             token_ttl_secs: 14 * 86_400,
             dev_users: Vec::new(),
+            admin_token: "dev-admin-token-change-me".into(),
         }
     }
 }

@@ -15,6 +15,11 @@ impl TopicKeys {
         }
     }
 
+    /// The `im:{tenant:topic}` prefix of every key of this topic.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     /// HASH `last_seq`, `month_floor`: the topic's seq allocator. Its absence
     /// means "new topic or Redis lost its data"; see `send::reseed`.
     pub fn seq(&self) -> String {
@@ -77,6 +82,11 @@ impl TenantKeys {
         Self {
             base: format!("im:{{{tenant}}}"),
         }
+    }
+
+    /// The `im:{tenant}` prefix of every tenant-wide key.
+    pub fn base(&self) -> &str {
+        &self.base
     }
 
     /// STRING `YYYYMM`: the month new messages go to (only moves forward).

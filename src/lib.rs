@@ -23,17 +23,23 @@
 //! - [`pipeline`] — the consumer-group runner and the projector pipelines.
 //! - [`send`], [`snowflake`] — the send path: ACL, seq allocation, produce, ack.
 //! - [`gateway`] — the Tinode-compatible WebSocket and HTTP front end.
+//! - [`realtime`] — presence, the realtime bus envelope, local session hub, Pub/Sub.
+//! - [`history`] — the read path: hot messages, routes, month tables, dellog, coalescing.
+//! - [`bench`] — `imstream bench …` load generators (latency percentiles, throughput).
 
+pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod events;
 pub mod gateway;
 pub mod groups;
+pub mod history;
 pub mod kafka;
 pub mod keys;
 pub mod metrics;
 pub mod pipeline;
+pub mod realtime;
 pub mod redis_util;
 pub mod registry;
 pub mod send;

@@ -30,6 +30,9 @@ pub const PIPELINE_RETRIES_TOTAL: &str = "imstream_pipeline_retries_total";
 pub const PIPELINE_DLQ_TOTAL: &str = "imstream_pipeline_dlq_total";
 pub const PIPELINE_LAG: &str = "imstream_pipeline_consumer_lag";
 pub const DELIVERY_LATENCY: &str = "imstream_delivery_latency_seconds";
+pub const DELIVERIES_TOTAL: &str = "imstream_deliveries_total";
+pub const DELIVERY_DROPPED_TOTAL: &str = "imstream_delivery_dropped_total";
+pub const ENVELOPES_TOTAL: &str = "imstream_realtime_envelopes_total";
 pub const REGISTRY_REQUESTS_TOTAL: &str = "imstream_registry_requests_total";
 
 /// Registers descriptions so `/metrics` explains each series.

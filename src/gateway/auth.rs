@@ -126,6 +126,7 @@ mod tests {
                 login: "alice".into(),
                 password: "alice123".into(),
             }],
+            admin_token: "admin-token-for-tests".into(),
         }
     }
 

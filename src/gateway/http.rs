@@ -196,3 +196,171 @@ pub async fn create_group(
     )
         .into_response())
 }
+
+fn refused(r: super::reads::Refusal) -> ApiError {
+    error(r.0, r.1)
+}
+
+async fn reader(gw: &Gateway, headers: &HeaderMap, topic: &str) -> Result<Claims, ApiError> {
+    let claims = authenticate(gw, headers)?;
+    super::reads::ensure_member(gw, &claims.ten, topic, claims.uid).await.map_err(refused)?;
+    Ok(claims)
+}
+
+fn message_json(m: &crate::history::StoredMessage) -> Value {
+    let parse = |t: &Option<String>| {
+        t.as_ref().map(|t| serde_json::from_str::<Value>(t).unwrap_or_else(|_| Value::String(t.clone())))
+    };
+    json!({
+        "seq": m.seq,
+        "from": proto::user_id(m.from),
+        "ts": proto::timestamp_ms(m.ts),
+        "head": parse(&m.head),
+        "content": parse(&m.content),
+        "status": m.status,
+        "version": m.version,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    pub before: Option<i64>,
+    pub since: Option<i64>,
+    pub limit: Option<i64>,
+}
+
+/// `GET /v1/groups/{topic}/messages?before=&since=&limit=`: newest first
+/// with `before` (or neither); oldest first with `since` alone (catch-up).
+/// `next` is the cursor for the following page.
+pub async fn list_messages(
+    State(gw): State<Arc<Gateway>>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    params: Result<axum::extract::Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let axum::extract::Query(p) = params.map_err(|e| error(400, format!("malformed: {e}")))?;
+    let claims = reader(&gw, &headers, &topic).await?;
+    let ascending = p.since.is_some() && p.before.is_none();
+    let query = crate::history::PageQuery::new(p.since, p.before, p.limit, ascending)
+        .map_err(|e| refused(e.into()))?;
+    let page = gw
+        .history
+        .page(&claims.ten, &topic, claims.uid, query)
+        .await
+        .map_err(|e| refused(e.into()))?;
+    let messages: Vec<Value> = page.messages.iter().map(message_json).collect();
+    let cursor = if ascending { "next_since" } else { "next_before" };
+    let next = if ascending { page.next.map(|s| s + 1) } else { page.next };
+    Ok(Json(json!({"topic": topic, "messages": messages, cursor: next})).into_response())
+}
+
+/// `GET /v1/groups/{topic}/messages/{seq}`
+pub async fn get_message(
+    State(gw): State<Arc<Gateway>>,
+    Path((topic, seq)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let seq: i64 = seq.parse().ok().filter(|s| *s > 0).ok_or_else(|| error(400, "malformed: seq"))?;
+    let claims = reader(&gw, &headers, &topic).await?;
+    match gw.history.exact(&claims.ten, &topic, claims.uid, seq).await.map_err(|e| refused(e.into()))? {
+        Some(m) => Ok(Json(message_json(&m)).into_response()),
+        None => Err(error(404, "message not found")),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextParams {
+    pub n: Option<i64>,
+}
+
+/// `GET /v1/groups/{topic}/messages/{seq}/context?n=20`: oldest first.
+pub async fn message_context(
+    State(gw): State<Arc<Gateway>>,
+    Path((topic, seq)): Path<(String, String)>,
+    headers: HeaderMap,
+    params: Result<axum::extract::Query<ContextParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let axum::extract::Query(p) = params.map_err(|e| error(400, format!("malformed: {e}")))?;
+    let seq: i64 = seq.parse().ok().filter(|s| *s > 0).ok_or_else(|| error(400, "malformed: seq"))?;
+    let n = p.n.unwrap_or(20);
+    if !(1..=50).contains(&n) {
+        return Err(error(400, "malformed: n must be 1 to 50"));
+    }
+    let claims = reader(&gw, &headers, &topic).await?;
+    let messages = gw
+        .history
+        .context(&claims.ten, &topic, claims.uid, seq, n)
+        .await
+        .map_err(|e| refused(e.into()))?;
+    Ok(Json(json!({"topic": topic, "seq": seq, "messages": messages.iter().map(message_json).collect::<Vec<_>>()})).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchParams {
+    pub q: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub limit: Option<i64>,
+}
+
+fn instant(text: &str) -> Option<i64> {
+    text.parse::<i64>()
+        .ok()
+        .or_else(|| chrono::DateTime::parse_from_rfc3339(text).ok().map(|t| t.timestamp_millis()))
+}
+
+/// `GET /v1/groups/{topic}/search?q=&from=&to=`: a time range (RFC 3339 or
+/// epoch ms) is required and may span at most 3 months.
+pub async fn search(
+    State(gw): State<Arc<Gateway>>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    params: Result<axum::extract::Query<SearchParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let axum::extract::Query(p) = params.map_err(|e| error(400, format!("malformed: {e}")))?;
+    let q = p.q.filter(|q| !q.is_empty()).ok_or_else(|| error(400, "malformed: q is required"))?;
+    let (Some(from), Some(to)) = (p.from.as_deref().and_then(instant), p.to.as_deref().and_then(instant)) else {
+        return Err(error(400, "malformed: from and to (RFC 3339 or epoch ms) are required"));
+    };
+    let claims = reader(&gw, &headers, &topic).await?;
+    let messages = gw
+        .history
+        .search(&claims.ten, &topic, claims.uid, &q, from, to, p.limit.unwrap_or(50))
+        .await
+        .map_err(|e| refused(e.into()))?;
+    Ok(Json(json!({"topic": topic, "messages": messages.iter().map(message_json).collect::<Vec<_>>()})).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClearBody {
+    pub ranges: Vec<RangeBody>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RangeBody {
+    pub low: i64,
+    pub hi: Option<i64>,
+}
+
+/// `POST /v1/groups/{topic}/history/clear`: hides `[low, hi)` ranges from
+/// the caller's own view (Tinode's soft `{del}`).
+pub async fn clear_history(
+    State(gw): State<Arc<Gateway>>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let body: ClearBody = serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
+    let claims = reader(&gw, &headers, &topic).await?;
+    let ranges: Vec<proto::SeqRangeMsg> =
+        body.ranges.iter().map(|r| proto::SeqRangeMsg { low: r.low, hi: r.hi }).collect();
+    let del_id = super::reads::clear_history(&gw, &claims.ten, &topic, claims.uid, &claims.dev, "", &ranges)
+        .await
+        .map_err(refused)?;
+    Ok(Json(json!({"topic": topic, "del": del_id})).into_response())
+}

@@ -3,9 +3,12 @@
 //! authenticates, checks ACLs, produces events and serves reads. Apart from
 //! its live connections it holds no state.
 
+pub mod admin;
 pub mod auth;
+pub mod control;
 pub mod http;
 pub mod proto;
+pub mod reads;
 pub mod session;
 
 use std::net::SocketAddr;
@@ -30,8 +33,11 @@ pub struct Gateway {
     pub config: Config,
     pub node_id: String,
     pub sender: Sender,
+    pub history: crate::history::History,
     pub tokens: auth::Tokens,
     pub snowflake: Snowflake,
+    /// This node's local sessions.
+    pub hub: crate::realtime::hub::Hub,
     pub shutdown: Shutdown,
 }
 
@@ -50,23 +56,45 @@ pub async fn start(
     shutdown: Shutdown,
 ) -> anyhow::Result<RunningGateway> {
     let mut redis = crate::redis_util::connect(&config.redis.url).await?;
+    let node_id = config.node.resolved_id();
+    lease_node_id(&mut redis, &node_id, shutdown.clone()).await?;
     let snowflake = Snowflake::lease(&mut redis, shutdown.clone()).await?;
     let codec = EventCodec::new(&config.registry.url)?;
     let producer = EventProducer::new(&config.kafka, codec)?;
     let pools = TenantPools::connect_lazy(config)?;
+    let history = crate::history::History::new(pools.clone(), redis.clone());
     let sender = Sender::new(config.clone(), redis, pools, producer, snowflake.clone());
     let gateway = Arc::new(Gateway {
         config: config.clone(),
-        node_id: config.node.resolved_id(),
+        node_id: node_id.clone(),
         sender,
+        history,
         tokens: auth::Tokens::new(&config.auth),
         snowflake,
+        hub: crate::realtime::hub::Hub::default(),
         shutdown: shutdown.clone(),
     });
+    let tenants: std::collections::HashSet<String> = config.tenants.iter().map(|t| t.id.clone()).collect();
+    tokio::spawn(crate::realtime::bus::run_subscriber(
+        config.redis.url.clone(),
+        node_id.clone(),
+        gateway.hub.clone(),
+        tenants,
+        shutdown.clone(),
+    ));
+    tokio::spawn(heartbeat(gateway.clone()));
     let app = Router::new()
         .route("/v0/channels", get(upgrade))
         .route("/v1/groups", post(http::create_group))
-        .route("/v1/groups/{topic}/messages", post(http::send_message))
+        .route("/v1/groups/{topic}/messages", post(http::send_message).get(http::list_messages))
+        .route("/v1/groups/{topic}/messages/{seq}", get(http::get_message))
+        .route("/v1/groups/{topic}/messages/{seq}/context", get(http::message_context))
+        .route("/v1/groups/{topic}/search", get(http::search))
+        .route("/v1/groups/{topic}/history/clear", post(http::clear_history))
+        .route("/v1/admin/users/{uid}/devices/{device}/revoke", post(admin::revoke_device))
+        .route("/v1/admin/users/{uid}/signout", post(admin::sign_out_everywhere))
+        .route("/v1/admin/users/{uid}/disable", post(admin::disable_user))
+        .route("/v1/admin/users/{uid}/enable", post(admin::enable_user))
         .with_state(gateway.clone())
         .merge(crate::telemetry::ops_router(readiness.clone()));
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -85,8 +113,80 @@ pub async fn start(
     Ok(RunningGateway { addr: bound, task })
 }
 
+/// A second live gateway with the same node id would split its users'
+/// deliveries: refuse to start while another holds the id.
+async fn lease_node_id(
+    redis: &mut redis::aio::ConnectionManager,
+    node: &str,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    let key = format!("im:{{global}}:node:{node}");
+    let token = crate::events::new_event_id();
+    let got: Option<String> = redis::cmd("SET")
+        .arg(&key)
+        .arg(&token)
+        .arg("NX")
+        .arg("PX")
+        .arg(NODE_LEASE_MS)
+        .query_async(redis)
+        .await?;
+    anyhow::ensure!(
+        got.is_some(),
+        "node id {node:?} is already live against this Redis; give each gateway its own id (node.id, IM_NODE_ID or HOSTNAME)"
+    );
+    let mut redis = redis.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    let _: redis::RedisResult<i64> = redis::Script::new(include_str!("../../lua/release_lock.lua"))
+                        .key(&key).arg(&token).invoke_async(&mut redis).await;
+                    return;
+                }
+                _ = tokio::time::sleep(std::time::Duration::from_millis(NODE_LEASE_MS / 3)) => {}
+            }
+            let _: redis::RedisResult<Option<String>> = redis::cmd("SET")
+                .arg(&key).arg(&token).arg("PX").arg(NODE_LEASE_MS)
+                .query_async(&mut redis).await;
+        }
+    });
+    Ok(())
+}
+
+const NODE_LEASE_MS: u64 = 15_000;
+
+/// Every heartbeat: refresh this node's presence TTLs and re-check session
+/// control for every local session (one round trip each).
+async fn heartbeat(gw: Arc<Gateway>) {
+    let every = std::time::Duration::from_secs(gw.config.gateway.heartbeat_secs.max(1));
+    let mut redis = gw.sender.redis();
+    loop {
+        tokio::select! {
+            _ = gw.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let (users, topics) = gw.hub.snapshot();
+        let now = crate::events::now_ms();
+        if let Err(e) = crate::realtime::presence::refresh(&mut redis, &gw.node_id, &users, &topics, now).await {
+            tracing::warn!(error = %e, "presence refresh failed");
+        }
+        match control::recheck(&mut redis, &gw.hub.all_sessions()).await {
+            Ok(refused) => {
+                for (session, why) in refused {
+                    tracing::info!(sid = %session.sid, uid = session.uid, why, "closing session on heartbeat");
+                    session.offer(crate::realtime::hub::Outbound::Close(Arc::from(why)));
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "session control check failed"),
+        }
+    }
+}
+
 async fn upgrade(State(gw): State<Arc<Gateway>>, ws: WebSocketUpgrade) -> Response {
     let max = gw.config.gateway.max_message_size + 64 * 1024;
+    // Small buffers: most sessions are idle most of the time.
     ws.max_message_size(max)
+        .read_buffer_size(4096)
+        .write_buffer_size(4096)
         .on_upgrade(move |socket| session::serve(gw, socket))
 }

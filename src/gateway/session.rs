@@ -10,12 +10,19 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::events::{new_event_id, now_ms, GroupEvent, GroupEventBody, MemberLeft};
+use crate::events::{
+    new_event_id, now_ms, GroupEvent, GroupEventBody, MemberLeft, ReceiptBody, ReceiptEvent, SeqCursor,
+};
 use crate::groups::Membership;
 use crate::kafka::topics::TopicKind;
+use crate::realtime::hub::{Outbound, SessionHandle};
+use crate::realtime::{frames, presence, Envelope, Kind, TargetType};
 use crate::send::{SendError, SendRequest};
+use crate::shutdown::Shutdown;
 
 use super::auth::{self, AuthError};
+use super::control;
+use super::reads;
 use super::proto::{self, ctrl, ClientMsg, MsgLeave, MsgLogin, MsgPub, MsgSub};
 use super::Gateway;
 
@@ -33,36 +40,62 @@ pub struct Identity {
 struct Session {
     gateway: Arc<Gateway>,
     sid: String,
-    out: mpsc::Sender<String>,
+    out: mpsc::Sender<Outbound>,
     greeted: bool,
     identity: Option<Identity>,
+    /// Registered with the hub once logged in.
+    handle: Option<SessionHandle>,
     attached: HashSet<String>,
+    /// Last control re-check on uplink (epoch ms).
+    checked_at: i64,
+    /// Last `{note what="kp"}` relayed per topic (epoch ms), for rate limiting.
+    kp_at: std::collections::HashMap<String, i64>,
 }
+
+/// Minimum spacing of relayed typing notifications per session and topic.
+const KP_INTERVAL_MS: i64 = 3000;
+/// Uplink traffic re-checks session control at most this often.
+const UPLINK_CHECK_MS: i64 = 5000;
 
 /// Serves one upgraded WebSocket until it closes or the gateway stops.
 pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
-    let (tx, mut rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
+    let (tx, mut rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
+    // Cancelled when the gateway stops or the session is evicted.
+    let closed: Shutdown = gateway.shutdown.child();
+    let writer_closed = closed.clone();
     let writer = tokio::spawn(async move {
-        while let Some(text) = rx.recv().await {
-            if sink.send(Message::Text(text.into())).await.is_err() {
-                break;
+        while let Some(out) = rx.recv().await {
+            match out {
+                Outbound::Frame(text) => {
+                    if sink.send(Message::Text(text.as_ref().into())).await.is_err() {
+                        break;
+                    }
+                }
+                Outbound::Close(reason) => {
+                    let bye = ctrl(None, None, 401, "session closed", Some(json!({"reason": &*reason})));
+                    let _ = sink.send(Message::Text(bye.into())).await;
+                    break;
+                }
             }
         }
+        writer_closed.trigger();
         let _ = sink.close().await;
     });
-    let shutdown = gateway.shutdown.clone();
     let mut session = Session {
         sid: new_event_id(),
         gateway,
         out: tx,
         greeted: false,
         identity: None,
+        handle: None,
         attached: HashSet::new(),
+        checked_at: 0,
+        kp_at: std::collections::HashMap::new(),
     };
     loop {
         let frame = tokio::select! {
-            _ = shutdown.cancelled() => break,
+            _ = closed.cancelled() => break,
             f = stream.next() => f,
         };
         let Some(Ok(frame)) = frame else { break };
@@ -74,14 +107,81 @@ pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
         };
         session.dispatch(&text).await;
     }
+    session.finish().await;
     drop(session);
     let _ = writer.await;
 }
 
 impl Session {
     async fn reply(&self, text: String) {
-        if self.out.try_send(text).is_err() {
+        if self.out.try_send(Outbound::Frame(Arc::from(text))).is_err() {
             tracing::warn!(sid = %self.sid, "outbound queue full; dropping reply");
+        }
+    }
+
+    /// Detaches everything and marks the user offline on this node.
+    async fn finish(&mut self) {
+        let Some(handle) = self.handle.take() else { return };
+        let topics: Vec<String> = self.attached.drain().collect();
+        for topic in topics {
+            self.detach(&handle, &topic).await;
+        }
+        self.gateway.hub.remove_session(&handle);
+        let mut redis = self.gateway.sender.redis();
+        let _ = presence::user_offline(&mut redis, &handle.tenant, handle.uid, &self.sid, &self.gateway.node_id, now_ms()).await;
+    }
+
+    /// Leaves a topic locally and in presence; tells the others when this was
+    /// the user's last attached session.
+    async fn detach(&self, handle: &SessionHandle, topic: &str) {
+        let still_here = self.gateway.hub.detach(handle, topic);
+        let mut redis = self.gateway.sender.redis();
+        let last = presence::detach(&mut redis, &handle.tenant, topic, handle.uid, &self.gateway.node_id, still_here)
+            .await
+            .unwrap_or(false);
+        if last {
+            self.announce(&handle.tenant, topic, frames::pres_frame(topic, &proto::user_id(handle.uid), "off"))
+                .await;
+        }
+    }
+
+    /// Publishes a frame to every session attached to `topic` (all nodes)
+    /// except this one.
+    async fn announce(&self, tenant: &str, topic: &str, frame: String) {
+        let envelope = Envelope {
+            event_id: new_event_id(),
+            tenant_id: tenant.to_string(),
+            kind: Kind::Deliver,
+            target_type: TargetType::Topic,
+            target: topic.to_string(),
+            skip_sid: self.sid.clone(),
+            dedup_key: String::new(),
+            occurred_at: now_ms(),
+            payload: frame,
+        };
+        let mut redis = self.gateway.sender.redis();
+        let nodes = presence::online_nodes(&mut redis, tenant, topic, now_ms()).await.ok().flatten();
+        if let Err(e) = crate::realtime::bus::publish(&mut redis, nodes.as_deref(), &envelope).await {
+            tracing::warn!(error = %e, "realtime publish failed");
+        }
+    }
+
+    /// Closes the session if session control says so (checked at most every
+    /// few seconds on uplink). Returns false when the session is closing.
+    async fn still_allowed(&mut self) -> bool {
+        let Some(handle) = &self.handle else { return true };
+        let now = now_ms();
+        if now - self.checked_at < UPLINK_CHECK_MS {
+            return true;
+        }
+        self.checked_at = now;
+        let mut redis = self.gateway.sender.redis();
+        match control::recheck(&mut redis, std::slice::from_ref(handle)).await {
+            Ok(refused) if !refused.is_empty() => {
+                let _ = self.out.try_send(Outbound::Close(Arc::from(refused[0].1)));
+                false
+            }
+            _ => true,
         }
     }
 
@@ -135,6 +235,9 @@ impl Session {
             .await;
             return;
         }
+        if !self.still_allowed().await {
+            return;
+        }
         if let Some(sub) = msg.sub {
             self.subscribe(sub).await
         } else if let Some(publish) = msg.publish {
@@ -142,25 +245,12 @@ impl Session {
         } else if let Some(leave) = msg.leave {
             self.leave(leave).await
         } else if let Some(get) = msg.get {
-            self.reply(ctrl(
-                get.id.as_deref(),
-                Some(&get.topic),
-                501,
-                "not implemented",
-                None,
-            ))
-            .await
+            self.get(get.id.as_deref(), &get.topic, &get.query).await
         } else if let Some(del) = msg.del {
-            self.reply(ctrl(
-                del.id.as_deref(),
-                Some(&del.topic),
-                501,
-                "not implemented",
-                None,
-            ))
-            .await
-        } else if msg.note.is_some() {
-            // Notes get no reply.
+            self.delete(del).await
+        } else if let Some(note) = msg.note {
+            // Notes get no reply; invalid ones are dropped silently.
+            self.note(note).await
         } else {
             let id = message_id(&msg);
             self.reply(ctrl(id.as_deref(), None, 400, "malformed", None))
@@ -198,24 +288,20 @@ impl Session {
                 .await;
             return;
         }
-        let gw = &self.gateway;
+        let gw = self.gateway.clone();
+        // (identity, token auth_version, token issued at ms)
         let identity = match login.scheme.as_str() {
-            "token" => gw.tokens.verify(&login.secret).map(|c| Identity {
-                tenant: c.ten,
-                uid: c.uid,
-                device: c.dev,
+            "token" => gw.tokens.verify(&login.secret).map(|c| {
+                (Identity { tenant: c.ten, uid: c.uid, device: c.dev }, Some(c.av), c.iat * 1000)
             }),
-            "basic" => {
-                auth::check_basic(&gw.config.auth, &login.secret).map(|(tenant, uid)| Identity {
-                    tenant,
-                    uid,
-                    device: format!("basic-{}", &self.sid[..8]),
-                })
-            }
+            "basic" => auth::check_basic(&gw.config.auth, &login.secret).map(|(tenant, uid)| {
+                let device = format!("basic-{}", &self.sid[..8]);
+                (Identity { tenant, uid, device }, None, now_ms())
+            }),
             _ => Err(AuthError::UnknownScheme),
         };
-        let identity = match identity {
-            Ok(i) if gw.config.tenant(&i.tenant).is_some() => i,
+        let (identity, token_av, issued_ms) = match identity {
+            Ok(i) if gw.config.tenant(&i.0.tenant).is_some() => i,
             Ok(_) | Err(AuthError::Failed) => {
                 self.reply(ctrl(id, None, 401, "authentication failed", None))
                     .await;
@@ -227,9 +313,30 @@ impl Session {
                 return;
             }
         };
-        let issued = gw
-            .tokens
-            .issue(&identity.tenant, identity.uid, &identity.device, 0);
+        let mut redis = gw.sender.redis();
+        let Ok(state) = control::state(&mut redis, &identity.tenant, identity.uid, &identity.device).await else {
+            self.reply(ctrl(id, None, 503, "service unavailable, retry", None)).await;
+            return;
+        };
+        // A password login is as new as the current auth_version.
+        let auth_version = token_av.unwrap_or(state.auth_version);
+        if let Some(why) = state.refusal(auth_version, issued_ms) {
+            self.reply(ctrl(id, None, 401, "authentication failed", Some(json!({"reason": why})))).await;
+            return;
+        }
+        let issued = gw.tokens.issue(&identity.tenant, identity.uid, &identity.device, auth_version);
+        let handle = SessionHandle {
+            sid: Arc::from(self.sid.as_str()),
+            tenant: Arc::from(identity.tenant.as_str()),
+            uid: identity.uid,
+            device: Arc::from(identity.device.as_str()),
+            auth_version,
+            since_ms: issued_ms,
+            tx: self.out.clone(),
+        };
+        gw.hub.add_session(&handle);
+        let _ = presence::user_online(&mut redis, &identity.tenant, identity.uid, &self.sid, &gw.node_id, now_ms()).await;
+        self.handle = Some(handle);
         let params = json!({
             "user": proto::user_id(identity.uid),
             "authlvl": "auth",
@@ -267,9 +374,22 @@ impl Session {
         match crate::groups::membership(pool, &mut redis, &who.tenant, topic, who.uid).await {
             Ok(Membership::Member) => {
                 self.attached.insert(topic.to_string());
+                if let Some(handle) = self.handle.clone() {
+                    self.gateway.hub.attach(&handle, topic);
+                    let first = presence::attach(&mut redis, &who.tenant, topic, who.uid, &self.gateway.node_id, now_ms())
+                        .await
+                        .unwrap_or(false);
+                    if first {
+                        self.announce(&who.tenant, topic, frames::pres_frame(topic, &proto::user_id(who.uid), "on"))
+                            .await;
+                    }
+                }
                 let acs = json!({"acs": {"want": "JRWPS", "given": "JRWPS", "mode": "JRWPS"}});
                 self.reply(ctrl(id, Some(topic), 200, "ok", Some(acs)))
                     .await;
+                if let Some(query) = &sub.get {
+                    self.get(id, topic, query).await;
+                }
             }
             Ok(Membership::NotMember) => {
                 self.reply(ctrl(id, Some(topic), 403, "permission denied", None))
@@ -332,6 +452,121 @@ impl Session {
         }
     }
 
+    /// `{get}`: `data` (history page, then ctrl 208/204) and `del`.
+    async fn get(&mut self, id: Option<&str>, topic: &str, query: &proto::GetQuery) {
+        let who = self.identity.clone().expect("logged in");
+        if !self.attached.contains(topic) {
+            if let Err(reads::Refusal(code, text)) =
+                reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid).await
+            {
+                self.reply(ctrl(id, Some(topic), code, &text, None)).await;
+                return;
+            }
+        }
+        let what: Vec<&str> = query.what.split_whitespace().collect();
+        if what.contains(&"data") {
+            let data = query.data.clone().unwrap_or_default();
+            match reads::query_data(&self.gateway, &who.tenant, topic, who.uid, &data).await {
+                Ok(messages) if messages.is_empty() => {
+                    self.reply(ctrl(id, Some(topic), 204, "no content", Some(json!({"what": "data"})))).await
+                }
+                Ok(messages) => {
+                    for m in &messages {
+                        self.reply(json!({"data": reads::data_body(topic, m)}).to_string()).await;
+                    }
+                    let params = json!({"what": "data", "count": messages.len()});
+                    self.reply(ctrl(id, Some(topic), 208, "delivered", Some(params))).await
+                }
+                Err(reads::Refusal(code, text)) => self.reply(ctrl(id, Some(topic), code, &text, None)).await,
+            }
+        }
+        if what.contains(&"del") {
+            match reads::deleted_ranges(&self.gateway, &who.tenant, topic, who.uid).await {
+                Ok(Some(del)) => {
+                    let mut meta = json!({"topic": topic, "del": del, "ts": proto::now()});
+                    if let Some(id) = id {
+                        meta["id"] = json!(id);
+                    }
+                    self.reply(json!({"meta": meta}).to_string()).await
+                }
+                Ok(None) => self.reply(ctrl(id, Some(topic), 204, "no content", Some(json!({"what": "del"})))).await,
+                Err(reads::Refusal(code, text)) => self.reply(ctrl(id, Some(topic), code, &text, None)).await,
+            }
+        }
+    }
+
+    /// `{del what="msg"}` without `hard`: hides ranges from this user's view.
+    async fn delete(&mut self, del: proto::MsgDel) {
+        let id = del.id.as_deref();
+        let topic = del.topic.as_str();
+        if del.what != "msg" {
+            self.reply(ctrl(id, Some(topic), 501, "not implemented", None)).await;
+            return;
+        }
+        if del.hard {
+            // Recall and moderation arrive with the edit/recall events.
+            self.reply(ctrl(id, Some(topic), 501, "hard delete not implemented yet", None)).await;
+            return;
+        }
+        let who = self.identity.clone().expect("logged in");
+        if let Err(reads::Refusal(code, text)) = reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid).await {
+            self.reply(ctrl(id, Some(topic), code, &text, None)).await;
+            return;
+        }
+        let ranges = del.delseq.unwrap_or_default();
+        match reads::clear_history(&self.gateway, &who.tenant, topic, who.uid, &who.device, &self.sid, &ranges).await {
+            Ok(del_id) => self.reply(ctrl(id, Some(topic), 200, "ok", Some(json!({"del": del_id})))).await,
+            Err(reads::Refusal(code, text)) => self.reply(ctrl(id, Some(topic), code, &text, None)).await,
+        }
+    }
+
+    /// `{note}`: recv/read go to the receipts topic (the receipts pipeline
+    /// stores the cursor and relays `{info}`); kp is relayed in real time only.
+    async fn note(&mut self, note: proto::MsgNote) {
+        let topic = note.topic.as_str();
+        if !self.attached.contains(topic) {
+            return;
+        }
+        let who = self.identity.clone().expect("logged in");
+        match (note.what.as_str(), note.seq) {
+            ("kp", None) => {
+                let now = now_ms();
+                let last = self.kp_at.get(topic).copied().unwrap_or(0);
+                if now - last < KP_INTERVAL_MS {
+                    return;
+                }
+                self.kp_at.insert(topic.to_string(), now);
+                self.announce(&who.tenant, topic, frames::info_frame(topic, who.uid, "kp", None)).await;
+            }
+            (what @ ("recv" | "read"), Some(seq)) if seq > 0 => {
+                let keys = crate::keys::TopicKeys::new(&who.tenant, topic);
+                let mut redis = self.gateway.sender.redis();
+                let last: Option<i64> = redis::cmd("HGET").arg(keys.seq()).arg("last_seq").query_async(&mut redis).await.ok().flatten();
+                if last.is_some_and(|l| seq > l) {
+                    return;
+                }
+                let cursor = SeqCursor { seq };
+                let body = if what == "read" { ReceiptBody::ReadReceipt(cursor) } else { ReceiptBody::RecvReceipt(cursor) };
+                let event = ReceiptEvent {
+                    event_id: new_event_id(),
+                    tenant_id: who.tenant.clone(),
+                    topic: topic.to_string(),
+                    occurred_at: now_ms(),
+                    uid: who.uid,
+                    device: who.device.clone(),
+                    source_sid: self.sid.clone(),
+                    source_node: self.gateway.node_id.clone(),
+                    body,
+                };
+                let key = format!("{}:{topic}", who.tenant);
+                if let Err(e) = self.gateway.sender.producer().send(TopicKind::Receipts, &key, &event, None).await {
+                    tracing::warn!(error = %e, "receipt not produced");
+                }
+            }
+            _ => {}
+        }
+    }
+
     async fn leave(&mut self, leave: MsgLeave) {
         let id = leave.id.as_deref();
         let topic = leave.topic.as_str();
@@ -339,6 +574,9 @@ impl Session {
             self.reply(ctrl(id, Some(topic), 304, "not joined", None))
                 .await;
             return;
+        }
+        if let Some(handle) = self.handle.clone() {
+            self.detach(&handle, topic).await;
         }
         if leave.unsub {
             let who = self.identity.clone().expect("logged in");

@@ -2,7 +2,12 @@
 //! groups that turn the event log into read models. The runner
 //! ([`runner`]) is shared; each pipeline brings its handler.
 
+pub mod control;
+pub mod dlq;
+pub mod fanout;
+pub mod hot;
 pub mod members;
+pub mod receipts;
 pub mod runner;
 pub mod store;
 pub mod topology;
@@ -15,23 +20,54 @@ use crate::kafka::producer::EventProducer;
 use crate::shutdown::Shutdown;
 use crate::tenant::TenantPools;
 
+pub use dlq::{replay_dlq, replay_dlq_topology, replay_until_drained};
 pub use topology::Topology;
 
 /// Pipelines this build can run.
-pub const PIPELINES: &[&str] = &["store", "members"];
+pub const PIPELINES: &[&str] = &["store", "members", "hot", "fanout", "receipts", "control"];
 
 /// Loads `topologies/<name>.toml` (from the configured directory, else the
 /// built-in copy) and runs the pipeline until `shutdown`.
 pub async fn run_named(config: &Config, name: &str, shutdown: Shutdown) -> anyhow::Result<()> {
+    let topology = load_topology(config, name)?;
+    run_topology(config, &topology, shutdown).await
+}
+
+/// `topologies/<name>.toml` from the configured directory, else the
+/// built-in copy.
+pub fn load_topology(config: &Config, name: &str) -> anyhow::Result<Topology> {
     let dir = Path::new(&config.pipelines.topologies_dir);
-    let topology = if dir.join(format!("{name}.toml")).exists() {
+    Ok(if dir.join(format!("{name}.toml")).exists() {
         Topology::load(dir, name)?
     } else {
         Topology::builtin(name).ok_or_else(|| {
             anyhow::anyhow!("unknown pipeline {name:?}; known: {}", PIPELINES.join(", "))
         })?
-    };
-    run_topology(config, &topology, shutdown).await
+    })
+}
+
+/// Where a pipeline reads, as which consumer group, and where records it
+/// gives up on go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub source: String,
+    pub group: String,
+    pub dlq: String,
+}
+
+impl Route {
+    /// The pipeline's own route: its source topic, its group, its DLQ.
+    pub fn main(config: &Config, topology: &Topology) -> anyhow::Result<Route> {
+        let kind = topology
+            .source_kind()
+            .ok_or_else(|| anyhow::anyhow!("topology {} has no known source", topology.name))?;
+        let names = crate::kafka::topics::TopicNames::new(&config.kafka);
+        Ok(Route {
+            source: names.name(kind),
+            group: runner::group_id(config, topology),
+            dlq: names.dlq(kind, &topology.name),
+        })
+    }
 }
 
 /// Runs one pipeline from its topology until `shutdown`.
@@ -40,18 +76,64 @@ pub async fn run_topology(
     topology: &Topology,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
+    let route = Route::main(config, topology)?;
+    run_route(config, topology, &route, shutdown).await
+}
+
+/// Runs the pipeline's handler over `route` until `shutdown`.
+pub async fn run_route(
+    config: &Config,
+    topology: &Topology,
+    route: &Route,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
     let codec = EventCodec::new(&config.registry.url)?;
     let producer = EventProducer::new(&config.kafka, codec.clone())?;
     let pools = TenantPools::connect_lazy(config)?;
     let redis = crate::redis_util::connect(&config.redis.url).await?;
+    let (source, group, dlq) = (&route.source, &route.group, &route.dlq);
     match topology.name.as_str() {
         "store" => {
             let handler = store::StoreHandler::new(codec, pools, redis);
-            runner::run(config, topology, handler, producer, shutdown).await?
+            runner::run_on(
+                config, topology, source, group, dlq, handler, producer, shutdown,
+            )
+            .await?
+        }
+        "receipts" => {
+            let handler = receipts::ReceiptsHandler::new(codec, pools, redis);
+            runner::run_on(
+                config, topology, source, group, dlq, handler, producer, shutdown,
+            )
+            .await?
+        }
+        "control" => {
+            let handler = control::ControlHandler::new(codec, redis);
+            runner::run_on(
+                config, topology, source, group, dlq, handler, producer, shutdown,
+            )
+            .await?
+        }
+        "fanout" => {
+            let handler = fanout::FanoutHandler::new(codec, redis);
+            runner::run_on(
+                config, topology, source, group, dlq, handler, producer, shutdown,
+            )
+            .await?
+        }
+        "hot" => {
+            let handler = hot::HotHandler::new(codec, redis);
+            runner::run_on(
+                config, topology, source, group, dlq, handler, producer, shutdown,
+            )
+            .await?
         }
         "members" => {
             let handler = members::MembersHandler::new(codec, pools, redis);
-            runner::run(config, topology, handler, producer, shutdown).await?
+            runner::run_on(
+                config, topology, source, group, dlq, handler, producer, shutdown,
+            )
+            .await?
         }
         other => anyhow::bail!(
             "unknown pipeline {other:?}; known: {}",

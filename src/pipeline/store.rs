@@ -55,6 +55,27 @@ impl StoreHandler {
     }
 }
 
+async fn write_dellog(
+    pool: &sqlx::MySqlPool,
+    event: &GroupEvent,
+    h: &crate::events::HistoryCleared,
+) -> Result<(), sqlx::Error> {
+    for r in &h.ranges {
+        sqlx::query(
+            "INSERT IGNORE INTO im_dellog (topic, deletedfor, delid, low, hi, event_id) VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&event.topic)
+        .bind(h.uid)
+        .bind(h.del_id)
+        .bind(r.low)
+        .bind(r.hi)
+        .bind(&event.event_id)
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
+}
+
 impl Handler for StoreHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
@@ -140,6 +161,20 @@ impl Handler for StoreHandler {
                             .iter()
                             .map(|n| RecordFailure::new(index_of(n), retryable, reason.clone())),
                     );
+                }
+            }
+        }
+        // User-view deletes: one dellog row per range, keyed by event id.
+        for (i, event) in &events {
+            if let GroupEventBody::HistoryCleared(h) = &event.body {
+                let result = match self.pools.get(&event.tenant_id) {
+                    Ok(pool) => write_dellog(pool, event, h).await.map_err(|e| {
+                        RecordFailure::new(*i, crate::tenant::is_retryable_db_error(&e), e.to_string())
+                    }),
+                    Err(e) => Err(RecordFailure::new(*i, false, e.to_string())),
+                };
+                if let Err(f) = result {
+                    failures.push(f);
                 }
             }
         }

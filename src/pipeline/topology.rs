@@ -96,6 +96,10 @@ impl Topology {
         let text = match name {
             "store" => include_str!("../../topologies/store.toml"),
             "members" => include_str!("../../topologies/members.toml"),
+            "hot" => include_str!("../../topologies/hot.toml"),
+            "fanout" => include_str!("../../topologies/fanout.toml"),
+            "receipts" => include_str!("../../topologies/receipts.toml"),
+            "control" => include_str!("../../topologies/control.toml"),
             _ => return None,
         };
         Self::parse(text, &format!("topologies/{name}.toml")).ok()
@@ -108,7 +112,7 @@ mod tests {
 
     #[test]
     fn committed_topologies_are_valid() {
-        for name in ["store", "members"] {
+        for name in ["store", "members", "hot", "fanout", "receipts", "control"] {
             let t = Topology::builtin(name).expect(name);
             assert_eq!(t.name, name);
         }

@@ -200,6 +200,42 @@ impl MonthTable {
     }
 }
 
+/// Columns a read returns, in this order (text columns cast so MySQL 8 and
+/// MariaDB both hand back plain text).
+const READ_COLUMNS: &str = "seqid, from_user, CAST(head AS CHAR CHARACTER SET utf8mb4), \
+     CAST(content AS CHAR CHARACTER SET utf8mb4), status, version, \
+     CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED)";
+
+impl MonthTable {
+    /// Newest first: `since <= seqid < before`, at most `LIMIT ?` rows.
+    pub fn page_desc_sql(&self) -> String {
+        format!(
+            "SELECT {READ_COLUMNS} FROM `{}` WHERE topic = ? AND seqid < ? AND seqid >= ? \
+             ORDER BY seqid DESC LIMIT ?",
+            self.name()
+        )
+    }
+
+    /// Oldest first: `since <= seqid < before`, at most `LIMIT ?` rows.
+    pub fn page_asc_sql(&self) -> String {
+        format!(
+            "SELECT {READ_COLUMNS} FROM `{}` WHERE topic = ? AND seqid >= ? AND seqid < ? \
+             ORDER BY seqid ASC LIMIT ?",
+            self.name()
+        )
+    }
+
+    /// Messages whose content contains a text, in a time range, newest first.
+    pub fn search_sql(&self) -> String {
+        format!(
+            "SELECT {READ_COLUMNS} FROM `{}` WHERE topic = ? AND created_at >= ? AND created_at < ? \
+             AND status = 'normal' AND CAST(content AS CHAR CHARACTER SET utf8mb4) LIKE ? \
+             ORDER BY seqid DESC LIMIT ?",
+            self.name()
+        )
+    }
+}
+
 impl fmt::Display for MonthTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.name())

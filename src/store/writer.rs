@@ -260,6 +260,11 @@ async fn rows_present(
     Ok(out)
 }
 
+/// Epoch milliseconds as a UTC `DATETIME(3)` value.
+pub fn naive(ms: i64) -> chrono::NaiveDateTime {
+    datetime(ms)
+}
+
 fn datetime(ms: i64) -> chrono::NaiveDateTime {
     Utc.timestamp_millis_opt(ms)
         .single()

@@ -370,3 +370,51 @@ fn rand_id() -> u64 {
     let b = uuid::Uuid::new_v4();
     u64::from_le_bytes(b.as_bytes()[..8].try_into().unwrap())
 }
+
+/// One `POST /v1/groups/{topic}/messages` through gateway `addr`; returns the
+/// HTTP status and the JSON body.
+pub async fn send_http(
+    client: &reqwest::Client,
+    addr: std::net::SocketAddr,
+    token: &str,
+    topic: &str,
+    client_msg_id: &str,
+    text: &str,
+) -> (u16, serde_json::Value) {
+    let resp = client
+        .post(format!("http://{addr}/v1/groups/{topic}/messages"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"content": {"txt": text}, "client_msg_id": client_msg_id}))
+        .send()
+        .await
+        .expect("gateway reachable");
+    let status = resp.status().as_u16();
+    let body = resp.json().await.unwrap_or(serde_json::Value::Null);
+    (status, body)
+}
+
+/// Writes `config` as a TOML file for a child `imstream` process.
+pub fn write_config_file(config: &Config, name: &str) -> PathBuf {
+    let dir = repo_root().join("target/tmp");
+    std::fs::create_dir_all(&dir).expect("target/tmp");
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, toml::to_string(config).expect("config serializes")).expect("write config");
+    path
+}
+
+impl Stack {
+    /// Everything for realtime tests: every pipeline (store, members, hot,
+    /// fanout, receipts, control) and `gateways` gateways with distinct node
+    /// ids, heartbeats every second.
+    pub async fn realtime(gateways: usize) -> Stack {
+        let mut stack = Stack::prepared(None).await;
+        stack.world.config.gateway.heartbeat_secs = 1;
+        for p in imstream::pipeline::PIPELINES {
+            stack.start_pipeline(p).await;
+        }
+        for i in 0..gateways {
+            stack.start_gateway(&format!("gw{i}")).await;
+        }
+        stack
+    }
+}

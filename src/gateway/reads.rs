@@ -1,0 +1,161 @@
+//! Reads and user-view deletes shared by the WebSocket and HTTP front ends:
+//! membership checks, Tinode `{data}` frames, `{get what="data"}` with
+//! since/before/limit/ranges, and HistoryCleared for `{del}` without `hard`.
+
+use serde_json::{json, Value};
+
+use crate::events::{new_event_id, now_ms, GroupEvent, GroupEventBody, HistoryCleared, SeqRange};
+use crate::groups::Membership;
+use crate::history::{HistoryError, PageQuery, StoredMessage};
+use crate::kafka::topics::TopicKind;
+use crate::keys::TopicKeys;
+
+use super::proto;
+use super::Gateway;
+
+/// Why a read or delete was refused, as a Tinode code and text.
+#[derive(Debug)]
+pub struct Refusal(pub u16, pub String);
+
+impl From<HistoryError> for Refusal {
+    fn from(e: HistoryError) -> Self {
+        match e {
+            HistoryError::BadRequest(why) => Refusal(400, format!("malformed: {why}")),
+            HistoryError::Archived(m) => Refusal(410, format!("month {m} is archived")),
+            other => {
+                tracing::warn!(error = %other, "history read failed");
+                Refusal(503, "service unavailable, retry".into())
+            }
+        }
+    }
+}
+
+/// Refuses non-members (403) and dissolved groups (404).
+pub async fn ensure_member(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Result<(), Refusal> {
+    if !proto::is_group_topic(topic) {
+        return Err(Refusal(404, "topic not found".into()));
+    }
+    let pool = gw.sender.pools().get(tenant).map_err(|_| Refusal(500, "internal error".into()))?;
+    let mut redis = gw.sender.redis();
+    match crate::groups::membership(pool, &mut redis, tenant, topic, uid).await {
+        Ok(Membership::Member) => Ok(()),
+        Ok(Membership::NotMember) => Err(Refusal(403, "permission denied".into())),
+        Ok(Membership::Dissolved) => Err(Refusal(404, "topic not found".into())),
+        Err(_) => Err(Refusal(503, "service unavailable, retry".into())),
+    }
+}
+
+pub use crate::realtime::frames::data_body;
+
+/// Messages for a Tinode data query, newest first.
+pub async fn query_data(
+    gw: &Gateway,
+    tenant: &str,
+    topic: &str,
+    uid: i64,
+    q: &proto::DataQuery,
+) -> Result<Vec<StoredMessage>, Refusal> {
+    let limit = q.limit.unwrap_or(crate::history::DEFAULT_LIMIT).clamp(1, crate::history::MAX_LIMIT);
+    let mut out: Vec<StoredMessage> = Vec::new();
+    match &q.ranges {
+        Some(ranges) if !ranges.is_empty() => {
+            for r in ranges {
+                let hi = r.hi.unwrap_or(r.low + 1);
+                if r.low < 1 || hi <= r.low {
+                    return Err(Refusal(400, "malformed: invalid range".into()));
+                }
+                let page = gw
+                    .history
+                    .page(tenant, topic, uid, PageQuery::new(Some(r.low), Some(hi), Some(limit), false)?)
+                    .await?;
+                out.extend(page.messages);
+            }
+            out.sort_by(|a, b| b.seq.cmp(&a.seq));
+            out.dedup_by_key(|m| m.seq);
+            out.truncate(limit as usize);
+        }
+        _ => {
+            let query = PageQuery::new(q.since, q.before, Some(limit), false)?;
+            out = gw.history.page(tenant, topic, uid, query).await?.messages;
+        }
+    }
+    Ok(out)
+}
+
+/// Hides `ranges` (`[low, hi)`, `hi` missing = one message) from `uid`'s
+/// view: produces HistoryCleared; returns the new delete id.
+pub async fn clear_history(
+    gw: &Gateway,
+    tenant: &str,
+    topic: &str,
+    uid: i64,
+    device: &str,
+    sid: &str,
+    ranges: &[proto::SeqRangeMsg],
+) -> Result<i32, Refusal> {
+    if ranges.is_empty() || ranges.len() > 100 {
+        return Err(Refusal(400, "malformed: 1 to 100 ranges".into()));
+    }
+    let keys = TopicKeys::new(tenant, topic);
+    let mut redis = gw.sender.redis();
+    let last: Option<i64> = redis::cmd("HGET")
+        .arg(keys.seq())
+        .arg("last_seq")
+        .query_async(&mut redis)
+        .await
+        .map_err(|_| Refusal(503, "service unavailable, retry".into()))?;
+    let last = last.unwrap_or(i64::MAX - 1);
+    let mut clean = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        let hi = r.hi.unwrap_or(r.low + 1).min(last + 1);
+        if r.low < 1 || hi <= r.low {
+            return Err(Refusal(400, "malformed: invalid range".into()));
+        }
+        clean.push(SeqRange { low: r.low, hi });
+    }
+    let del_id: i64 = redis::cmd("INCR")
+        .arg(keys.del_id())
+        .query_async(&mut redis)
+        .await
+        .map_err(|_| Refusal(503, "service unavailable, retry".into()))?;
+    let event = GroupEvent {
+        event_id: new_event_id(),
+        tenant_id: tenant.to_string(),
+        topic: topic.to_string(),
+        occurred_at: now_ms(),
+        actor_uid: uid,
+        actor_device: device.to_string(),
+        source_sid: sid.to_string(),
+        source_node: gw.node_id.clone(),
+        traceparent: String::new(),
+        body: GroupEventBody::HistoryCleared(HistoryCleared { uid, ranges: clean, del_id: del_id as i32 }),
+    };
+    gw.sender
+        .producer()
+        .send(TopicKind::GroupEvents, &format!("{tenant}:{topic}"), &event, None)
+        .await
+        .map_err(|_| Refusal(503, "service unavailable, retry".into()))?;
+    Ok(del_id as i32)
+}
+
+/// The reader's delete log as Tinode's `{meta del}` body, if any.
+pub async fn deleted_ranges(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Result<Option<Value>, Refusal> {
+    let pool = gw.sender.pools().get(tenant).map_err(|_| Refusal(500, "internal error".into()))?;
+    let rows: Vec<(i32, i64, i64)> = sqlx::query_as(
+        "SELECT delid, low, hi FROM im_dellog WHERE topic = ? AND deletedfor IN (0, ?) ORDER BY delid, low",
+    )
+    .bind(topic)
+    .bind(uid)
+    .fetch_all(pool)
+    .await
+    .map_err(|_| Refusal(503, "service unavailable, retry".into()))?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let clear = rows.iter().map(|r| r.0).max().unwrap_or(0);
+    let delseq: Vec<Value> = rows
+        .iter()
+        .map(|(_, low, hi)| if *hi == low + 1 { json!({"low": low}) } else { json!({"low": low, "hi": hi}) })
+        .collect();
+    Ok(Some(json!({"clear": clear, "delseq": delseq})))
+}

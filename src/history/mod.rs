@@ -1,0 +1,403 @@
+//! The read path (ARCHITECTURE.md §5, seed 000 §6): history pages, exact
+//! messages, context and search across month tables. Order of sources:
+//! hot messages when they cover the whole page, else the Redis route
+//! (rebuilt from the MySQL mirror on a miss) and month tables one at a time
+//! with `LIMIT`; user-view deletes are filtered per reader. Clients never
+//! see months.
+
+pub mod coalesce;
+pub mod dellog;
+pub mod hot;
+pub mod route;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use redis::aio::ConnectionManager;
+use serde::Serialize;
+use sqlx::mysql::MySqlPool;
+use sqlx::Row;
+
+use crate::metrics as m;
+use crate::store::catalog::{self, ShardStatus};
+use crate::store::month::{MonthTable, ShardMonth};
+use crate::tenant::TenantPools;
+
+/// Largest page a client may ask for.
+pub const MAX_LIMIT: i64 = 100;
+/// Page size when the client gives none.
+pub const DEFAULT_LIMIT: i64 = 32;
+
+/// One message as read back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct StoredMessage {
+    pub seq: i64,
+    pub from: i64,
+    /// Epoch ms.
+    pub ts: i64,
+    /// Tinode head (JSON text), if any.
+    pub head: Option<String>,
+    /// Tinode content (JSON text).
+    pub content: Option<String>,
+    pub status: String,
+    pub version: i32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("invalid request: {0}")]
+    BadRequest(String),
+    #[error("month {0} is archived; read it from the archive")]
+    Archived(ShardMonth),
+    #[error("mysql: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("{0}")]
+    Store(#[from] crate::store::writer::StoreError),
+    #[error("unknown tenant")]
+    Tenant,
+    /// A failure of a fetch shared by coalesced readers (MySQL or Redis
+    /// down): retryable, never the reader's fault.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What coalesced readers get when the shared fetch failed (the original
+/// error is not `Clone`); keeps client errors apart from server errors.
+#[derive(Debug, Clone)]
+enum SharedFailure {
+    BadRequest(String),
+    Archived(ShardMonth),
+    Tenant,
+    Unavailable(String),
+}
+
+impl From<HistoryError> for SharedFailure {
+    fn from(e: HistoryError) -> Self {
+        match e {
+            HistoryError::BadRequest(why) => SharedFailure::BadRequest(why),
+            HistoryError::Archived(m) => SharedFailure::Archived(m),
+            HistoryError::Tenant => SharedFailure::Tenant,
+            other => SharedFailure::Unavailable(other.to_string()),
+        }
+    }
+}
+
+impl From<SharedFailure> for HistoryError {
+    fn from(e: SharedFailure) -> Self {
+        match e {
+            SharedFailure::BadRequest(why) => HistoryError::BadRequest(why),
+            SharedFailure::Archived(m) => HistoryError::Archived(m),
+            SharedFailure::Tenant => HistoryError::Tenant,
+            SharedFailure::Unavailable(why) => HistoryError::Unavailable(why),
+        }
+    }
+}
+
+/// Direction and bounds of a page. `since` inclusive, `before` exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PageQuery {
+    pub since: Option<i64>,
+    pub before: Option<i64>,
+    pub limit: i64,
+    /// Oldest first (forward catch-up) instead of newest first.
+    pub ascending: bool,
+}
+
+impl PageQuery {
+    /// Validates client-supplied bounds.
+    pub fn new(since: Option<i64>, before: Option<i64>, limit: Option<i64>, ascending: bool) -> Result<Self, HistoryError> {
+        let limit = limit.unwrap_or(DEFAULT_LIMIT);
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(HistoryError::BadRequest(format!("limit must be 1 to {MAX_LIMIT}, got {limit}")));
+        }
+        if since.is_some_and(|s| s < 0) || before.is_some_and(|b| b < 1) {
+            return Err(HistoryError::BadRequest("since must be >= 0 and before >= 1".into()));
+        }
+        if let (Some(s), Some(b)) = (since, before) {
+            if s >= b {
+                return Err(HistoryError::BadRequest(format!("since ({s}) must be below before ({b})")));
+            }
+        }
+        Ok(Self { since, before, limit, ascending })
+    }
+
+    fn low(&self) -> i64 {
+        self.since.unwrap_or(1).max(1)
+    }
+
+    fn high(&self) -> i64 {
+        self.before.unwrap_or(i64::MAX)
+    }
+}
+
+/// A page and where it came from.
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// Newest first, or oldest first for ascending queries.
+    pub messages: Vec<StoredMessage>,
+    /// Cursor for the next page: the edge seq of what was fetched.
+    pub next: Option<i64>,
+    pub source: &'static str,
+}
+
+/// The read side of one process.
+#[derive(Clone)]
+pub struct History {
+    pools: TenantPools,
+    redis: ConnectionManager,
+    coalescer: coalesce::Coalescer<(String, String, PageQuery), Result<Page, SharedFailure>>,
+    /// Pages actually fetched (hot or MySQL), after coalescing.
+    fetches: Arc<AtomicU64>,
+}
+
+/// Refetches one read may do to fill a page the reader's deletes thinned.
+const MAX_REFILLS: usize = 16;
+
+impl History {
+    pub fn new(pools: TenantPools, redis: ConnectionManager) -> Self {
+        Self {
+            pools,
+            redis,
+            coalescer: coalesce::Coalescer::default(),
+            fetches: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// How many pages this instance (and its clones) really fetched; reads
+    /// served by a coalesced in-flight fetch do not count.
+    pub fn fetches(&self) -> u64 {
+        self.fetches.load(Ordering::Relaxed)
+    }
+
+    fn pool(&self, tenant: &str) -> Result<&MySqlPool, HistoryError> {
+        self.pools.get(tenant).map_err(|_| HistoryError::Tenant)
+    }
+
+    /// One page for `reader`, with the reader's deleted ranges filtered.
+    /// Identical concurrent reads share one fetch. When the reader's deletes
+    /// thin a full page, the page is filled from further back (skipping
+    /// whole deleted ranges), as Tinode's `LEFT JOIN dellog … LIMIT n` does:
+    /// a short page means there is nothing more.
+    pub async fn page(&self, tenant: &str, topic: &str, reader: i64, query: PageQuery) -> Result<Page, HistoryError> {
+        let first = self.shared_page(tenant, topic, query).await?;
+        let deleted = dellog::ranges_for(self.pool(tenant)?, topic, reader).await?;
+        if deleted.is_empty() {
+            return Ok(first);
+        }
+        let mut out = Page { messages: Vec::with_capacity(query.limit as usize), next: None, source: first.source };
+        let mut fetched = first;
+        let mut cursor = query;
+        for _ in 0..MAX_REFILLS {
+            let full = fetched.messages.len() as i64 >= cursor.limit;
+            out.next = fetched.next.or(out.next);
+            out.source = fetched.source;
+            out.messages
+                .extend(fetched.messages.into_iter().filter(|m| !dellog::covers(&deleted, m.seq)));
+            let missing = query.limit - out.messages.len() as i64;
+            let Some(edge) = out.next else { break };
+            if !full || missing <= 0 {
+                break;
+            }
+            if cursor.ascending {
+                cursor.since = Some(edge + 1);
+            } else {
+                cursor.before = Some(edge);
+            }
+            cursor.limit = missing;
+            skip_deleted(&mut cursor, &deleted);
+            if cursor.low() >= cursor.high() {
+                break;
+            }
+            fetched = self.shared_page(tenant, topic, cursor).await?;
+        }
+        Ok(out)
+    }
+
+    /// A page without per-reader filtering, shared by identical concurrent reads.
+    async fn shared_page(&self, tenant: &str, topic: &str, query: PageQuery) -> Result<Page, HistoryError> {
+        let key = (tenant.to_string(), topic.to_string(), query);
+        let this = self.clone();
+        let (t, tp) = (tenant.to_string(), topic.to_string());
+        let shared = self
+            .coalescer
+            .run(key, async move { this.fetch_page(&t, &tp, query).await.map_err(SharedFailure::from) })
+            .await;
+        shared.map_err(HistoryError::from)
+    }
+
+    /// A page without per-reader filtering (shared by coalesced readers).
+    pub async fn fetch_page(&self, tenant: &str, topic: &str, query: PageQuery) -> Result<Page, HistoryError> {
+        self.fetches.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let mut redis = self.redis.clone();
+        let pool = self.pool(tenant)?;
+        let segments = route::segments(pool, &mut redis, tenant, topic).await?;
+        if !query.ascending {
+            // The newest stored seq, so a latest page from the hot set is
+            // known to start at the top (a lost newest entry is a hole too).
+            let newest = segments.iter().map(|s| s.max_seq).max();
+            if let Some(messages) = hot::page(&mut redis, tenant, topic, &query, newest).await? {
+                metrics::histogram!(m::QUERY_LATENCY, "source" => "hot").record(started.elapsed().as_secs_f64());
+                let next = messages.last().map(|m| m.seq);
+                return Ok(Page { messages, next, source: "hot" });
+            }
+        }
+        let (low, high) = (query.low(), query.high());
+        let mut wanted: Vec<&route::Segment> = segments
+            .iter()
+            .filter(|s| s.min_seq < high && s.max_seq >= low)
+            .collect();
+        if !query.ascending {
+            wanted.reverse();
+        }
+        let mut messages: Vec<StoredMessage> = Vec::with_capacity(query.limit as usize);
+        let mut tables = 0u32;
+        for seg in wanted {
+            let missing = query.limit - messages.len() as i64;
+            if missing <= 0 {
+                break;
+            }
+            let Some(table) = readable_table(pool, seg.month).await? else { continue };
+            tables += 1;
+            let rows = if query.ascending {
+                let from = messages.last().map_or(low, |m| m.seq + 1);
+                read_rows(pool, &table.page_asc_sql(), topic, from, high, missing).await?
+            } else {
+                let below = messages.last().map_or(high, |m| m.seq);
+                read_rows_desc(pool, &table.page_desc_sql(), topic, below, low, missing).await?
+            };
+            messages.extend(rows);
+        }
+        metrics::histogram!(m::QUERY_TABLES).record(tables as f64);
+        let source = if tables > 1 { "cross_month" } else { "single_month" };
+        metrics::histogram!(m::QUERY_LATENCY, "source" => source).record(started.elapsed().as_secs_f64());
+        let next = messages.last().map(|m| m.seq);
+        Ok(Page { messages, next, source })
+    }
+
+    /// One message by seq, if stored (and not deleted for this reader).
+    pub async fn exact(&self, tenant: &str, topic: &str, reader: i64, seq: i64) -> Result<Option<StoredMessage>, HistoryError> {
+        let Some(after) = seq.checked_add(1) else { return Ok(None) };
+        let q = PageQuery::new(Some(seq), Some(after), Some(1), true)?;
+        Ok(self.page(tenant, topic, reader, q).await?.messages.into_iter().next())
+    }
+
+    /// Up to `n` messages before and after `seq` (and `seq` itself), oldest first.
+    pub async fn context(&self, tenant: &str, topic: &str, reader: i64, seq: i64, n: i64) -> Result<Vec<StoredMessage>, HistoryError> {
+        let before = self.page(tenant, topic, reader, PageQuery::new(None, Some(seq), Some(n), false)?).await?;
+        let after = self
+            .page(tenant, topic, reader, PageQuery::new(Some(seq), None, Some((n + 1).min(MAX_LIMIT)), true)?)
+            .await?;
+        let mut all: Vec<StoredMessage> = before.messages.into_iter().rev().chain(after.messages).collect();
+        all.dedup_by_key(|m| m.seq);
+        Ok(all)
+    }
+
+    /// Messages containing `text` between `from` and `to` (epoch ms; at most
+    /// about three months), newest first, month by month.
+    pub async fn search(
+        &self,
+        tenant: &str,
+        topic: &str,
+        reader: i64,
+        text: &str,
+        from: i64,
+        to: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredMessage>, HistoryError> {
+        if to <= from {
+            return Err(HistoryError::BadRequest("to must be after from".into()));
+        }
+        let first = ShardMonth::of_millis(from);
+        let last = ShardMonth::of_millis(to - 1);
+        let mut months = vec![last];
+        while *months.last().expect("one") > first {
+            let prev = months.last().expect("one").prev();
+            months.push(prev);
+            if months.len() > 3 {
+                return Err(HistoryError::BadRequest("search covers at most 3 months".into()));
+            }
+        }
+        if !(1..=MAX_LIMIT).contains(&limit) || text.is_empty() || text.len() > 200 {
+            return Err(HistoryError::BadRequest("q must be 1-200 characters and limit 1-100".into()));
+        }
+        let pool = self.pool(tenant)?;
+        let pattern = format!("%{}%", text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+        let deleted = dellog::ranges_for(pool, topic, reader).await?;
+        let mut out = Vec::new();
+        for month in months {
+            let Some(table) = readable_table(pool, month).await? else { continue };
+            let rows = sqlx::query(&table.search_sql())
+                .bind(topic)
+                .bind(crate::store::writer::naive(from))
+                .bind(crate::store::writer::naive(to))
+                .bind(&pattern)
+                .bind(limit - out.len() as i64)
+                .fetch_all(pool)
+                .await?;
+            for r in rows {
+                let msg = to_message(&r)?;
+                if !dellog::covers(&deleted, msg.seq) {
+                    out.push(msg);
+                }
+            }
+            if out.len() as i64 >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Moves a page cursor out of the reader's deleted ranges: a descending
+/// cursor below a range ending at it, an ascending one past it.
+fn skip_deleted(q: &mut PageQuery, deleted: &[(i64, i64)]) {
+    for _ in 0..=deleted.len() {
+        let moved = if q.ascending {
+            let since = q.low();
+            deleted.iter().find(|(lo, hi)| since >= *lo && since < *hi).map(|(_, hi)| q.since = Some(*hi))
+        } else {
+            let top = q.high();
+            deleted
+                .iter()
+                .find(|(lo, hi)| top != i64::MAX && top - 1 >= *lo && top - 1 < *hi)
+                .map(|(lo, _)| q.before = Some(*lo))
+        };
+        if moved.is_none() {
+            return;
+        }
+    }
+}
+
+/// The month's table if the catalog knows it; archived months are an error.
+async fn readable_table(pool: &MySqlPool, month: ShardMonth) -> Result<Option<MonthTable>, HistoryError> {
+    match catalog::table(pool, month).await? {
+        Some((_, ShardStatus::Archived)) => Err(HistoryError::Archived(month)),
+        Some((table, _)) => Ok(Some(table)),
+        None => Ok(None),
+    }
+}
+
+async fn read_rows(pool: &MySqlPool, sql: &str, topic: &str, a: i64, b: i64, limit: i64) -> Result<Vec<StoredMessage>, HistoryError> {
+    let rows = sqlx::query(sql).bind(topic).bind(a).bind(b).bind(limit).fetch_all(pool).await?;
+    rows.iter().map(to_message).collect()
+}
+
+async fn read_rows_desc(pool: &MySqlPool, sql: &str, topic: &str, below: i64, low: i64, limit: i64) -> Result<Vec<StoredMessage>, HistoryError> {
+    read_rows(pool, sql, topic, below, low, limit).await
+}
+
+fn to_message(r: &sqlx::mysql::MySqlRow) -> Result<StoredMessage, HistoryError> {
+    Ok(StoredMessage {
+        seq: r.try_get(0)?,
+        from: r.try_get(1)?,
+        head: r.try_get(2)?,
+        content: r.try_get(3)?,
+        status: r.try_get(4)?,
+        version: r.try_get(5)?,
+        ts: r.try_get(6)?,
+    })
+}

@@ -1,0 +1,88 @@
+//! The control pipeline's handler: session-control events into the Redis
+//! control keys (versions only move forward), then a close envelope to
+//! every gateway. Gateways also re-check the keys on heartbeat, so a lost
+//! envelope still takes effect.
+
+use redis::aio::ConnectionManager;
+
+use crate::events::{CodecError, EventCodec, SessionControlBody, SessionControlEvent};
+use crate::keys::TenantKeys;
+use crate::realtime::{bus, Envelope, Kind, TargetType};
+
+use super::runner::{Handler, Record, RecordFailure};
+
+/// Sets a key to a number unless it already holds a larger one.
+const SET_MAX: &str = "local cur = tonumber(redis.call('GET', KEYS[1]) or '0') \
+    if tonumber(ARGV[1]) > cur then redis.call('SET', KEYS[1], ARGV[1]) end return 1";
+
+pub struct ControlHandler {
+    codec: EventCodec,
+    redis: ConnectionManager,
+}
+
+impl ControlHandler {
+    pub fn new(codec: EventCodec, redis: ConnectionManager) -> Self {
+        Self { codec, redis }
+    }
+
+    async fn apply(&self, e: &SessionControlEvent) -> redis::RedisResult<()> {
+        let k = TenantKeys::new(&e.tenant_id);
+        let mut redis = self.redis.clone();
+        let set_max = redis::Script::new(SET_MAX);
+        let (target_type, target, reason) = match &e.body {
+            SessionControlBody::DeviceRevoked(d) => {
+                let _: i64 = set_max.key(k.device_revoked(e.uid, &d.device)).arg(e.occurred_at).invoke_async(&mut redis).await?;
+                (TargetType::Device, format!("{}/{}", e.uid, d.device), "device revoked")
+            }
+            SessionControlBody::SignedOutEverywhere(v) | SessionControlBody::PasswordReset(v) => {
+                let _: i64 = set_max.key(k.auth_version(e.uid)).arg(v.auth_version).invoke_async(&mut redis).await?;
+                (TargetType::User, e.uid.to_string(), "signed out")
+            }
+            SessionControlBody::UserDisabled(v) => {
+                let _: i64 = set_max.key(k.auth_version(e.uid)).arg(v.auth_version).invoke_async(&mut redis).await?;
+                let _: () = redis::cmd("SET").arg(k.user_disabled(e.uid)).arg(e.occurred_at).query_async(&mut redis).await?;
+                (TargetType::User, e.uid.to_string(), "user disabled")
+            }
+            SessionControlBody::UserEnabled(_) => {
+                let _: () = redis::cmd("DEL").arg(k.user_disabled(e.uid)).query_async(&mut redis).await?;
+                return Ok(());
+            }
+        };
+        let envelope = Envelope {
+            event_id: e.event_id.clone(),
+            tenant_id: e.tenant_id.clone(),
+            kind: Kind::Close,
+            target_type,
+            target,
+            skip_sid: String::new(),
+            dedup_key: String::new(),
+            occurred_at: e.occurred_at,
+            payload: reason.to_string(),
+        };
+        bus::publish(&mut redis, None, &envelope).await
+    }
+}
+
+impl Handler for ControlHandler {
+    async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
+        let mut failures = Vec::new();
+        for (i, r) in records.iter().enumerate() {
+            let event = match self.codec.decode::<SessionControlEvent>(r.payload.as_deref()).await {
+                Ok(e) => e,
+                Err(CodecError::UnknownKind { .. }) => continue,
+                Err(e) => {
+                    failures.push(RecordFailure::new(i, e.is_retryable(), e.to_string()));
+                    continue;
+                }
+            };
+            if let Err(e) = self.apply(&event).await {
+                failures.push(RecordFailure::new(i, true, e.to_string()));
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures)
+        }
+    }
+}

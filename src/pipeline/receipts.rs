@@ -1,0 +1,110 @@
+//! The receipts pipeline's handler: read/recv cursors into
+//! `im_subscriptions` (max wins, so any order and redelivery converge),
+//! then `{info}` to the topic's online sessions (except the sender's) and
+//! `{info topic="me"}` to the user's own other sessions.
+
+use redis::aio::ConnectionManager;
+use serde_json::json;
+
+use crate::events::{CodecError, EventCodec, ReceiptBody, ReceiptEvent};
+use crate::gateway::proto;
+use crate::realtime::{bus, frames, presence, Envelope, Kind, TargetType};
+use crate::tenant::TenantPools;
+
+use super::runner::{Handler, Record, RecordFailure};
+
+pub struct ReceiptsHandler {
+    codec: EventCodec,
+    pools: TenantPools,
+    redis: ConnectionManager,
+}
+
+impl ReceiptsHandler {
+    pub fn new(codec: EventCodec, pools: TenantPools, redis: ConnectionManager) -> Self {
+        Self { codec, pools, redis }
+    }
+
+    async fn apply(&self, e: &ReceiptEvent) -> Result<(), RecordFailureKind> {
+        let (what, seq) = match &e.body {
+            ReceiptBody::ReadReceipt(c) => ("read", c.seq),
+            ReceiptBody::RecvReceipt(c) => ("recv", c.seq),
+        };
+        let pool = self.pools.get(&e.tenant_id).map_err(|_| RecordFailureKind::Fatal("unknown tenant".into()))?;
+        let column = if what == "read" { "read_seq" } else { "recv_seq" };
+        sqlx::query(&format!(
+            "INSERT INTO im_subscriptions (topic, uid, {column}) VALUES (?, ?, ?) \
+             ON DUPLICATE KEY UPDATE {column} = GREATEST({column}, VALUES({column}))"
+        ))
+        .bind(&e.topic)
+        .bind(e.uid)
+        .bind(seq)
+        .execute(pool)
+        .await
+        .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
+
+        let mut redis = self.redis.clone();
+        let nodes = presence::online_nodes(&mut redis, &e.tenant_id, &e.topic, crate::events::now_ms())
+            .await
+            .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
+        let to_topic = Envelope {
+            event_id: e.event_id.clone(),
+            tenant_id: e.tenant_id.clone(),
+            kind: Kind::Deliver,
+            target_type: TargetType::Topic,
+            target: e.topic.clone(),
+            skip_sid: e.source_sid.clone(),
+            dedup_key: format!("{what}:{}:{}:{seq}", e.topic, e.uid),
+            occurred_at: e.occurred_at,
+            payload: frames::info_frame(&e.topic, e.uid, what, Some(seq)),
+        };
+        let to_user = Envelope {
+            event_id: format!("{}:me", e.event_id),
+            target_type: TargetType::User,
+            target: e.uid.to_string(),
+            payload: json!({"info": {"topic": "me", "src": e.topic, "from": proto::user_id(e.uid), "what": what, "seq": seq}})
+                .to_string(),
+            ..to_topic.clone()
+        };
+        if nodes.as_ref().is_none_or(|n| !n.is_empty()) {
+            bus::publish(&mut redis, nodes.as_deref(), &to_topic)
+                .await
+                .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
+        }
+        // The user's own sessions may be on any node.
+        bus::publish(&mut redis, None, &to_user)
+            .await
+            .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
+        Ok(())
+    }
+}
+
+enum RecordFailureKind {
+    Retry(String),
+    Fatal(String),
+}
+
+impl Handler for ReceiptsHandler {
+    async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
+        let mut failures = Vec::new();
+        for (i, r) in records.iter().enumerate() {
+            let event = match self.codec.decode::<ReceiptEvent>(r.payload.as_deref()).await {
+                Ok(e) => e,
+                Err(CodecError::UnknownKind { .. }) => continue,
+                Err(e) => {
+                    failures.push(RecordFailure::new(i, e.is_retryable(), e.to_string()));
+                    continue;
+                }
+            };
+            match self.apply(&event).await {
+                Ok(()) => {}
+                Err(RecordFailureKind::Retry(why)) => failures.push(RecordFailure::new(i, true, why)),
+                Err(RecordFailureKind::Fatal(why)) => failures.push(RecordFailure::new(i, false, why)),
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures)
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The realtime bus over Redis Pub/Sub: each gateway subscribes to its node
+//! channel and the broadcast channel, drops loops and duplicates (event id
+//! LRU), checks the tenant, and hands envelopes to its local sessions.
+//! Pub/Sub only delays or loses realtime copies; every message has a
+//! durable source of truth the client catches up from by seq.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::aio::ConnectionManager;
+
+use crate::metrics as m;
+use crate::shutdown::Shutdown;
+
+use super::envelope::{node_channel, Envelope, Kind, TargetType, BROADCAST_CHANNEL};
+use super::hub::{Hub, Outbound};
+
+/// Recently seen event ids; the oldest are forgotten first.
+pub struct SeenIds {
+    order: VecDeque<String>,
+    set: HashSet<String>,
+    capacity: usize,
+}
+
+impl SeenIds {
+    pub fn new(capacity: usize) -> Self {
+        Self { order: VecDeque::with_capacity(capacity), set: HashSet::with_capacity(capacity), capacity }
+    }
+
+    /// `true` the first time an id is seen.
+    pub fn first_time(&mut self, id: &str) -> bool {
+        if self.set.contains(id) {
+            return false;
+        }
+        if self.order.len() == self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+        self.order.push_back(id.to_string());
+        self.set.insert(id.to_string());
+        true
+    }
+}
+
+/// Publishes an envelope to each node (or the broadcast channel when the
+/// online-node index is missing). One round trip for all channels.
+pub async fn publish(
+    redis: &mut ConnectionManager,
+    nodes: Option<&[String]>,
+    envelope: &Envelope,
+) -> redis::RedisResult<()> {
+    let text = serde_json::to_string(envelope).unwrap_or_default();
+    let mut pipe = redis::pipe();
+    match nodes {
+        Some(nodes) => {
+            for n in nodes {
+                pipe.publish(node_channel(n), &text).ignore();
+            }
+        }
+        None => {
+            pipe.publish(BROADCAST_CHANNEL, &text).ignore();
+        }
+    }
+    pipe.query_async(redis).await
+}
+
+/// Delivers one envelope to local sessions; returns how many got it.
+pub fn dispatch(hub: &Hub, tenants: &HashSet<String>, seen: &mut SeenIds, envelope: Envelope) -> usize {
+    if !tenants.contains(&envelope.tenant_id) {
+        metrics::counter!(m::ENVELOPES_TOTAL, "outcome" => "foreign_tenant").increment(1);
+        return 0;
+    }
+    if !seen.first_time(&envelope.event_id) {
+        metrics::counter!(m::ENVELOPES_TOTAL, "outcome" => "duplicate").increment(1);
+        return 0;
+    }
+    metrics::counter!(m::ENVELOPES_TOTAL, "outcome" => "accepted").increment(1);
+    let tenant = envelope.tenant_id.as_str();
+    let payload: Arc<str> = Arc::from(envelope.payload);
+    let out = match envelope.kind {
+        Kind::Deliver => Outbound::Frame(payload.clone()),
+        Kind::Close => Outbound::Close(payload.clone()),
+    };
+    let delivered = match envelope.target_type {
+        TargetType::Topic => match &out {
+            Outbound::Frame(frame) => hub.to_topic(tenant, &envelope.target, &envelope.skip_sid, frame),
+            Outbound::Close(_) => 0,
+        },
+        TargetType::User | TargetType::Device => {
+            let (uid, device) = match envelope.target.split_once('/') {
+                Some((u, d)) => (u, Some(d)),
+                None => (envelope.target.as_str(), None),
+            };
+            let Ok(uid) = uid.parse::<i64>() else { return 0 };
+            hub.user_sessions(tenant, uid, device, &envelope.skip_sid)
+                .iter()
+                .filter(|s| s.offer(out.clone()))
+                .count()
+        }
+        TargetType::Session => hub
+            .all_sessions()
+            .iter()
+            .filter(|s| &*s.tenant == tenant && *s.sid == *envelope.target)
+            .filter(|s| s.offer(out.clone()))
+            .count(),
+    };
+    if envelope.occurred_at > 0 && delivered > 0 {
+        let ms = (crate::events::now_ms() - envelope.occurred_at).max(0);
+        metrics::histogram!(m::DELIVERY_LATENCY).record(ms as f64 / 1000.0);
+    }
+    metrics::counter!(m::DELIVERIES_TOTAL).increment(delivered as u64);
+    delivered
+}
+
+/// Subscribes to `node`'s channel and the broadcast channel until shutdown,
+/// reconnecting after errors.
+pub async fn run_subscriber(redis_url: String, node: String, hub: Hub, tenants: HashSet<String>, shutdown: Shutdown) {
+    let mut seen = SeenIds::new(20_000);
+    let channels = [node_channel(&node), BROADCAST_CHANNEL.to_string()];
+    loop {
+        if shutdown.is_triggered() {
+            return;
+        }
+        match subscribe_once(&redis_url, &channels, &hub, &tenants, &mut seen, &shutdown).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(%node, error = %e, "realtime subscription lost; resubscribing");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+            }
+        }
+    }
+}
+
+async fn subscribe_once(
+    url: &str,
+    channels: &[String],
+    hub: &Hub,
+    tenants: &HashSet<String>,
+    seen: &mut SeenIds,
+    shutdown: &Shutdown,
+) -> redis::RedisResult<()> {
+    let client = redis::Client::open(url)?;
+    let mut pubsub = client.get_async_pubsub().await?;
+    for c in channels {
+        pubsub.subscribe(c).await?;
+    }
+    tracing::info!(?channels, "realtime bus subscribed");
+    let mut stream = pubsub.on_message();
+    loop {
+        let msg = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            m = stream.next() => m,
+        };
+        let Some(msg) = msg else {
+            return Err(redis::RedisError::from((redis::ErrorKind::IoError, "pubsub stream ended")));
+        };
+        let Ok(payload) = msg.get_payload::<String>() else { continue };
+        match serde_json::from_str::<Envelope>(&payload) {
+            Ok(envelope) => {
+                dispatch(hub, tenants, seen, envelope);
+            }
+            Err(e) => tracing::warn!(error = %e, "malformed realtime envelope"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seen_ids_forget_the_oldest() {
+        let mut s = SeenIds::new(2);
+        assert!(s.first_time("a"));
+        assert!(!s.first_time("a"));
+        assert!(s.first_time("b"));
+        assert!(s.first_time("c"));
+        assert!(s.first_time("a"), "a was evicted");
+    }
+
+    #[tokio::test]
+    async fn dispatch_checks_tenant_dedups_and_skips_sender() {
+        let hub = Hub::default();
+        let (tx1, mut rx1) = tokio::sync::mpsc::channel(8);
+        let (tx2, mut rx2) = tokio::sync::mpsc::channel(8);
+        let handle = |sid: &str, device: &str, tx| super::super::hub::SessionHandle {
+            sid: sid.into(),
+            tenant: "a".into(),
+            uid: 1,
+            device: device.into(),
+            auth_version: 0,
+            since_ms: 0,
+            tx,
+        };
+        let s1 = handle("s1", "d1", tx1);
+        let s2 = handle("s2", "d2", tx2);
+        for s in [&s1, &s2] {
+            hub.add_session(s);
+            hub.attach(s, "grpX");
+        }
+        let tenants: HashSet<String> = ["a".to_string()].into();
+        let mut seen = SeenIds::new(16);
+        let env = |id: &str, tenant: &str| Envelope {
+            event_id: id.into(),
+            tenant_id: tenant.into(),
+            kind: Kind::Deliver,
+            target_type: TargetType::Topic,
+            target: "grpX".into(),
+            skip_sid: "s1".into(),
+            dedup_key: String::new(),
+            occurred_at: 0,
+            payload: "{\"data\":{}}".into(),
+        };
+        assert_eq!(dispatch(&hub, &tenants, &mut seen, env("e1", "b")), 0, "other tenant");
+        assert_eq!(dispatch(&hub, &tenants, &mut seen, env("e1", "a")), 1, "sender's session skipped");
+        assert_eq!(dispatch(&hub, &tenants, &mut seen, env("e1", "a")), 0, "duplicate dropped");
+        assert!(rx1.try_recv().is_err());
+        assert!(matches!(rx2.try_recv(), Ok(Outbound::Frame(_))));
+    }
+}

@@ -1,0 +1,56 @@
+//! The realtime bus envelope (seed 002 §4.1): what a pipeline or gateway
+//! publishes to a node's channel. `payload` is the Tinode frame, encoded
+//! once per event and forwarded to every matching session as is.
+
+use serde::{Deserialize, Serialize};
+
+/// Who an envelope is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetType {
+    /// Sessions attached to topic `target`.
+    Topic,
+    /// Every session of user `target` (uid).
+    User,
+    /// Sessions of user/device `target` (`uid/device`).
+    Device,
+    /// Session `target` (sid).
+    Session,
+}
+
+/// What the envelope does at the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// Deliver `payload` to the target sessions.
+    Deliver,
+    /// Close the target sessions (`payload` is the reason).
+    Close,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    pub event_id: String,
+    pub tenant_id: String,
+    pub kind: Kind,
+    pub target_type: TargetType,
+    pub target: String,
+    /// Session that must not get this (the sender's own, for `noecho`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub skip_sid: String,
+    /// Identity of the delivered thing (e.g. `msg:{topic}:{seq}`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub dedup_key: String,
+    /// Epoch ms when the underlying event happened (delivery latency).
+    #[serde(default)]
+    pub occurred_at: i64,
+    pub payload: String,
+}
+
+/// Pub/Sub channel of one gateway node.
+pub fn node_channel(node: &str) -> String {
+    format!("im:rt:node:{node}")
+}
+
+/// Channel every gateway listens to (broadcast fallback, session control).
+pub const BROADCAST_CHANNEL: &str = "im:rt:all";

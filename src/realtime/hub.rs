@@ -1,0 +1,155 @@
+//! The gateway's local sessions, indexed by attached topic and by user, so
+//! an envelope reaches its sessions without scanning. Delivery never
+//! blocks: a full session queue drops the frame (counted), and the client
+//! catches up by seq.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+
+use crate::metrics as m;
+
+/// What a session's writer task receives.
+#[derive(Debug, Clone)]
+pub enum Outbound {
+    /// A text frame; shared by every session that gets the same message.
+    Frame(Arc<str>),
+    /// Close the connection with this reason.
+    Close(Arc<str>),
+}
+
+/// A local session as the hub sees it.
+#[derive(Clone)]
+pub struct SessionHandle {
+    pub sid: Arc<str>,
+    pub tenant: Arc<str>,
+    pub uid: i64,
+    pub device: Arc<str>,
+    /// auth_version of the token the session logged in with.
+    pub auth_version: i64,
+    /// When the session logged in (epoch ms); a device revoked later closes it.
+    pub since_ms: i64,
+    pub tx: mpsc::Sender<Outbound>,
+}
+
+impl SessionHandle {
+    /// Queues without waiting; `false` when the queue is full or closed.
+    pub fn offer(&self, out: Outbound) -> bool {
+        match self.tx.try_send(out) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                metrics::counter!(m::DELIVERY_DROPPED_TOTAL).increment(1);
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+}
+
+type TopicKey = (Arc<str>, Arc<str>);
+type UserKey = (Arc<str>, i64);
+
+#[derive(Default)]
+struct Index {
+    by_topic: HashMap<TopicKey, HashMap<Arc<str>, SessionHandle>>,
+    by_user: HashMap<UserKey, HashMap<Arc<str>, SessionHandle>>,
+}
+
+/// Local sessions of one gateway.
+#[derive(Clone, Default)]
+pub struct Hub {
+    index: Arc<Mutex<Index>>,
+}
+
+impl Hub {
+    pub fn add_session(&self, s: &SessionHandle) {
+        let mut idx = self.index.lock().expect("hub lock");
+        idx.by_user
+            .entry((s.tenant.clone(), s.uid))
+            .or_default()
+            .insert(s.sid.clone(), s.clone());
+    }
+
+    pub fn remove_session(&self, s: &SessionHandle) {
+        let mut idx = self.index.lock().expect("hub lock");
+        let key = (s.tenant.clone(), s.uid);
+        if let Some(map) = idx.by_user.get_mut(&key) {
+            map.remove(&s.sid);
+            if map.is_empty() {
+                idx.by_user.remove(&key);
+            }
+        }
+    }
+
+    pub fn attach(&self, s: &SessionHandle, topic: &str) {
+        let mut idx = self.index.lock().expect("hub lock");
+        idx.by_topic
+            .entry((s.tenant.clone(), Arc::from(topic)))
+            .or_default()
+            .insert(s.sid.clone(), s.clone());
+    }
+
+    /// Detaches; returns whether another session of the same user on this
+    /// node is still attached to the topic.
+    pub fn detach(&self, s: &SessionHandle, topic: &str) -> bool {
+        let mut idx = self.index.lock().expect("hub lock");
+        let key: TopicKey = (s.tenant.clone(), Arc::from(topic));
+        let mut still = false;
+        if let Some(map) = idx.by_topic.get_mut(&key) {
+            map.remove(&s.sid);
+            still = map.values().any(|o| o.uid == s.uid);
+            if map.is_empty() {
+                idx.by_topic.remove(&key);
+            }
+        }
+        still
+    }
+
+    /// Queues `frame` for every session attached to the topic except
+    /// `skip_sid`; returns how many got it.
+    pub fn to_topic(&self, tenant: &str, topic: &str, skip_sid: &str, frame: &Arc<str>) -> usize {
+        let targets: Vec<SessionHandle> = {
+            let idx = self.index.lock().expect("hub lock");
+            match idx.by_topic.get(&(Arc::from(tenant), Arc::from(topic))) {
+                Some(map) => map.values().filter(|s| &*s.sid != skip_sid).cloned().collect(),
+                None => return 0,
+            }
+        };
+        targets.iter().filter(|s| s.offer(Outbound::Frame(frame.clone()))).count()
+    }
+
+    /// Sessions of a user (optionally one device), except `skip_sid`.
+    pub fn user_sessions(&self, tenant: &str, uid: i64, device: Option<&str>, skip_sid: &str) -> Vec<SessionHandle> {
+        let idx = self.index.lock().expect("hub lock");
+        idx.by_user
+            .get(&(Arc::from(tenant), uid))
+            .map(|map| {
+                map.values()
+                    .filter(|s| &*s.sid != skip_sid && device.is_none_or(|d| &*s.device == d))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// (tenant, uid) of every local session, and (tenant, topic) of every
+    /// attachment, for the presence heartbeat.
+    pub fn snapshot(&self) -> (Vec<(String, i64)>, Vec<(String, String)>) {
+        let idx = self.index.lock().expect("hub lock");
+        (
+            idx.by_user.keys().map(|(t, u)| (t.to_string(), *u)).collect(),
+            idx.by_topic.keys().map(|(t, x)| (t.to_string(), x.to_string())).collect(),
+        )
+    }
+
+    /// Every local session (for control re-checks).
+    pub fn all_sessions(&self) -> Vec<SessionHandle> {
+        let idx = self.index.lock().expect("hub lock");
+        idx.by_user.values().flat_map(|m| m.values().cloned()).collect()
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.index.lock().expect("hub lock").by_user.values().map(HashMap::len).sum()
+    }
+}

@@ -1,0 +1,212 @@
+//! Presence in Redis (seeds 001 §5.1, 002): users, their sessions, the
+//! nodes' users, and per topic which nodes have online members — the index
+//! the fan-out pipeline uses to publish only where someone listens. Every
+//! key carries a TTL refreshed by the gateway's heartbeat, so a dead node's
+//! presence disappears by itself.
+
+use redis::aio::ConnectionManager;
+
+use crate::keys::{TenantKeys, TopicKeys};
+
+/// Presence keys expire this long after the last heartbeat.
+pub const PRESENCE_TTL_SECS: i64 = 90;
+
+impl TenantKeys {
+    pub fn presence_user(&self, uid: i64) -> String {
+        format!("{}:presence:user:{uid}", self.base())
+    }
+    pub fn presence_sessions(&self, uid: i64) -> String {
+        format!("{}:presence:user:{uid}:sessions", self.base())
+    }
+    pub fn presence_node_users(&self, node: &str) -> String {
+        format!("{}:presence:node:{node}:users", self.base())
+    }
+    /// INT: sessions must re-authenticate when their token's auth_version is lower.
+    pub fn auth_version(&self, uid: i64) -> String {
+        format!("{}:control:user:{uid}:auth_version", self.base())
+    }
+    /// INT epoch ms: sessions and tokens of this device from before are revoked.
+    pub fn device_revoked(&self, uid: i64, device: &str) -> String {
+        format!("{}:control:user:{uid}:device:{device}:revoked_at", self.base())
+    }
+    /// Present while the user is disabled.
+    pub fn user_disabled(&self, uid: i64) -> String {
+        format!("{}:control:user:{uid}:disabled", self.base())
+    }
+}
+
+impl TopicKeys {
+    /// SET of online member uids (all nodes).
+    pub fn online_members(&self) -> String {
+        format!("{}:online_members", self.base())
+    }
+    /// SET of online member uids on one node.
+    pub fn node_online_members(&self, node: &str) -> String {
+        format!("{}:node:{node}:online_members", self.base())
+    }
+    /// ZSET node → last heartbeat ms: nodes with online members.
+    pub fn online_nodes(&self) -> String {
+        format!("{}:online_nodes", self.base())
+    }
+    /// HASH uid → attached session count across nodes (pres on/off).
+    pub fn online_sessions(&self) -> String {
+        format!("{}:online_sessions", self.base())
+    }
+}
+
+/// A session logged in on `node`.
+pub async fn user_online(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    uid: i64,
+    sid: &str,
+    node: &str,
+    now_ms: i64,
+) -> redis::RedisResult<()> {
+    let k = TenantKeys::new(tenant);
+    let mut pipe = redis::pipe();
+    pipe.sadd(k.presence_sessions(uid), sid).ignore();
+    pipe.expire(k.presence_sessions(uid), PRESENCE_TTL_SECS).ignore();
+    pipe.hset_multiple(
+        k.presence_user(uid),
+        &[("online", "1".to_string()), ("node_id", node.to_string()), ("last_active_at", now_ms.to_string())],
+    )
+    .ignore();
+    pipe.hincr(k.presence_user(uid), "session_count", 1).ignore();
+    pipe.expire(k.presence_user(uid), PRESENCE_TTL_SECS).ignore();
+    pipe.sadd(k.presence_node_users(node), uid).ignore();
+    pipe.query_async(redis).await
+}
+
+/// A session ended.
+pub async fn user_offline(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    uid: i64,
+    sid: &str,
+    node: &str,
+    now_ms: i64,
+) -> redis::RedisResult<()> {
+    let k = TenantKeys::new(tenant);
+    let (left,): (i64,) = redis::pipe()
+        .srem(k.presence_sessions(uid), sid)
+        .ignore()
+        .hincr(k.presence_user(uid), "session_count", -1)
+        .query_async(redis)
+        .await?;
+    if left <= 0 {
+        let _: () = redis::pipe()
+            .hset_multiple(k.presence_user(uid), &[("online", "0".to_string()), ("last_seen_at", now_ms.to_string())])
+            .ignore()
+            .hset(k.presence_user(uid), "session_count", 0)
+            .ignore()
+            .srem(k.presence_node_users(node), uid)
+            .ignore()
+            .query_async(redis)
+            .await?;
+    }
+    Ok(())
+}
+
+/// A user's session attached to a topic; returns true when it is the
+/// user's first attached session anywhere (→ `{pres what="on"}`).
+pub async fn attach(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    topic: &str,
+    uid: i64,
+    node: &str,
+    now_ms: i64,
+) -> redis::RedisResult<bool> {
+    let k = TopicKeys::new(tenant, topic);
+    let (count,): (i64,) = redis::pipe()
+        .sadd(k.online_members(), uid)
+        .ignore()
+        .expire(k.online_members(), PRESENCE_TTL_SECS)
+        .ignore()
+        .sadd(k.node_online_members(node), uid)
+        .ignore()
+        .expire(k.node_online_members(node), PRESENCE_TTL_SECS)
+        .ignore()
+        .zadd(k.online_nodes(), node, now_ms)
+        .ignore()
+        .expire(k.online_nodes(), PRESENCE_TTL_SECS)
+        .ignore()
+        .hincr(k.online_sessions(), uid, 1)
+        .expire(k.online_sessions(), PRESENCE_TTL_SECS)
+        .ignore()
+        .query_async(redis)
+        .await?;
+    Ok(count == 1)
+}
+
+/// A user's session detached; `still_on_node` tells whether another of the
+/// user's sessions on this node is still attached. Returns true when it was
+/// the user's last attached session anywhere (→ `{pres what="off"}`).
+pub async fn detach(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    topic: &str,
+    uid: i64,
+    node: &str,
+    still_on_node: bool,
+) -> redis::RedisResult<bool> {
+    let k = TopicKeys::new(tenant, topic);
+    let (count,): (i64,) = redis::pipe().hincr(k.online_sessions(), uid, -1).query_async(redis).await?;
+    let mut pipe = redis::pipe();
+    if !still_on_node {
+        pipe.srem(k.node_online_members(node), uid).ignore();
+    }
+    if count <= 0 {
+        pipe.hdel(k.online_sessions(), uid).ignore();
+        pipe.srem(k.online_members(), uid).ignore();
+    }
+    pipe.query_async::<()>(redis).await?;
+    Ok(count <= 0)
+}
+
+/// Nodes that have had online members of `topic` within the presence TTL.
+pub async fn online_nodes(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    topic: &str,
+    now_ms: i64,
+) -> redis::RedisResult<Option<Vec<String>>> {
+    let k = TopicKeys::new(tenant, topic);
+    let exists: bool = redis::cmd("EXISTS").arg(k.online_nodes()).query_async(redis).await?;
+    if !exists {
+        return Ok(None);
+    }
+    let nodes: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+        .arg(k.online_nodes())
+        .arg(now_ms - PRESENCE_TTL_SECS * 1000)
+        .arg("+inf")
+        .query_async(redis)
+        .await?;
+    Ok(Some(nodes))
+}
+
+/// Heartbeat of one node: refreshes the TTLs of its users and topics.
+pub async fn refresh(
+    redis: &mut ConnectionManager,
+    node: &str,
+    users: &[(String, i64)],
+    topics: &[(String, String)],
+    now_ms: i64,
+) -> redis::RedisResult<()> {
+    let mut pipe = redis::pipe();
+    for (tenant, uid) in users {
+        let k = TenantKeys::new(tenant);
+        pipe.expire(k.presence_user(*uid), PRESENCE_TTL_SECS).ignore();
+        pipe.expire(k.presence_sessions(*uid), PRESENCE_TTL_SECS).ignore();
+        pipe.expire(k.presence_node_users(node), PRESENCE_TTL_SECS).ignore();
+    }
+    for (tenant, topic) in topics {
+        let k = TopicKeys::new(tenant, topic);
+        pipe.zadd(k.online_nodes(), node, now_ms).ignore();
+        for key in [k.online_nodes(), k.online_members(), k.node_online_members(node), k.online_sessions()] {
+            pipe.expire(key, PRESENCE_TTL_SECS).ignore();
+        }
+    }
+    pipe.query_async(redis).await
+}
