@@ -63,6 +63,8 @@ pub enum Command {
 pub enum BenchCommand {
     /// Send-ack latency and send-to-MySQL throughput over WebSocket clients.
     Send(crate::bench::send::SendArgs),
+    /// End-to-end delivery latency, deliveries/s and memory per session for one big group.
+    Fanout(crate::bench::fanout::FanoutArgs),
 }
 
 #[derive(Debug, Args)]

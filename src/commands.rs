@@ -80,12 +80,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 let pool = crate::tenant::database_pool(&config.mysql, &t.database)?;
                 let topics: Vec<String> = match &topic {
                     Some(x) => vec![x.clone()],
-                    None => sqlx::query_scalar("SELECT DISTINCT topic FROM im_group_message_topic_shards")
+                    None => {
+                        sqlx::query_scalar(
+                            "SELECT DISTINCT topic FROM im_group_message_topic_shards",
+                        )
                         .fetch_all(&pool)
-                        .await?,
+                        .await?
+                    }
                 };
                 for x in topics {
-                    let rows = crate::store::routes::rebuild_topic(&pool, &mut redis, &t.id, &x).await?;
+                    let rows =
+                        crate::store::routes::rebuild_topic(&pool, &mut redis, &t.id, &x).await?;
                     println!("{}\t{x}\t{} month(s)", t.id, rows.len());
                     total += 1;
                 }
@@ -112,6 +117,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dev(args) => dev(&config, args).await,
         Command::Bench(crate::cli::BenchCommand::Send(args)) => {
             crate::bench::send::run(&config, args).await
+        }
+        Command::Bench(crate::cli::BenchCommand::Fanout(args)) => {
+            crate::bench::fanout::run(&config, args).await
         }
     }
 }

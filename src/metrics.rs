@@ -30,6 +30,8 @@ pub const PIPELINE_RETRIES_TOTAL: &str = "imstream_pipeline_retries_total";
 pub const PIPELINE_DLQ_TOTAL: &str = "imstream_pipeline_dlq_total";
 pub const PIPELINE_LAG: &str = "imstream_pipeline_consumer_lag";
 pub const DELIVERY_LATENCY: &str = "imstream_delivery_latency_seconds";
+pub const PROCESS_RESIDENT_BYTES: &str = "imstream_process_resident_bytes";
+pub const GATEWAY_SESSIONS: &str = "imstream_gateway_sessions";
 pub const DELIVERIES_TOTAL: &str = "imstream_deliveries_total";
 pub const DELIVERY_DROPPED_TOTAL: &str = "imstream_delivery_dropped_total";
 pub const ENVELOPES_TOTAL: &str = "imstream_realtime_envelopes_total";
@@ -93,4 +95,11 @@ pub fn describe_all() {
         REGISTRY_REQUESTS_TOTAL,
         "Schema registry requests by route and status"
     );
+}
+
+/// Resident set size of this process (Linux), in bytes.
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
 }

@@ -3,6 +3,7 @@
 //! Benchmarks live here, never in tests.
 
 pub mod client;
+pub mod fanout;
 pub mod send;
 
 use hdrhistogram::Histogram;

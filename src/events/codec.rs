@@ -3,7 +3,8 @@
 //! carries (registered under TopicNameStrategy, `<topic>-value`) and read
 //! with whatever writer schema the record names.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use apache_avro::types::Value;
 use apache_avro::Schema;
@@ -47,6 +48,18 @@ impl CodecError {
 pub struct EventCodec {
     encoder: Arc<AvroEncoder>,
     decoder: Arc<AvroDecoder>,
+    /// Subject strategy per Kafka topic (carries this build's schema text).
+    strategies: Arc<Mutex<HashMap<String, Arc<SubjectNameStrategy>>>>,
+    /// Writer schema id → this build's index of each body union branch
+    /// (`None` for a branch this build does not know).
+    branch_maps: Arc<Mutex<HashMap<u32, Arc<BranchMap>>>>,
+}
+
+/// How a writer schema's body branches map onto this build's.
+#[derive(Debug)]
+struct BranchMap {
+    to_reader: Vec<Option<u32>>,
+    writer_names: Vec<String>,
 }
 
 impl EventCodec {
@@ -58,18 +71,32 @@ impl EventCodec {
         Ok(Self {
             encoder: Arc::new(AvroEncoder::new(settings.clone())),
             decoder: Arc::new(AvroDecoder::new(settings)),
+            strategies: Arc::default(),
+            branch_maps: Arc::default(),
         })
+    }
+
+    fn strategy<E: Event>(&self, topic: &str) -> Result<Arc<SubjectNameStrategy>, CodecError> {
+        if let Some(s) = self.strategies.lock().expect("codec lock").get(topic) {
+            return Ok(s.clone());
+        }
+        let schema = parse_schema::<E>()?;
+        let strategy = Arc::new(SubjectNameStrategy::TopicNameStrategyWithSchema(
+            topic.to_string(),
+            false,
+            get_supplied_schema(&schema),
+        ));
+        self.strategies
+            .lock()
+            .expect("codec lock")
+            .insert(topic.to_string(), strategy.clone());
+        Ok(strategy)
     }
 
     /// Encodes `event` for Kafka topic `topic`. The first call per topic
     /// registers (or finds) this build's schema and caches its id.
     pub async fn encode<E: Event>(&self, topic: &str, event: &E) -> Result<Vec<u8>, CodecError> {
-        let schema = parse_schema::<E>()?;
-        let strategy = SubjectNameStrategy::TopicNameStrategyWithSchema(
-            topic.to_string(),
-            false,
-            get_supplied_schema(&schema),
-        );
+        let strategy = self.strategy::<E>(topic)?;
         Ok(self.encoder.encode_struct(event, &strategy).await?)
     }
 
@@ -81,8 +108,8 @@ impl EventCodec {
             .decode_with_schema(bytes)
             .await?
             .ok_or(CodecError::Empty)?;
-        let reader = parse_schema::<E>()?;
-        let value = remap_body_branch::<E>(decoded.value, &decoded.schema.parsed, &reader)?;
+        let map = self.branch_map::<E>(decoded.schema.id, &decoded.schema.parsed)?;
+        let value = apply_branch_map::<E>(decoded.value, &map)?;
         apache_avro::from_value(&value).map_err(|source| CodecError::Shape {
             kind: E::KIND,
             source,
@@ -90,27 +117,46 @@ impl EventCodec {
     }
 }
 
-/// The schema of `E` this build carries, parsed once per type.
-fn parse_schema<E: Event>() -> Result<Schema, CodecError> {
-    Schema::parse_str(E::SCHEMA).map_err(|source| CodecError::BadSchema {
-        kind: E::KIND,
-        source,
-    })
+impl EventCodec {
+    fn branch_map<E: Event>(
+        &self,
+        writer_id: u32,
+        writer: &Schema,
+    ) -> Result<Arc<BranchMap>, CodecError> {
+        if let Some(m) = self.branch_maps.lock().expect("codec lock").get(&writer_id) {
+            return Ok(m.clone());
+        }
+        let reader = parse_schema::<E>()?;
+        let map = Arc::new(branch_map_between(writer, &reader));
+        self.branch_maps
+            .lock()
+            .expect("codec lock")
+            .insert(writer_id, map.clone());
+        Ok(map)
+    }
 }
 
-/// Union branches are chosen by index on the wire. Rewrites the `body`
-/// branch index from the writer schema's numbering to this build's, by
-/// record name, so a reordered or extended union still decodes right.
-fn remap_body_branch<E: Event>(
-    value: Value,
-    writer: &Schema,
-    reader: &Schema,
-) -> Result<Value, CodecError> {
-    let (Some(writer_branches), Some(reader_branches)) =
-        (body_branches(writer), body_branches(reader))
-    else {
-        return Ok(value);
-    };
+/// Parsed schemas of this build, by event kind (parsed once).
+static PARSED: LazyLock<Mutex<HashMap<&'static str, Schema>>> = LazyLock::new(Mutex::default);
+
+/// The schema of `E` this build carries.
+fn parse_schema<E: Event>() -> Result<Schema, CodecError> {
+    if let Some(s) = PARSED.lock().expect("schema cache").get(E::KIND) {
+        return Ok(s.clone());
+    }
+    let schema = Schema::parse_str(E::SCHEMA).map_err(|source| CodecError::BadSchema {
+        kind: E::KIND,
+        source,
+    })?;
+    PARSED
+        .lock()
+        .expect("schema cache")
+        .insert(E::KIND, schema.clone());
+    Ok(schema)
+}
+
+/// Rewrites the `body` branch index with a cached [`BranchMap`].
+fn apply_branch_map<E: Event>(value: Value, map: &BranchMap) -> Result<Value, CodecError> {
     let Value::Record(mut fields) = value else {
         return Ok(value);
     };
@@ -119,20 +165,36 @@ fn remap_body_branch<E: Event>(
             continue;
         }
         if let Value::Union(index, inner) = field {
-            let branch = writer_branches
-                .get(*index as usize)
-                .cloned()
-                .unwrap_or_default();
-            let Some(mine) = reader_branches.iter().position(|b| *b == branch) else {
+            let Some(Some(mine)) = map.to_reader.get(*index as usize) else {
                 return Err(CodecError::UnknownKind {
                     kind: E::KIND,
-                    name: branch,
+                    name: map
+                        .writer_names
+                        .get(*index as usize)
+                        .cloned()
+                        .unwrap_or_default(),
                 });
             };
-            *field = Value::Union(mine as u32, std::mem::replace(inner, Box::new(Value::Null)));
+            *field = Value::Union(*mine, std::mem::replace(inner, Box::new(Value::Null)));
         }
     }
     Ok(Value::Record(fields))
+}
+
+/// Union branches are chosen by index on the wire: maps the writer
+/// schema's body branches to this build's by record name, so a reordered or
+/// extended union still decodes right.
+fn branch_map_between(writer: &Schema, reader: &Schema) -> BranchMap {
+    let writer_names = body_branches(writer).unwrap_or_default();
+    let reader_names = body_branches(reader).unwrap_or_default();
+    let to_reader = writer_names
+        .iter()
+        .map(|w| reader_names.iter().position(|r| r == w).map(|p| p as u32))
+        .collect();
+    BranchMap {
+        to_reader,
+        writer_names,
+    }
 }
 
 /// Record names of the `body` union of an envelope schema.
@@ -226,7 +288,8 @@ mod tests {
             "body".into(),
             Value::Union(0, Box::new(Value::Record(vec![]))),
         )]);
-        let remapped = remap_body_branch::<GroupEvent>(value, &writer, &reader).unwrap();
+        let map = branch_map_between(&writer, &reader);
+        let remapped = apply_branch_map::<GroupEvent>(value, &map).unwrap();
         assert_eq!(
             remapped,
             Value::Record(vec![(

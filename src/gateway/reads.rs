@@ -31,11 +31,20 @@ impl From<HistoryError> for Refusal {
 }
 
 /// Refuses non-members (403) and dissolved groups (404).
-pub async fn ensure_member(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Result<(), Refusal> {
+pub async fn ensure_member(
+    gw: &Gateway,
+    tenant: &str,
+    topic: &str,
+    uid: i64,
+) -> Result<(), Refusal> {
     if !proto::is_group_topic(topic) {
         return Err(Refusal(404, "topic not found".into()));
     }
-    let pool = gw.sender.pools().get(tenant).map_err(|_| Refusal(500, "internal error".into()))?;
+    let pool = gw
+        .sender
+        .pools()
+        .get(tenant)
+        .map_err(|_| Refusal(500, "internal error".into()))?;
     let mut redis = gw.sender.redis();
     match crate::groups::membership(pool, &mut redis, tenant, topic, uid).await {
         Ok(Membership::Member) => Ok(()),
@@ -55,10 +64,17 @@ pub async fn query_data(
     uid: i64,
     q: &proto::DataQuery,
 ) -> Result<Vec<StoredMessage>, Refusal> {
-    let limit = q.limit.unwrap_or(crate::history::DEFAULT_LIMIT).clamp(1, crate::history::MAX_LIMIT);
+    let limit = q
+        .limit
+        .unwrap_or(crate::history::DEFAULT_LIMIT)
+        .clamp(1, crate::history::MAX_LIMIT);
     let mut out: Vec<StoredMessage> = Vec::new();
     match &q.ranges {
         Some(ranges) if !ranges.is_empty() => {
+            // One page read per range: bounded like `{del}`'s ranges.
+            if ranges.len() > 100 {
+                return Err(Refusal(400, "malformed: at most 100 ranges".into()));
+            }
             for r in ranges {
                 let hi = r.hi.unwrap_or(r.low + 1);
                 if r.low < 1 || hi <= r.low {
@@ -66,7 +82,12 @@ pub async fn query_data(
                 }
                 let page = gw
                     .history
-                    .page(tenant, topic, uid, PageQuery::new(Some(r.low), Some(hi), Some(limit), false)?)
+                    .page(
+                        tenant,
+                        topic,
+                        uid,
+                        PageQuery::new(Some(r.low), Some(hi), Some(limit), false)?,
+                    )
                     .await?;
                 out.extend(page.messages);
             }
@@ -128,19 +149,37 @@ pub async fn clear_history(
         source_sid: sid.to_string(),
         source_node: gw.node_id.clone(),
         traceparent: String::new(),
-        body: GroupEventBody::HistoryCleared(HistoryCleared { uid, ranges: clean, del_id: del_id as i32 }),
+        body: GroupEventBody::HistoryCleared(HistoryCleared {
+            uid,
+            ranges: clean,
+            del_id: del_id as i32,
+        }),
     };
     gw.sender
         .producer()
-        .send(TopicKind::GroupEvents, &format!("{tenant}:{topic}"), &event, None)
+        .send(
+            TopicKind::GroupEvents,
+            &format!("{tenant}:{topic}"),
+            &event,
+            None,
+        )
         .await
         .map_err(|_| Refusal(503, "service unavailable, retry".into()))?;
     Ok(del_id as i32)
 }
 
 /// The reader's delete log as Tinode's `{meta del}` body, if any.
-pub async fn deleted_ranges(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Result<Option<Value>, Refusal> {
-    let pool = gw.sender.pools().get(tenant).map_err(|_| Refusal(500, "internal error".into()))?;
+pub async fn deleted_ranges(
+    gw: &Gateway,
+    tenant: &str,
+    topic: &str,
+    uid: i64,
+) -> Result<Option<Value>, Refusal> {
+    let pool = gw
+        .sender
+        .pools()
+        .get(tenant)
+        .map_err(|_| Refusal(500, "internal error".into()))?;
     let rows: Vec<(i32, i64, i64)> = sqlx::query_as(
         "SELECT delid, low, hi FROM im_dellog WHERE topic = ? AND deletedfor IN (0, ?) ORDER BY delid, low",
     )
@@ -155,7 +194,13 @@ pub async fn deleted_ranges(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -
     let clear = rows.iter().map(|r| r.0).max().unwrap_or(0);
     let delseq: Vec<Value> = rows
         .iter()
-        .map(|(_, low, hi)| if *hi == low + 1 { json!({"low": low}) } else { json!({"low": low, "hi": hi}) })
+        .map(|(_, low, hi)| {
+            if *hi == low + 1 {
+                json!({"low": low})
+            } else {
+                json!({"low": low, "hi": hi})
+            }
+        })
         .collect();
     Ok(Some(json!({"clear": clear, "delseq": delseq})))
 }

@@ -20,7 +20,9 @@ pub struct Coalescer<K, V: Clone> {
 
 impl<K, V: Clone> Default for Coalescer<K, V> {
     fn default() -> Self {
-        Self { inflight: Arc::new(Mutex::new(HashMap::new())) }
+        Self {
+            inflight: Arc::new(Mutex::new(HashMap::new())),
+        }
     }
 }
 
@@ -95,7 +97,11 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         // Once done, a new call fetches again.
         let calls2 = calls.clone();
-        c.run("k", async move { calls2.fetch_add(1, Ordering::SeqCst); 8 }).await;
+        c.run("k", async move {
+            calls2.fetch_add(1, Ordering::SeqCst);
+            8
+        })
+        .await;
         assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 
@@ -107,7 +113,11 @@ mod tests {
             1
         });
         // Poll the leader once (it registers), then drop it mid-flight.
-        assert!(tokio::time::timeout(std::time::Duration::from_millis(1), leader).await.is_err());
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(1), leader)
+                .await
+                .is_err()
+        );
         assert_eq!(c.run("k", async { 2 }).await, 2);
         assert_eq!(c.run("k", async { 3 }).await, 3);
     }

@@ -5,7 +5,11 @@
 use sqlx::mysql::MySqlPool;
 
 /// The ranges hidden from `reader` in `topic`.
-pub async fn ranges_for(pool: &MySqlPool, topic: &str, reader: i64) -> sqlx::Result<Vec<(i64, i64)>> {
+pub async fn ranges_for(
+    pool: &MySqlPool,
+    topic: &str,
+    reader: i64,
+) -> sqlx::Result<Vec<(i64, i64)>> {
     sqlx::query_as("SELECT low, hi FROM im_dellog WHERE topic = ? AND deletedfor IN (0, ?)")
         .bind(topic)
         .bind(reader)

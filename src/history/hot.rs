@@ -24,14 +24,16 @@ pub async fn put(
 ) -> redis::RedisResult<()> {
     let keys = TopicKeys::new(tenant, topic);
     let age_ms = now_ms - msg.ts;
-    let ttl = HOT_TTL_SECS - age_ms / 1000;
+    // Capped: an event stamped ahead of this clock stays at most 24 h.
+    let ttl = (HOT_TTL_SECS - age_ms / 1000).min(HOT_TTL_SECS);
     if ttl <= 0 {
         return Ok(()); // replaying old events: not hot any more
     }
     let snapshot = serde_json::to_string(msg).unwrap_or_default();
     let member = format!("{}:{}", msg.seq, msg.ts);
     let mut pipe = redis::pipe();
-    pipe.set_ex(keys.hot_msg(msg.seq), snapshot, ttl as u64).ignore();
+    pipe.set_ex(keys.hot_msg(msg.seq), snapshot, ttl as u64)
+        .ignore();
     pipe.zadd(keys.hot_seqs(), member, msg.seq).ignore();
     pipe.expire(keys.hot_seqs(), HOT_TTL_SECS).ignore();
     pipe.query_async::<()>(redis).await?;
@@ -39,21 +41,43 @@ pub async fn put(
 }
 
 /// Removes the oldest entries whose time is past the TTL.
-async fn trim(redis: &mut ConnectionManager, keys: &TopicKeys, now_ms: i64) -> redis::RedisResult<()> {
-    let oldest: Vec<String> = redis::cmd("ZRANGE").arg(keys.hot_seqs()).arg(0).arg(31).query_async(redis).await?;
+async fn trim(
+    redis: &mut ConnectionManager,
+    keys: &TopicKeys,
+    now_ms: i64,
+) -> redis::RedisResult<()> {
+    let oldest: Vec<String> = redis::cmd("ZRANGE")
+        .arg(keys.hot_seqs())
+        .arg(0)
+        .arg(31)
+        .query_async(redis)
+        .await?;
     let cutoff = now_ms - HOT_TTL_SECS * 1000;
     let expired: Vec<&String> = oldest
         .iter()
-        .filter(|m| m.split_once(':').and_then(|(_, t)| t.parse::<i64>().ok()).is_some_and(|t| t < cutoff))
+        .filter(|m| {
+            m.split_once(':')
+                .and_then(|(_, t)| t.parse::<i64>().ok())
+                .is_some_and(|t| t < cutoff)
+        })
         .collect();
     if !expired.is_empty() {
-        let _: () = redis::cmd("ZREM").arg(keys.hot_seqs()).arg(expired).query_async(redis).await?;
+        let _: () = redis::cmd("ZREM")
+            .arg(keys.hot_seqs())
+            .arg(expired)
+            .query_async(redis)
+            .await?;
     }
     Ok(())
 }
 
 /// Removes one message's snapshot (recall, delete).
-pub async fn remove(redis: &mut ConnectionManager, tenant: &str, topic: &str, seq: i64) -> redis::RedisResult<()> {
+pub async fn remove(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    topic: &str,
+    seq: i64,
+) -> redis::RedisResult<()> {
     let keys = TopicKeys::new(tenant, topic);
     let _: () = redis::pipe()
         .del(keys.hot_msg(seq))
@@ -79,7 +103,11 @@ pub async fn page(
     let keys = TopicKeys::new(tenant, topic);
     let high = query.high();
     let low = query.low();
-    let max = if high == i64::MAX { "+inf".to_string() } else { format!("({high}") };
+    let max = if high == i64::MAX {
+        "+inf".to_string()
+    } else {
+        format!("({high}")
+    };
     let members: Vec<String> = redis::cmd("ZREVRANGEBYSCORE")
         .arg(keys.hot_seqs())
         .arg(&max)
@@ -113,7 +141,10 @@ pub async fn page(
         return Ok(None);
     }
     let snapshot_keys: Vec<String> = seqs.iter().map(|s| keys.hot_msg(*s)).collect();
-    let snapshots: Vec<Option<String>> = redis::cmd("MGET").arg(snapshot_keys).query_async(redis).await?;
+    let snapshots: Vec<Option<String>> = redis::cmd("MGET")
+        .arg(snapshot_keys)
+        .query_async(redis)
+        .await?;
     let mut out = Vec::with_capacity(seqs.len());
     for snap in snapshots {
         let Some(msg) = snap.and_then(|s| serde_json::from_str::<StoredMessage>(&s).ok()) else {

@@ -108,20 +108,36 @@ pub struct PageQuery {
 
 impl PageQuery {
     /// Validates client-supplied bounds.
-    pub fn new(since: Option<i64>, before: Option<i64>, limit: Option<i64>, ascending: bool) -> Result<Self, HistoryError> {
+    pub fn new(
+        since: Option<i64>,
+        before: Option<i64>,
+        limit: Option<i64>,
+        ascending: bool,
+    ) -> Result<Self, HistoryError> {
         let limit = limit.unwrap_or(DEFAULT_LIMIT);
         if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(HistoryError::BadRequest(format!("limit must be 1 to {MAX_LIMIT}, got {limit}")));
+            return Err(HistoryError::BadRequest(format!(
+                "limit must be 1 to {MAX_LIMIT}, got {limit}"
+            )));
         }
         if since.is_some_and(|s| s < 0) || before.is_some_and(|b| b < 1) {
-            return Err(HistoryError::BadRequest("since must be >= 0 and before >= 1".into()));
+            return Err(HistoryError::BadRequest(
+                "since must be >= 0 and before >= 1".into(),
+            ));
         }
         if let (Some(s), Some(b)) = (since, before) {
             if s >= b {
-                return Err(HistoryError::BadRequest(format!("since ({s}) must be below before ({b})")));
+                return Err(HistoryError::BadRequest(format!(
+                    "since ({s}) must be below before ({b})"
+                )));
             }
         }
-        Ok(Self { since, before, limit, ascending })
+        Ok(Self {
+            since,
+            before,
+            limit,
+            ascending,
+        })
     }
 
     fn low(&self) -> i64 {
@@ -181,21 +197,35 @@ impl History {
     /// thin a full page, the page is filled from further back (skipping
     /// whole deleted ranges), as Tinode's `LEFT JOIN dellog … LIMIT n` does:
     /// a short page means there is nothing more.
-    pub async fn page(&self, tenant: &str, topic: &str, reader: i64, query: PageQuery) -> Result<Page, HistoryError> {
+    pub async fn page(
+        &self,
+        tenant: &str,
+        topic: &str,
+        reader: i64,
+        query: PageQuery,
+    ) -> Result<Page, HistoryError> {
         let first = self.shared_page(tenant, topic, query).await?;
         let deleted = dellog::ranges_for(self.pool(tenant)?, topic, reader).await?;
         if deleted.is_empty() {
             return Ok(first);
         }
-        let mut out = Page { messages: Vec::with_capacity(query.limit as usize), next: None, source: first.source };
+        let mut out = Page {
+            messages: Vec::with_capacity(query.limit as usize),
+            next: None,
+            source: first.source,
+        };
         let mut fetched = first;
         let mut cursor = query;
         for _ in 0..MAX_REFILLS {
             let full = fetched.messages.len() as i64 >= cursor.limit;
             out.next = fetched.next.or(out.next);
             out.source = fetched.source;
-            out.messages
-                .extend(fetched.messages.into_iter().filter(|m| !dellog::covers(&deleted, m.seq)));
+            out.messages.extend(
+                fetched
+                    .messages
+                    .into_iter()
+                    .filter(|m| !dellog::covers(&deleted, m.seq)),
+            );
             let missing = query.limit - out.messages.len() as i64;
             let Some(edge) = out.next else { break };
             if !full || missing <= 0 {
@@ -217,19 +247,33 @@ impl History {
     }
 
     /// A page without per-reader filtering, shared by identical concurrent reads.
-    async fn shared_page(&self, tenant: &str, topic: &str, query: PageQuery) -> Result<Page, HistoryError> {
+    async fn shared_page(
+        &self,
+        tenant: &str,
+        topic: &str,
+        query: PageQuery,
+    ) -> Result<Page, HistoryError> {
         let key = (tenant.to_string(), topic.to_string(), query);
         let this = self.clone();
         let (t, tp) = (tenant.to_string(), topic.to_string());
         let shared = self
             .coalescer
-            .run(key, async move { this.fetch_page(&t, &tp, query).await.map_err(SharedFailure::from) })
+            .run(key, async move {
+                this.fetch_page(&t, &tp, query)
+                    .await
+                    .map_err(SharedFailure::from)
+            })
             .await;
         shared.map_err(HistoryError::from)
     }
 
     /// A page without per-reader filtering (shared by coalesced readers).
-    pub async fn fetch_page(&self, tenant: &str, topic: &str, query: PageQuery) -> Result<Page, HistoryError> {
+    pub async fn fetch_page(
+        &self,
+        tenant: &str,
+        topic: &str,
+        query: PageQuery,
+    ) -> Result<Page, HistoryError> {
         self.fetches.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let mut redis = self.redis.clone();
@@ -240,9 +284,14 @@ impl History {
             // known to start at the top (a lost newest entry is a hole too).
             let newest = segments.iter().map(|s| s.max_seq).max();
             if let Some(messages) = hot::page(&mut redis, tenant, topic, &query, newest).await? {
-                metrics::histogram!(m::QUERY_LATENCY, "source" => "hot").record(started.elapsed().as_secs_f64());
+                metrics::histogram!(m::QUERY_LATENCY, "source" => "hot")
+                    .record(started.elapsed().as_secs_f64());
                 let next = messages.last().map(|m| m.seq);
-                return Ok(Page { messages, next, source: "hot" });
+                return Ok(Page {
+                    messages,
+                    next,
+                    source: "hot",
+                });
             }
         }
         let (low, high) = (query.low(), query.high());
@@ -260,7 +309,9 @@ impl History {
             if missing <= 0 {
                 break;
             }
-            let Some(table) = readable_table(pool, seg.month).await? else { continue };
+            let Some(table) = readable_table(pool, seg.month).await? else {
+                continue;
+            };
             tables += 1;
             let rows = if query.ascending {
                 let from = messages.last().map_or(low, |m| m.seq + 1);
@@ -272,26 +323,73 @@ impl History {
             messages.extend(rows);
         }
         metrics::histogram!(m::QUERY_TABLES).record(tables as f64);
-        let source = if tables > 1 { "cross_month" } else { "single_month" };
-        metrics::histogram!(m::QUERY_LATENCY, "source" => source).record(started.elapsed().as_secs_f64());
+        let source = if tables > 1 {
+            "cross_month"
+        } else {
+            "single_month"
+        };
+        metrics::histogram!(m::QUERY_LATENCY, "source" => source)
+            .record(started.elapsed().as_secs_f64());
         let next = messages.last().map(|m| m.seq);
-        Ok(Page { messages, next, source })
+        Ok(Page {
+            messages,
+            next,
+            source,
+        })
     }
 
     /// One message by seq, if stored (and not deleted for this reader).
-    pub async fn exact(&self, tenant: &str, topic: &str, reader: i64, seq: i64) -> Result<Option<StoredMessage>, HistoryError> {
-        let Some(after) = seq.checked_add(1) else { return Ok(None) };
+    pub async fn exact(
+        &self,
+        tenant: &str,
+        topic: &str,
+        reader: i64,
+        seq: i64,
+    ) -> Result<Option<StoredMessage>, HistoryError> {
+        let Some(after) = seq.checked_add(1) else {
+            return Ok(None);
+        };
         let q = PageQuery::new(Some(seq), Some(after), Some(1), true)?;
-        Ok(self.page(tenant, topic, reader, q).await?.messages.into_iter().next())
+        Ok(self
+            .page(tenant, topic, reader, q)
+            .await?
+            .messages
+            .into_iter()
+            .next())
     }
 
     /// Up to `n` messages before and after `seq` (and `seq` itself), oldest first.
-    pub async fn context(&self, tenant: &str, topic: &str, reader: i64, seq: i64, n: i64) -> Result<Vec<StoredMessage>, HistoryError> {
-        let before = self.page(tenant, topic, reader, PageQuery::new(None, Some(seq), Some(n), false)?).await?;
-        let after = self
-            .page(tenant, topic, reader, PageQuery::new(Some(seq), None, Some((n + 1).min(MAX_LIMIT)), true)?)
+    pub async fn context(
+        &self,
+        tenant: &str,
+        topic: &str,
+        reader: i64,
+        seq: i64,
+        n: i64,
+    ) -> Result<Vec<StoredMessage>, HistoryError> {
+        let before = self
+            .page(
+                tenant,
+                topic,
+                reader,
+                PageQuery::new(None, Some(seq), Some(n), false)?,
+            )
             .await?;
-        let mut all: Vec<StoredMessage> = before.messages.into_iter().rev().chain(after.messages).collect();
+        let after = self
+            .page(
+                tenant,
+                topic,
+                reader,
+                PageQuery::new(Some(seq), None, Some((n + 1).min(MAX_LIMIT)), true)?,
+            )
+            .await?;
+        let mut after = after.messages;
+        if after.first().map(|m| m.seq) != Some(seq) {
+            // The target itself is hidden from this reader (or missing):
+            // still at most `n` after it.
+            after.truncate(n as usize);
+        }
+        let mut all: Vec<StoredMessage> = before.messages.into_iter().rev().chain(after).collect();
         all.dedup_by_key(|m| m.seq);
         Ok(all)
     }
@@ -318,18 +416,29 @@ impl History {
             let prev = months.last().expect("one").prev();
             months.push(prev);
             if months.len() > 3 {
-                return Err(HistoryError::BadRequest("search covers at most 3 months".into()));
+                return Err(HistoryError::BadRequest(
+                    "search covers at most 3 months".into(),
+                ));
             }
         }
         if !(1..=MAX_LIMIT).contains(&limit) || text.is_empty() || text.len() > 200 {
-            return Err(HistoryError::BadRequest("q must be 1-200 characters and limit 1-100".into()));
+            return Err(HistoryError::BadRequest(
+                "q must be 1-200 characters and limit 1-100".into(),
+            ));
         }
         let pool = self.pool(tenant)?;
-        let pattern = format!("%{}%", text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+        let pattern = format!(
+            "%{}%",
+            text.replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_")
+        );
         let deleted = dellog::ranges_for(pool, topic, reader).await?;
         let mut out = Vec::new();
         for month in months {
-            let Some(table) = readable_table(pool, month).await? else { continue };
+            let Some(table) = readable_table(pool, month).await? else {
+                continue;
+            };
             let rows = sqlx::query(&table.search_sql())
                 .bind(topic)
                 .bind(crate::store::writer::naive(from))
@@ -358,12 +467,15 @@ fn skip_deleted(q: &mut PageQuery, deleted: &[(i64, i64)]) {
     for _ in 0..=deleted.len() {
         let moved = if q.ascending {
             let since = q.low();
-            deleted.iter().find(|(lo, hi)| since >= *lo && since < *hi).map(|(_, hi)| q.since = Some(*hi))
+            deleted
+                .iter()
+                .find(|(lo, hi)| since >= *lo && since < *hi)
+                .map(|(_, hi)| q.since = Some(*hi))
         } else {
             let top = q.high();
             deleted
                 .iter()
-                .find(|(lo, hi)| top != i64::MAX && top - 1 >= *lo && top - 1 < *hi)
+                .find(|(lo, hi)| top != i64::MAX && top > *lo && top - 1 < *hi)
                 .map(|(lo, _)| q.before = Some(*lo))
         };
         if moved.is_none() {
@@ -373,7 +485,10 @@ fn skip_deleted(q: &mut PageQuery, deleted: &[(i64, i64)]) {
 }
 
 /// The month's table if the catalog knows it; archived months are an error.
-async fn readable_table(pool: &MySqlPool, month: ShardMonth) -> Result<Option<MonthTable>, HistoryError> {
+async fn readable_table(
+    pool: &MySqlPool,
+    month: ShardMonth,
+) -> Result<Option<MonthTable>, HistoryError> {
     match catalog::table(pool, month).await? {
         Some((_, ShardStatus::Archived)) => Err(HistoryError::Archived(month)),
         Some((table, _)) => Ok(Some(table)),
@@ -381,12 +496,32 @@ async fn readable_table(pool: &MySqlPool, month: ShardMonth) -> Result<Option<Mo
     }
 }
 
-async fn read_rows(pool: &MySqlPool, sql: &str, topic: &str, a: i64, b: i64, limit: i64) -> Result<Vec<StoredMessage>, HistoryError> {
-    let rows = sqlx::query(sql).bind(topic).bind(a).bind(b).bind(limit).fetch_all(pool).await?;
+async fn read_rows(
+    pool: &MySqlPool,
+    sql: &str,
+    topic: &str,
+    a: i64,
+    b: i64,
+    limit: i64,
+) -> Result<Vec<StoredMessage>, HistoryError> {
+    let rows = sqlx::query(sql)
+        .bind(topic)
+        .bind(a)
+        .bind(b)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?;
     rows.iter().map(to_message).collect()
 }
 
-async fn read_rows_desc(pool: &MySqlPool, sql: &str, topic: &str, below: i64, low: i64, limit: i64) -> Result<Vec<StoredMessage>, HistoryError> {
+async fn read_rows_desc(
+    pool: &MySqlPool,
+    sql: &str,
+    topic: &str,
+    below: i64,
+    low: i64,
+    limit: i64,
+) -> Result<Vec<StoredMessage>, HistoryError> {
     read_rows(pool, sql, topic, below, low, limit).await
 }
 
@@ -400,4 +535,26 @@ fn to_message(r: &sqlx::mysql::MySqlRow) -> Result<StoredMessage, HistoryError> 
         version: r.try_get(5)?,
         ts: r.try_get(6)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_skip_whole_deleted_ranges() {
+        let deleted = [(50, 71), (40, 50), (80, 81)];
+        let mut q = PageQuery::new(None, Some(71), Some(10), false).unwrap();
+        skip_deleted(&mut q, &deleted);
+        assert_eq!(q.before, Some(40), "chained ranges below the cursor");
+        let mut q = PageQuery::new(None, Some(80), Some(10), false).unwrap();
+        skip_deleted(&mut q, &deleted);
+        assert_eq!(q.before, Some(80), "seq 79 is visible");
+        let mut q = PageQuery::new(Some(45), None, Some(10), true).unwrap();
+        skip_deleted(&mut q, &deleted);
+        assert_eq!(q.since, Some(71));
+        let mut q = PageQuery::new(None, None, Some(10), false).unwrap();
+        skip_deleted(&mut q, &deleted);
+        assert_eq!(q.before, None, "no cursor, nothing to skip");
+    }
 }

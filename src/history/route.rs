@@ -40,9 +40,15 @@ pub async fn segments(
     topic: &str,
 ) -> Result<Vec<Segment>, HistoryError> {
     let keys = TopicKeys::new(tenant, topic);
-    let meta: Vec<(String, String)> = redis::cmd("HGETALL").arg(keys.route_meta()).query_async(redis).await?;
+    let meta: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(keys.route_meta())
+        .query_async(redis)
+        .await?;
     let complete = meta.iter().any(|(field, _)| field == COMPLETE_FIELD);
-    let mut out: Vec<Segment> = meta.iter().filter_map(|(month, v)| parse_meta(month, v)).collect();
+    let mut out: Vec<Segment> = meta
+        .iter()
+        .filter_map(|(month, v)| parse_meta(month, v))
+        .collect();
     if !complete {
         if out.is_empty() {
             metrics::counter!(m::ROUTE_MISS_TOTAL).increment(1);
@@ -52,13 +58,18 @@ pub async fn segments(
             if out.is_empty() {
                 // No mirror either: look only at recent months, and say so.
                 metrics::counter!(m::ROUTE_REBUILD_TOTAL, "status" => "scan_recent").increment(1);
-                let active = crate::redis_util::active_month(redis, &TenantKeys::new(tenant).active_month())
-                    .await?
-                    .unwrap_or_else(|| ShardMonth::of(chrono::Utc::now()));
+                let active =
+                    crate::redis_util::active_month(redis, &TenantKeys::new(tenant).active_month())
+                        .await?
+                        .unwrap_or_else(|| ShardMonth::of(chrono::Utc::now()));
                 let recent = [active.prev().prev(), active.prev(), active];
                 for entry in catalog::list(pool).await? {
                     if recent.contains(&entry.month) {
-                        out.push(Segment { month: entry.month, min_seq: 0, max_seq: i64::MAX });
+                        out.push(Segment {
+                            month: entry.month,
+                            min_seq: 0,
+                            max_seq: i64::MAX,
+                        });
                     }
                 }
             }
@@ -67,21 +78,34 @@ pub async fn segments(
             let mut pipe = redis::pipe();
             for r in &rows {
                 let month = r.month.to_string();
-                pipe.cmd("ZADD").arg(keys.route()).arg("NX").arg(r.min_seq).arg(&month).ignore();
+                pipe.cmd("ZADD")
+                    .arg(keys.route())
+                    .arg("NX")
+                    .arg(r.min_seq)
+                    .arg(&month)
+                    .ignore();
                 pipe.cmd("HSETNX")
                     .arg(keys.route_meta())
                     .arg(&month)
-                    .arg(format!("min_seq={},max_seq={},count={}", r.min_seq, r.max_seq, r.count))
+                    .arg(format!(
+                        "min_seq={},max_seq={},count={}",
+                        r.min_seq, r.max_seq, r.count
+                    ))
                     .ignore();
                 match out.iter_mut().find(|s| s.month == r.month) {
                     Some(s) => {
                         s.min_seq = s.min_seq.min(r.min_seq);
                         s.max_seq = s.max_seq.max(r.max_seq);
                     }
-                    None => out.push(Segment { month: r.month, min_seq: r.min_seq, max_seq: r.max_seq }),
+                    None => out.push(Segment {
+                        month: r.month,
+                        min_seq: r.min_seq,
+                        max_seq: r.max_seq,
+                    }),
                 }
             }
-            pipe.hset(keys.route_meta(), COMPLETE_FIELD, crate::events::now_ms()).ignore();
+            pipe.hset(keys.route_meta(), COMPLETE_FIELD, crate::events::now_ms())
+                .ignore();
             pipe.query_async::<()>(redis).await?;
         }
     }
@@ -100,7 +124,11 @@ fn parse_meta(month: &str, value: &str) -> Option<Segment> {
             _ => {}
         }
     }
-    Some(Segment { month, min_seq: min_seq?, max_seq: max_seq? })
+    Some(Segment {
+        month,
+        min_seq: min_seq?,
+        max_seq: max_seq?,
+    })
 }
 
 #[cfg(test)]
@@ -110,7 +138,10 @@ mod tests {
     #[test]
     fn route_meta_values_parse() {
         let s = parse_meta("202609", "min_seq=1,max_seq=10086,count=10086").unwrap();
-        assert_eq!((s.month.to_string(), s.min_seq, s.max_seq), ("202609".into(), 1, 10086));
+        assert_eq!(
+            (s.month.to_string(), s.min_seq, s.max_seq),
+            ("202609".into(), 1, 10086)
+        );
         assert!(parse_meta("202613", "min_seq=1,max_seq=2").is_none());
         assert!(parse_meta("202609", "garbage").is_none());
     }

@@ -1,0 +1,268 @@
+//! `imstream bench fanout`: one group of M members with S sessions online
+//! across the given gateways; one member publishes at rate R. Prints
+//! end-to-end delivery latency (pub → `{data}` at every other session,
+//! measured from the send time carried in the content), deliveries per
+//! second, and each gateway's resident memory per idle session.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use hdrhistogram::Histogram;
+use serde_json::json;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::config::Config;
+use crate::gateway::auth::Tokens;
+
+use super::client;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct FanoutArgs {
+    /// Gateway base URLs, comma separated; sessions are spread over them.
+    #[arg(long, default_value = "ws://127.0.0.1:6060,ws://127.0.0.1:6061")]
+    pub urls: String,
+    /// Members of the group.
+    #[arg(long, default_value_t = 10_000)]
+    pub members: usize,
+    /// Sessions online (members with one session each).
+    #[arg(long)]
+    pub sessions: Option<usize>,
+    /// Messages per second published by one member.
+    #[arg(long, default_value_t = 20)]
+    pub rate: u64,
+    /// Seconds of publishing.
+    #[arg(long, default_value_t = 10)]
+    pub duration: u64,
+    /// Concurrent connection attempts while logging sessions in.
+    #[arg(long, default_value_t = 64)]
+    pub connect_concurrency: usize,
+    #[arg(long)]
+    pub tenant: Option<String>,
+}
+
+const SHARDS: usize = 64;
+
+pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
+    let urls: Vec<String> = args
+        .urls
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    anyhow::ensure!(!urls.is_empty(), "no gateway URLs");
+    let sessions = args.sessions.unwrap_or(args.members).min(args.members);
+    let tenant = match &args.tenant {
+        Some(t) => t.clone(),
+        None => config
+            .tenants
+            .first()
+            .map(|t| t.id.clone())
+            .ok_or_else(|| anyhow::anyhow!("no tenant"))?,
+    };
+    let database = config
+        .tenant(&tenant)
+        .ok_or_else(|| anyhow::anyhow!("unknown tenant"))?
+        .database
+        .clone();
+    let pool = crate::tenant::database_pool(&config.mysql, &database)?;
+    let tokens = Tokens::new(&config.auth);
+    let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let topic = format!("grpF{run}");
+    let base = 2_000_000i64;
+    let http = |u: &str| {
+        u.replacen("ws://", "http://", 1)
+            .replacen("wss://", "https://", 1)
+    };
+
+    let owner_token = tokens.issue(&tenant, base, "bench", 0).token;
+    let members: Vec<i64> = (1..args.members as i64).map(|i| base + i).collect();
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/groups", http(&urls[0])))
+        .bearer_auth(&owner_token)
+        .json(&json!({"topic": topic, "name": "fanout bench", "members": members}))
+        .send()
+        .await?;
+    anyhow::ensure!(
+        resp.status().is_success(),
+        "creating the group: {}",
+        resp.text().await?
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_group_members WHERE topic = ?")
+            .bind(&topic)
+            .fetch_one(&pool)
+            .await?;
+        if n as usize >= args.members {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "group not projected after 120 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let before = scrape_all(&urls).await;
+    println!(
+        "bench fanout: {} members, {sessions} sessions over {} gateways, {} msg/s for {} s",
+        args.members,
+        urls.len(),
+        args.rate,
+        args.duration
+    );
+    // Session 0 is the sender (the owner); the rest listen.
+    let started = Instant::now();
+    let mut sockets: Vec<Option<client::Ws>> = (0..sessions).map(|_| None).collect();
+    let sem = Arc::new(tokio::sync::Semaphore::new(args.connect_concurrency));
+    let mut joins = Vec::new();
+    for i in 0..sessions {
+        let url = urls[i % urls.len()].clone();
+        let token = tokens
+            .issue(&tenant, base + i as i64, &format!("fb{i}"), 0)
+            .token;
+        let topic = topic.clone();
+        let sem = sem.clone();
+        joins.push(tokio::spawn(async move {
+            let _permit = sem.acquire().await;
+            (i, client::connect(&url, &token, &topic).await)
+        }));
+    }
+    for j in joins {
+        let (i, ws) = j.await?;
+        sockets[i] = Some(ws?);
+    }
+    println!(
+        "{sessions} sessions logged in and attached in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = scrape_all(&urls).await;
+    for (i, url) in urls.iter().enumerate() {
+        let (rss0, n0) = before[i];
+        let (rss1, n1) = after[i];
+        if n1 > n0 {
+            println!(
+                "gateway {url}: {} sessions, resident {:.1} MiB → {:.1} MiB: {:.1} KiB per idle session",
+                n1 - n0,
+                rss0 / 1048576.0,
+                rss1 / 1048576.0,
+                (rss1 - rss0) / 1024.0 / (n1 - n0)
+            );
+        }
+    }
+
+    let hists: Arc<Vec<Mutex<Histogram<u64>>>> = Arc::new(
+        (0..SHARDS)
+            .map(|_| Mutex::new(super::histogram()))
+            .collect(),
+    );
+    let delivered = Arc::new(AtomicU64::new(0));
+    let end = tokio::time::Instant::now() + Duration::from_secs(args.duration);
+    let mut receivers = Vec::new();
+    let mut sender_ws = None;
+    for (i, ws) in sockets.into_iter().enumerate() {
+        let ws = ws.expect("connected");
+        if i == 0 {
+            sender_ws = Some(ws);
+            continue;
+        }
+        let (hists, delivered) = (hists.clone(), delivered.clone());
+        receivers.push(tokio::spawn(async move {
+            let (_sink, mut stream) = ws.split();
+            let grace = end + Duration::from_secs(5);
+            loop {
+                let frame = match tokio::time::timeout_at(grace, stream.next()).await {
+                    Ok(Some(Ok(f))) => f,
+                    _ => break,
+                };
+                let Message::Text(text) = frame else { continue };
+                if let Some(sent) = sent_micros(&text) {
+                    let latency = (now_micros() - sent).max(1) as u64;
+                    delivered.fetch_add(1, Ordering::Relaxed);
+                    let _ = hists[i % SHARDS]
+                        .lock()
+                        .expect("hist")
+                        .record(latency.min(60_000_000));
+                }
+            }
+        }));
+    }
+    let (mut sink, mut stream) = sender_ws.expect("sender").split();
+    // Drain the sender's acks.
+    tokio::spawn(async move { while let Some(Ok(_)) = stream.next().await {} });
+    let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
+    let mut at = tokio::time::Instant::now();
+    let send_start = Instant::now();
+    let mut sent = 0u64;
+    while at < end {
+        tokio::time::sleep_until(at).await;
+        let msg = json!({"pub": {"id": sent.to_string(), "topic": topic, "content": format!("fb:{}", now_micros())}});
+        sink.send(Message::Text(msg.to_string().into())).await?;
+        sent += 1;
+        at += interval;
+    }
+    let send_secs = send_start.elapsed().as_secs_f64();
+    for r in receivers {
+        let _ = r.await;
+    }
+    let mut total = super::histogram();
+    for h in hists.iter() {
+        total.add(&*h.lock().expect("hist"))?;
+    }
+    let got = delivered.load(Ordering::Relaxed);
+    let expected = sent * (sessions as u64 - 1);
+    println!(
+        "published {sent} messages in {send_secs:.1} s; deliveries {got} of {expected} expected"
+    );
+    println!("end-to-end delivery latency: {}", super::summary(&total));
+    println!("deliveries per second: {:.0}", got as f64 / send_secs);
+    Ok(())
+}
+
+/// The send time in `"content":"fb:<micros>"` of a `{data}` frame.
+fn sent_micros(frame: &str) -> Option<i64> {
+    let at = frame.find("\"fb:")? + 4;
+    let digits: &str = &frame[at..];
+    let end = digits.find(|c: char| !c.is_ascii_digit())?;
+    digits[..end].parse().ok()
+}
+
+fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+/// (resident bytes, sessions) per gateway from its /metrics.
+async fn scrape_all(urls: &[String]) -> Vec<(f64, f64)> {
+    let mut out = Vec::new();
+    for u in urls {
+        let http = u.replacen("ws://", "http://", 1);
+        let text = match reqwest::get(format!("{http}/metrics")).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let value = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().last())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        out.push((
+            value(crate::metrics::PROCESS_RESIDENT_BYTES),
+            value(crate::metrics::GATEWAY_SESSIONS),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn finds_send_time() {
+        assert_eq!(
+            super::sent_micros(r#"{"data":{"content":"fb:1234567","seq":1}}"#),
+            Some(1234567)
+        );
+        assert_eq!(super::sent_micros(r#"{"data":{"content":"hello"}}"#), None);
+    }
+}
