@@ -65,6 +65,8 @@ pub enum BenchCommand {
     Send(crate::bench::send::SendArgs),
     /// End-to-end delivery latency, deliveries/s and memory per session for one big group.
     Fanout(crate::bench::fanout::FanoutArgs),
+    /// History page latency (hot path and MySQL across two months) and request coalescing.
+    History(crate::bench::history::HistoryArgs),
 }
 
 #[derive(Debug, Args)]
@@ -87,7 +89,7 @@ pub enum DlqCommand {
     /// fail again go back to the same DLQ. Stops once every record that was
     /// in the DLQ at the start is replayed, unless --follow.
     Replay {
-        /// Pipeline name: store or members.
+        /// Pipeline name, as for `imstream project`.
         pipeline: String,
         /// Keep replaying new DLQ records until Ctrl-C / SIGTERM.
         #[arg(long)]

@@ -121,6 +121,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(crate::cli::BenchCommand::Fanout(args)) => {
             crate::bench::fanout::run(&config, args).await
         }
+        Command::Bench(crate::cli::BenchCommand::History(args)) => {
+            crate::bench::history::run(&config, args).await
+        }
     }
 }
 

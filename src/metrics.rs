@@ -30,6 +30,7 @@ pub const PIPELINE_RETRIES_TOTAL: &str = "imstream_pipeline_retries_total";
 pub const PIPELINE_DLQ_TOTAL: &str = "imstream_pipeline_dlq_total";
 pub const PIPELINE_LAG: &str = "imstream_pipeline_consumer_lag";
 pub const DELIVERY_LATENCY: &str = "imstream_delivery_latency_seconds";
+pub const HISTORY_FETCHES_TOTAL: &str = "imstream_history_fetches_total";
 pub const PROCESS_RESIDENT_BYTES: &str = "imstream_process_resident_bytes";
 pub const GATEWAY_SESSIONS: &str = "imstream_gateway_sessions";
 pub const DELIVERIES_TOTAL: &str = "imstream_deliveries_total";

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod fanout;
+pub mod history;
 pub mod send;
 
 use hdrhistogram::Histogram;

@@ -275,6 +275,7 @@ impl History {
         query: PageQuery,
     ) -> Result<Page, HistoryError> {
         self.fetches.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(m::HISTORY_FETCHES_TOTAL).increment(1);
         let started = Instant::now();
         let mut redis = self.redis.clone();
         let pool = self.pool(tenant)?;

@@ -4,9 +4,11 @@
 //!
 //! - the MySQL route mirror (everything the store pipeline committed),
 //! - the uncommitted tail of the event log (acked, not yet stored), and,
-//!   when Redis lost its data recently, only after the in-flight window
-//!   (a send that allocated from the old state either acks or fails
-//!   within the producer's delivery timeout) plus a safety margin.
+//!   when the state was lost (the tenant's Redis dataset is young, or the
+//!   topic already has messages, so it had an allocator that is gone now),
+//!   only after the in-flight window (a send that allocated from the old
+//!   state either acks or fails within the producer's delivery timeout)
+//!   plus a safety margin. Only a topic without any message is new.
 //!
 //! A hole in the seqs is fine; a reused seq never is. Until the re-seed is
 //! done, sends get a retryable error.
@@ -29,6 +31,9 @@ pub const MARGIN_AFTER_LOSS: i64 = 1000;
 /// How long a send waits for a quick re-seed (new topics) before answering
 /// "retry".
 const INLINE_WAIT: Duration = Duration::from_secs(3);
+
+static SEED_SEQ: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../lua/seed_seq.lua")));
 
 /// Re-seeds in progress in this process.
 #[derive(Default, Clone)]
@@ -85,51 +90,120 @@ async fn reseed_topic(sender: &Sender, tenant: &str, topic: &str) -> Result<(), 
         ));
     };
     let result = async {
-        let generation_age = generation_age_ms(&mut redis, tenant).await.map_err(|e| retry(&e))?;
-        let data_loss = generation_age < IN_FLIGHT_WINDOW_MS;
-        if data_loss {
-            let wait = (IN_FLIGHT_WINDOW_MS - generation_age).max(0) as u64;
-            tracing::warn!(tenant, topic, wait_ms = wait, "Redis lost this topic's seq state; waiting out in-flight sends");
-            tokio::time::sleep(Duration::from_millis(wait)).await;
+        // A send that saw the allocator missing may get here after another
+        // re-seed (this gateway's or another's) installed it: then it is
+        // live and must not be recomputed, since sends allocated from it
+        // may not be in the log yet.
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(keys.seq())
+            .query_async(&mut redis)
+            .await
+            .map_err(|e| retry(&e))?;
+        if exists {
+            return Ok(());
         }
-        let pool = sender.pools().get(tenant).map_err(|e| retry(&e))?;
-        let (mirror_seq, mirror_month): (Option<i64>, Option<String>) = sqlx::query_as(
-            "SELECT MAX(max_seq), MAX(shard_month) FROM im_group_message_topic_shards WHERE topic = ?",
-        )
-        .bind(topic)
-        .fetch_one(pool)
-        .await
-        .map_err(|e| retry(&e))?;
-        let config = sender.config();
-        let store_group = format!("{}.store", config.pipelines.group_prefix);
-        let tail = crate::kafka::log_tail::max_in_tail(
-            config,
-            &store_group,
-            &format!("{tenant}:{topic}"),
-            sender.producer().codec(),
-            Duration::from_secs(60),
-        )
-        .await
-        .map_err(|e| retry(&e))?;
-        let recovered = mirror_seq.unwrap_or(0).max(tail.seq.unwrap_or(0));
-        let last_seq = if data_loss || recovered > 0 {
-            recovered + if data_loss { MARGIN_AFTER_LOSS } else { 0 }
-        } else {
-            0
+        let generation_age = generation_age_ms(&mut redis, tenant)
+            .await
+            .map_err(|e| retry(&e))?;
+        // A young dataset means Redis lost its data recently.
+        let mut data_loss = generation_age < IN_FLIGHT_WINDOW_MS;
+        let mut wait = (IN_FLIGHT_WINDOW_MS - generation_age).max(0);
+        let mut found = None;
+        if !data_loss {
+            // The dataset is old, yet this topic's allocator is gone. A topic
+            // with messages had one, so it was lost on its own (evicted, its
+            // slot failed over, the keys deleted one by one) at a moment we
+            // cannot know: wait out a whole in-flight window. Only a topic
+            // with no message anywhere is new.
+            let now = recover(sender, tenant, topic).await?;
+            if now.seq > 0 {
+                data_loss = true;
+                wait = IN_FLIGHT_WINDOW_MS;
+            } else {
+                found = Some(now);
+            }
+        }
+        let found = match found {
+            Some(f) => f,
+            None => {
+                tracing::warn!(
+                    tenant,
+                    topic,
+                    wait_ms = wait,
+                    "Redis lost this topic's seq state; waiting out in-flight sends"
+                );
+                tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+                recover(sender, tenant, topic).await?
+            }
         };
-        let month_floor = mirror_month.into_iter().chain(tail.month).max();
-        let mut pipe = redis::pipe();
-        pipe.atomic().hset(keys.seq(), "last_seq", last_seq).ignore();
-        if let Some(month) = &month_floor {
-            pipe.hset(keys.seq(), "month_floor", month).ignore();
+        let last_seq = found.seq + if data_loss { MARGIN_AFTER_LOSS } else { 0 };
+        let month_floor = found.month;
+        let installed: i64 = SEED_SEQ
+            .key(keys.seq())
+            .arg(last_seq)
+            .arg(month_floor.as_deref().unwrap_or(""))
+            .invoke_async(&mut redis)
+            .await
+            .map_err(|e| retry(&e))?;
+        if installed == 0 {
+            tracing::warn!(
+                tenant,
+                topic,
+                "seq allocator appeared during the re-seed; kept it"
+            );
+            return Ok(());
         }
-        pipe.query_async::<()>(&mut redis).await.map_err(|e| retry(&e))?;
-        tracing::info!(tenant, topic, last_seq, ?month_floor, scanned = tail.scanned, data_loss, "seq allocator re-seeded");
+        tracing::info!(
+            tenant,
+            topic,
+            last_seq,
+            ?month_floor,
+            scanned = found.scanned,
+            data_loss,
+            "seq allocator re-seeded"
+        );
         Ok(())
     }
     .await;
     let _ = lock.release(&mut redis).await;
     result
+}
+
+/// The highest seq and month of a topic that any acked send can have: the
+/// MySQL mirror (stored) and the log tail the store pipeline has not
+/// committed yet.
+struct Recovered {
+    seq: i64,
+    month: Option<String>,
+    scanned: u64,
+}
+
+async fn recover(sender: &Sender, tenant: &str, topic: &str) -> Result<Recovered, SendError> {
+    let retry = |e: &dyn std::fmt::Display| SendError::Retryable(format!("re-seed: {e}"));
+    let pool = sender.pools().get(tenant).map_err(|e| retry(&e))?;
+    let (mirror_seq, mirror_month): (Option<i64>, Option<String>) = sqlx::query_as(
+        "SELECT MAX(max_seq), MAX(shard_month) FROM im_group_message_topic_shards WHERE topic = ?",
+    )
+    .bind(topic)
+    .fetch_one(pool)
+    .await
+    .map_err(|e| retry(&e))?;
+    let config = sender.config();
+    let store_group = format!("{}.store", config.pipelines.group_prefix);
+    let tail = crate::kafka::log_tail::max_in_tail(
+        config,
+        &store_group,
+        &format!("{tenant}:{topic}"),
+        sender.producer().codec(),
+        Duration::from_secs(60),
+    )
+    .await
+    .map_err(|e| retry(&e))?;
+    Ok(Recovered {
+        seq: mirror_seq.unwrap_or(0).max(tail.seq.unwrap_or(0)),
+        month: mirror_month.into_iter().chain(tail.month).max(),
+        scanned: tail.scanned,
+    })
 }
 
 /// Milliseconds since this Redis dataset got its generation marker; a

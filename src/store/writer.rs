@@ -3,7 +3,7 @@
 //! IGNORE` into the month table, and the route-mirror upsert that counts only
 //! rows really inserted. Correct under any order and under redelivery.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono::{TimeZone, Utc};
 use sqlx::mysql::{MySqlPool, MySqlRow};
@@ -167,7 +167,47 @@ async fn write_in_tx(
 
     // 4. Route mirror: one upsert per topic, counting only inserted rows.
     outcome.mirror = upsert_mirror(tx, table.month(), &inserted).await?;
+
+    // 5. Topics with nothing new (a redelivery, e.g. after a crash between
+    //    the commit and the Redis route write) report their mirror row as it
+    //    is, so the route is written again rather than left stale.
+    let reported: HashSet<&str> = outcome.mirror.iter().map(|r| r.topic.as_str()).collect();
+    let quiet: BTreeSet<&str> = messages
+        .iter()
+        .map(|m| m.topic)
+        .filter(|t| !reported.contains(t))
+        .collect();
+    for topic in quiet {
+        if let Some(row) = mirror_row(tx, topic, table.month()).await? {
+            outcome.mirror.push(row);
+        }
+    }
     Ok(outcome)
+}
+
+/// One topic's mirror row for a month, if it has one.
+async fn mirror_row(
+    tx: &mut Transaction<'_, MySql>,
+    topic: &str,
+    month: ShardMonth,
+) -> Result<Option<MirrorRow>, StoreError> {
+    let row = sqlx::query(
+        "SELECT min_seq, max_seq, message_count FROM im_group_message_topic_shards WHERE topic = ? AND shard_month = ?",
+    )
+    .bind(topic)
+    .bind(month.to_string())
+    .fetch_optional(&mut **tx)
+    .await?;
+    row.map(|row| {
+        Ok(MirrorRow {
+            topic: topic.to_string(),
+            month,
+            min_seq: row.try_get(0)?,
+            max_seq: row.try_get(1)?,
+            count: row.try_get(2)?,
+        })
+    })
+    .transpose()
 }
 
 type DedupKey = (String, i64, String);
@@ -375,20 +415,7 @@ async fn upsert_mirror(
         .bind(datetime(a.max_at))
         .execute(&mut **tx)
         .await?;
-        let row = sqlx::query(
-            "SELECT min_seq, max_seq, message_count FROM im_group_message_topic_shards WHERE topic = ? AND shard_month = ?",
-        )
-        .bind(topic)
-        .bind(&month_text)
-        .fetch_one(&mut **tx)
-        .await?;
-        out.push(MirrorRow {
-            topic: topic.to_string(),
-            month,
-            min_seq: row.try_get(0)?,
-            max_seq: row.try_get(1)?,
-            count: row.try_get(2)?,
-        });
+        out.extend(mirror_row(tx, topic, month).await?);
     }
     Ok(out)
 }
