@@ -13,7 +13,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::events::{
-    new_event_id, now_ms, AuthVersion, DeviceRevoked, Empty, SessionControlBody, SessionControlEvent,
+    new_event_id, now_ms, AuthVersion, DeviceRevoked, Empty, SessionControlBody,
+    SessionControlEvent,
 };
 use crate::kafka::topics::TopicKind;
 use crate::keys::TenantKeys;
@@ -37,7 +38,13 @@ fn authorized(gw: &Gateway, headers: &HeaderMap) -> bool {
         .is_some_and(|t| t == gw.config.auth.admin_token)
 }
 
-async fn produce(gw: &Gateway, headers: &HeaderMap, tenant: &str, uid: &str, body: impl FnOnce(i64) -> SessionControlBody) -> Response {
+async fn produce(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    tenant: &str,
+    uid: &str,
+    body: impl FnOnce(i64) -> SessionControlBody,
+) -> Response {
     if !authorized(gw, headers) {
         return refuse(StatusCode::UNAUTHORIZED, "admin authentication required");
     }
@@ -65,10 +72,19 @@ async fn produce(gw: &Gateway, headers: &HeaderMap, tenant: &str, uid: &str, bod
     match gw
         .sender
         .producer()
-        .send(TopicKind::SessionControl, &format!("{tenant}:{uid}"), &event, None)
+        .send(
+            TopicKind::SessionControl,
+            &format!("{tenant}:{uid}"),
+            &event,
+            None,
+        )
         .await
     {
-        Ok(_) => (StatusCode::ACCEPTED, Json(json!({"event_id": event.event_id}))).into_response(),
+        Ok(_) => (
+            StatusCode::ACCEPTED,
+            Json(json!({"event_id": event.event_id})),
+        )
+            .into_response(),
         Err(e) => refuse(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     }
 }
@@ -81,7 +97,10 @@ pub async fn revoke_device(
     headers: HeaderMap,
 ) -> Response {
     produce(&gw, &headers, &t.tenant, &uid, |_| {
-        SessionControlBody::DeviceRevoked(DeviceRevoked { device, device_version: now_ms() })
+        SessionControlBody::DeviceRevoked(DeviceRevoked {
+            device,
+            device_version: now_ms(),
+        })
     })
     .await
 }
@@ -106,7 +125,10 @@ pub async fn disable_user(
     Query(t): Query<TenantParam>,
     headers: HeaderMap,
 ) -> Response {
-    produce(&gw, &headers, &t.tenant, &uid, |v| SessionControlBody::UserDisabled(AuthVersion { auth_version: v })).await
+    produce(&gw, &headers, &t.tenant, &uid, |v| {
+        SessionControlBody::UserDisabled(AuthVersion { auth_version: v })
+    })
+    .await
 }
 
 /// `POST /v1/admin/users/{uid}/enable?tenant=`
@@ -116,5 +138,8 @@ pub async fn enable_user(
     Query(t): Query<TenantParam>,
     headers: HeaderMap,
 ) -> Response {
-    produce(&gw, &headers, &t.tenant, &uid, |_| SessionControlBody::UserEnabled(Empty {})).await
+    produce(&gw, &headers, &t.tenant, &uid, |_| {
+        SessionControlBody::UserEnabled(Empty {})
+    })
+    .await
 }

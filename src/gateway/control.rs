@@ -35,7 +35,12 @@ impl ControlState {
 }
 
 /// Reads the control state of one user/device.
-pub async fn state(redis: &mut ConnectionManager, tenant: &str, uid: i64, device: &str) -> redis::RedisResult<ControlState> {
+pub async fn state(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    uid: i64,
+    device: &str,
+) -> redis::RedisResult<ControlState> {
     let k = TenantKeys::new(tenant);
     let (av, disabled, revoked): (Option<i64>, bool, Option<i64>) = redis::pipe()
         .get(k.auth_version(uid))
@@ -43,7 +48,11 @@ pub async fn state(redis: &mut ConnectionManager, tenant: &str, uid: i64, device
         .get(k.device_revoked(uid, device))
         .query_async(redis)
         .await?;
-    Ok(ControlState { auth_version: av.unwrap_or(0), disabled, device_revoked_at: revoked })
+    Ok(ControlState {
+        auth_version: av.unwrap_or(0),
+        disabled,
+        device_revoked_at: revoked,
+    })
 }
 
 /// Re-checks every given session; returns those that must close, with why.
@@ -56,14 +65,21 @@ pub async fn recheck(
         let mut pipe = redis::pipe();
         for s in chunk {
             let k = TenantKeys::new(&s.tenant);
-            pipe.get(k.auth_version(s.uid)).exists(k.user_disabled(s.uid)).get(k.device_revoked(s.uid, &s.device));
+            pipe.get(k.auth_version(s.uid))
+                .exists(k.user_disabled(s.uid))
+                .get(k.device_revoked(s.uid, &s.device));
         }
         let values: Vec<redis::Value> = pipe.query_async(redis).await?;
         for (s, triple) in chunk.iter().zip(values.chunks(3)) {
             let state = ControlState {
-                auth_version: redis::from_redis_value::<Option<i64>>(&triple[0]).ok().flatten().unwrap_or(0),
+                auth_version: redis::from_redis_value::<Option<i64>>(&triple[0])
+                    .ok()
+                    .flatten()
+                    .unwrap_or(0),
                 disabled: redis::from_redis_value::<bool>(&triple[1]).unwrap_or(false),
-                device_revoked_at: redis::from_redis_value::<Option<i64>>(&triple[2]).ok().flatten(),
+                device_revoked_at: redis::from_redis_value::<Option<i64>>(&triple[2])
+                    .ok()
+                    .flatten(),
             };
             if let Some(why) = state.refusal(s.auth_version, s.since_ms) {
                 out.push((s.clone(), why));
@@ -81,13 +97,26 @@ mod tests {
     fn refusals() {
         let ok = ControlState::default();
         assert_eq!(ok.refusal(0, 100), None);
-        let signed_out = ControlState { auth_version: 2, ..ok };
+        let signed_out = ControlState {
+            auth_version: 2,
+            ..ok
+        };
         assert_eq!(signed_out.refusal(1, 100), Some("signed out"));
         assert_eq!(signed_out.refusal(2, 100), None);
-        let revoked = ControlState { device_revoked_at: Some(150), ..ok };
+        let revoked = ControlState {
+            device_revoked_at: Some(150),
+            ..ok
+        };
         assert_eq!(revoked.refusal(0, 100), Some("device revoked"));
-        assert_eq!(revoked.refusal(0, 200), None, "logged in again after the revocation");
-        let disabled = ControlState { disabled: true, ..ok };
+        assert_eq!(
+            revoked.refusal(0, 200),
+            None,
+            "logged in again after the revocation"
+        );
+        let disabled = ControlState {
+            disabled: true,
+            ..ok
+        };
         assert_eq!(disabled.refusal(9, 999), Some("user disabled"));
     }
 }

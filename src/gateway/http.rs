@@ -39,7 +39,9 @@ fn error(code: u16, text: impl Into<String>) -> ApiError {
     )
 }
 
-fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Claims, ApiError> {
+/// Verifies the bearer token, then session control: a signed-out, disabled
+/// or revoked token is refused here exactly as at WebSocket login.
+async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Claims, ApiError> {
     let token = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
@@ -51,6 +53,17 @@ fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Claims, ApiError> {
         .map_err(|_| error(401, "authentication failed"))?;
     if gw.config.tenant(&claims.ten).is_none() {
         return Err(error(401, "authentication failed"));
+    }
+    let mut redis = gw.sender.redis();
+    let state = super::control::state(&mut redis, &claims.ten, claims.uid, &claims.dev)
+        .await
+        .map_err(|_| error(503, "service unavailable, retry"))?;
+    if let Some(why) = state.refusal(claims.av, claims.iat * 1000) {
+        return Err(ApiError(
+            StatusCode::UNAUTHORIZED,
+            "authentication failed".into(),
+            Some(json!({"reason": why})),
+        ));
     }
     Ok(claims)
 }
@@ -72,7 +85,7 @@ pub async fn send_message(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let claims = authenticate(&gw, &headers)?;
+    let claims = authenticate(&gw, &headers).await?;
     if !proto::is_group_topic(&topic) {
         return Err(error(404, "topic not found"));
     }
@@ -130,7 +143,7 @@ pub async fn create_group(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let claims = authenticate(&gw, &headers)?;
+    let claims = authenticate(&gw, &headers).await?;
     let body: CreateGroupBody =
         serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
     let group_id = gw
@@ -202,14 +215,17 @@ fn refused(r: super::reads::Refusal) -> ApiError {
 }
 
 async fn reader(gw: &Gateway, headers: &HeaderMap, topic: &str) -> Result<Claims, ApiError> {
-    let claims = authenticate(gw, headers)?;
-    super::reads::ensure_member(gw, &claims.ten, topic, claims.uid).await.map_err(refused)?;
+    let claims = authenticate(gw, headers).await?;
+    super::reads::ensure_member(gw, &claims.ten, topic, claims.uid)
+        .await
+        .map_err(refused)?;
     Ok(claims)
 }
 
 fn message_json(m: &crate::history::StoredMessage) -> Value {
     let parse = |t: &Option<String>| {
-        t.as_ref().map(|t| serde_json::from_str::<Value>(t).unwrap_or_else(|_| Value::String(t.clone())))
+        t.as_ref()
+            .map(|t| serde_json::from_str::<Value>(t).unwrap_or_else(|_| Value::String(t.clone())))
     };
     json!({
         "seq": m.seq,
@@ -250,8 +266,16 @@ pub async fn list_messages(
         .await
         .map_err(|e| refused(e.into()))?;
     let messages: Vec<Value> = page.messages.iter().map(message_json).collect();
-    let cursor = if ascending { "next_since" } else { "next_before" };
-    let next = if ascending { page.next.map(|s| s + 1) } else { page.next };
+    let cursor = if ascending {
+        "next_since"
+    } else {
+        "next_before"
+    };
+    let next = if ascending {
+        page.next.map(|s| s + 1)
+    } else {
+        page.next
+    };
     Ok(Json(json!({"topic": topic, "messages": messages, cursor: next})).into_response())
 }
 
@@ -261,9 +285,18 @@ pub async fn get_message(
     Path((topic, seq)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let seq: i64 = seq.parse().ok().filter(|s| *s > 0).ok_or_else(|| error(400, "malformed: seq"))?;
+    let seq: i64 = seq
+        .parse()
+        .ok()
+        .filter(|s| *s > 0)
+        .ok_or_else(|| error(400, "malformed: seq"))?;
     let claims = reader(&gw, &headers, &topic).await?;
-    match gw.history.exact(&claims.ten, &topic, claims.uid, seq).await.map_err(|e| refused(e.into()))? {
+    match gw
+        .history
+        .exact(&claims.ten, &topic, claims.uid, seq)
+        .await
+        .map_err(|e| refused(e.into()))?
+    {
         Some(m) => Ok(Json(message_json(&m)).into_response()),
         None => Err(error(404, "message not found")),
     }
@@ -283,7 +316,11 @@ pub async fn message_context(
     params: Result<axum::extract::Query<ContextParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let axum::extract::Query(p) = params.map_err(|e| error(400, format!("malformed: {e}")))?;
-    let seq: i64 = seq.parse().ok().filter(|s| *s > 0).ok_or_else(|| error(400, "malformed: seq"))?;
+    let seq: i64 = seq
+        .parse()
+        .ok()
+        .filter(|s| *s > 0)
+        .ok_or_else(|| error(400, "malformed: seq"))?;
     let n = p.n.unwrap_or(20);
     if !(1..=50).contains(&n) {
         return Err(error(400, "malformed: n must be 1 to 50"));
@@ -307,9 +344,11 @@ pub struct SearchParams {
 }
 
 fn instant(text: &str) -> Option<i64> {
-    text.parse::<i64>()
-        .ok()
-        .or_else(|| chrono::DateTime::parse_from_rfc3339(text).ok().map(|t| t.timestamp_millis()))
+    text.parse::<i64>().ok().or_else(|| {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|t| t.timestamp_millis())
+    })
 }
 
 /// `GET /v1/groups/{topic}/search?q=&from=&to=`: a time range (RFC 3339 or
@@ -321,17 +360,36 @@ pub async fn search(
     params: Result<axum::extract::Query<SearchParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let axum::extract::Query(p) = params.map_err(|e| error(400, format!("malformed: {e}")))?;
-    let q = p.q.filter(|q| !q.is_empty()).ok_or_else(|| error(400, "malformed: q is required"))?;
-    let (Some(from), Some(to)) = (p.from.as_deref().and_then(instant), p.to.as_deref().and_then(instant)) else {
-        return Err(error(400, "malformed: from and to (RFC 3339 or epoch ms) are required"));
+    let q =
+        p.q.filter(|q| !q.is_empty())
+            .ok_or_else(|| error(400, "malformed: q is required"))?;
+    let (Some(from), Some(to)) = (
+        p.from.as_deref().and_then(instant),
+        p.to.as_deref().and_then(instant),
+    ) else {
+        return Err(error(
+            400,
+            "malformed: from and to (RFC 3339 or epoch ms) are required",
+        ));
     };
     let claims = reader(&gw, &headers, &topic).await?;
     let messages = gw
         .history
-        .search(&claims.ten, &topic, claims.uid, &q, from, to, p.limit.unwrap_or(50))
+        .search(
+            &claims.ten,
+            &topic,
+            claims.uid,
+            &q,
+            from,
+            to,
+            p.limit.unwrap_or(50),
+        )
         .await
         .map_err(|e| refused(e.into()))?;
-    Ok(Json(json!({"topic": topic, "messages": messages.iter().map(message_json).collect::<Vec<_>>()})).into_response())
+    Ok(Json(
+        json!({"topic": topic, "messages": messages.iter().map(message_json).collect::<Vec<_>>()}),
+    )
+    .into_response())
 }
 
 #[derive(Deserialize)]
@@ -355,12 +413,27 @@ pub async fn clear_history(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let body: ClearBody = serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
+    let body: ClearBody =
+        serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
     let claims = reader(&gw, &headers, &topic).await?;
-    let ranges: Vec<proto::SeqRangeMsg> =
-        body.ranges.iter().map(|r| proto::SeqRangeMsg { low: r.low, hi: r.hi }).collect();
-    let del_id = super::reads::clear_history(&gw, &claims.ten, &topic, claims.uid, &claims.dev, "", &ranges)
-        .await
-        .map_err(refused)?;
+    let ranges: Vec<proto::SeqRangeMsg> = body
+        .ranges
+        .iter()
+        .map(|r| proto::SeqRangeMsg {
+            low: r.low,
+            hi: r.hi,
+        })
+        .collect();
+    let del_id = super::reads::clear_history(
+        &gw,
+        &claims.ten,
+        &topic,
+        claims.uid,
+        &claims.dev,
+        "",
+        &ranges,
+    )
+    .await
+    .map_err(refused)?;
     Ok(Json(json!({"topic": topic, "del": del_id})).into_response())
 }

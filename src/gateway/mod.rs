@@ -74,7 +74,8 @@ pub async fn start(
         hub: crate::realtime::hub::Hub::default(),
         shutdown: shutdown.clone(),
     });
-    let tenants: std::collections::HashSet<String> = config.tenants.iter().map(|t| t.id.clone()).collect();
+    let tenants: std::collections::HashSet<String> =
+        config.tenants.iter().map(|t| t.id.clone()).collect();
     tokio::spawn(crate::realtime::bus::run_subscriber(
         config.redis.url.clone(),
         node_id.clone(),
@@ -83,16 +84,32 @@ pub async fn start(
         shutdown.clone(),
     ));
     tokio::spawn(heartbeat(gateway.clone()));
+    tokio::spawn(process_gauges(gateway.clone()));
     let app = Router::new()
         .route("/v0/channels", get(upgrade))
         .route("/v1/groups", post(http::create_group))
-        .route("/v1/groups/{topic}/messages", post(http::send_message).get(http::list_messages))
+        .route(
+            "/v1/groups/{topic}/messages",
+            post(http::send_message).get(http::list_messages),
+        )
         .route("/v1/groups/{topic}/messages/{seq}", get(http::get_message))
-        .route("/v1/groups/{topic}/messages/{seq}/context", get(http::message_context))
+        .route(
+            "/v1/groups/{topic}/messages/{seq}/context",
+            get(http::message_context),
+        )
         .route("/v1/groups/{topic}/search", get(http::search))
-        .route("/v1/groups/{topic}/history/clear", post(http::clear_history))
-        .route("/v1/admin/users/{uid}/devices/{device}/revoke", post(admin::revoke_device))
-        .route("/v1/admin/users/{uid}/signout", post(admin::sign_out_everywhere))
+        .route(
+            "/v1/groups/{topic}/history/clear",
+            post(http::clear_history),
+        )
+        .route(
+            "/v1/admin/users/{uid}/devices/{device}/revoke",
+            post(admin::revoke_device),
+        )
+        .route(
+            "/v1/admin/users/{uid}/signout",
+            post(admin::sign_out_everywhere),
+        )
         .route("/v1/admin/users/{uid}/disable", post(admin::disable_user))
         .route("/v1/admin/users/{uid}/enable", post(admin::enable_user))
         .with_state(gateway.clone())
@@ -135,6 +152,7 @@ async fn lease_node_id(
         "node id {node:?} is already live against this Redis; give each gateway its own id (node.id, IM_NODE_ID or HOSTNAME)"
     );
     let mut redis = redis.clone();
+    let node = node.to_string();
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -145,15 +163,49 @@ async fn lease_node_id(
                 }
                 _ = tokio::time::sleep(std::time::Duration::from_millis(NODE_LEASE_MS / 3)) => {}
             }
-            let _: redis::RedisResult<Option<String>> = redis::cmd("SET")
-                .arg(&key).arg(&token).arg("PX").arg(NODE_LEASE_MS)
-                .query_async(&mut redis).await;
+            // Renew only while the lease is ours (or take it back once it
+            // expired): never take over another live gateway's id.
+            let renewed: redis::RedisResult<i64> = redis::Script::new(RENEW_NODE_LEASE)
+                .key(&key)
+                .arg(&token)
+                .arg(NODE_LEASE_MS)
+                .invoke_async(&mut redis)
+                .await;
+            match renewed {
+                Ok(0) => {
+                    tracing::error!(%node, "node id lease held by another gateway; not taking it over")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(%node, error = %e, "node id lease renewal failed"),
+            }
         }
     });
     Ok(())
 }
 
 const NODE_LEASE_MS: u64 = 15_000;
+
+/// Extends the lease when it holds our token, takes it again when it has
+/// expired, and leaves it alone (returns 0) when another holder has it.
+const RENEW_NODE_LEASE: &str = "local cur = redis.call('GET', KEYS[1]) \
+    if cur == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end \
+    if not cur then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end \
+    return 0";
+
+/// Memory and session gauges, every second (the per-session memory figure
+/// of `imstream bench fanout` reads them).
+async fn process_gauges(gw: Arc<Gateway>) {
+    loop {
+        if let Some(rss) = crate::metrics::resident_bytes() {
+            metrics::gauge!(crate::metrics::PROCESS_RESIDENT_BYTES).set(rss as f64);
+        }
+        metrics::gauge!(crate::metrics::GATEWAY_SESSIONS).set(gw.hub.session_count() as f64);
+        tokio::select! {
+            _ = gw.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+    }
+}
 
 /// Every heartbeat: refresh this node's presence TTLs and re-check session
 /// control for every local session (one round trip each).
@@ -167,7 +219,9 @@ async fn heartbeat(gw: Arc<Gateway>) {
         }
         let (users, topics) = gw.hub.snapshot();
         let now = crate::events::now_ms();
-        if let Err(e) = crate::realtime::presence::refresh(&mut redis, &gw.node_id, &users, &topics, now).await {
+        if let Err(e) =
+            crate::realtime::presence::refresh(&mut redis, &gw.node_id, &users, &topics, now).await
+        {
             tracing::warn!(error = %e, "presence refresh failed");
         }
         match control::recheck(&mut redis, &gw.hub.all_sessions()).await {

@@ -11,7 +11,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::events::{
-    new_event_id, now_ms, GroupEvent, GroupEventBody, MemberLeft, ReceiptBody, ReceiptEvent, SeqCursor,
+    new_event_id, now_ms, GroupEvent, GroupEventBody, MemberLeft, ReceiptBody, ReceiptEvent,
+    SeqCursor,
 };
 use crate::groups::Membership;
 use crate::kafka::topics::TopicKind;
@@ -22,8 +23,8 @@ use crate::shutdown::Shutdown;
 
 use super::auth::{self, AuthError};
 use super::control;
-use super::reads;
 use super::proto::{self, ctrl, ClientMsg, MsgLeave, MsgLogin, MsgPub, MsgSub};
+use super::reads;
 use super::Gateway;
 
 /// Outbound messages queued per session before it counts as slow.
@@ -50,12 +51,19 @@ struct Session {
     checked_at: i64,
     /// Last `{note what="kp"}` relayed per topic (epoch ms), for rate limiting.
     kp_at: std::collections::HashMap<String, i64>,
+    /// Triggered when the session must close (see `SessionHandle::closing`).
+    closing: Shutdown,
 }
 
+/// How long a reply may wait for room in the outbound queue.
+const REPLY_STALL: std::time::Duration = std::time::Duration::from_secs(10);
 /// Minimum spacing of relayed typing notifications per session and topic.
 const KP_INTERVAL_MS: i64 = 3000;
 /// Uplink traffic re-checks session control at most this often.
 const UPLINK_CHECK_MS: i64 = 5000;
+/// How long a closing session waits for its writer to deliver what is
+/// queued and the final ctrl before it drops the connection anyway.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Serves one upgraded WebSocket until it closes or the gateway stops.
 pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
@@ -64,23 +72,38 @@ pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
     // Cancelled when the gateway stops or the session is evicted.
     let closed: Shutdown = gateway.shutdown.child();
     let writer_closed = closed.clone();
+    // Stops when the queue ends, after the final ctrl of a close, or when
+    // `closed` fires — even in the middle of a send a client does not read.
     let writer = tokio::spawn(async move {
-        while let Some(out) = rx.recv().await {
-            match out {
-                Outbound::Frame(text) => {
-                    if sink.send(Message::Text(text.as_ref().into())).await.is_err() {
-                        break;
-                    }
-                }
-                Outbound::Close(reason) => {
-                    let bye = ctrl(None, None, 401, "session closed", Some(json!({"reason": &*reason})));
-                    let _ = sink.send(Message::Text(bye.into())).await;
-                    break;
-                }
+        loop {
+            let out = tokio::select! {
+                out = rx.recv() => out,
+                _ = writer_closed.cancelled() => None,
+            };
+            let (text, last) = match out {
+                None => break,
+                Some(Outbound::Frame(text)) => (text.as_ref().to_string(), false),
+                Some(Outbound::Close(reason)) => (
+                    ctrl(
+                        None,
+                        None,
+                        401,
+                        "session closed",
+                        Some(json!({"reason": &*reason})),
+                    ),
+                    true,
+                ),
+            };
+            let sent = tokio::select! {
+                r = sink.send(Message::Text(text.into())) => r.is_ok(),
+                _ = writer_closed.cancelled() => false,
+            };
+            if !sent || last {
+                break;
             }
         }
         writer_closed.trigger();
-        let _ = sink.close().await;
+        let _ = tokio::time::timeout(CLOSE_GRACE, sink.close()).await;
     });
     let mut session = Session {
         sid: new_event_id(),
@@ -92,10 +115,17 @@ pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
         attached: HashSet::new(),
         checked_at: 0,
         kp_at: std::collections::HashMap::new(),
+        closing: Shutdown::new(),
     };
     loop {
         let frame = tokio::select! {
             _ = closed.cancelled() => break,
+            _ = session.closing.cancelled() => {
+                // The writer ends after the final ctrl; a client that does
+                // not read is dropped after the grace anyway.
+                let _ = tokio::time::timeout(CLOSE_GRACE, closed.cancelled()).await;
+                break;
+            }
             f = stream.next() => f,
         };
         let Some(Ok(frame)) = frame else { break };
@@ -107,28 +137,54 @@ pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
         };
         session.dispatch(&text).await;
     }
+    closed.trigger();
     session.finish().await;
     drop(session);
     let _ = writer.await;
 }
 
 impl Session {
+    /// Queues a reply. Replies are never dropped: a client that stops
+    /// reading stalls its own session (its uplink is not read meanwhile),
+    /// and after `REPLY_STALL` it is disconnected.
     async fn reply(&self, text: String) {
-        if self.out.try_send(Outbound::Frame(Arc::from(text))).is_err() {
-            tracing::warn!(sid = %self.sid, "outbound queue full; dropping reply");
+        let out = Outbound::Frame(Arc::from(text));
+        match tokio::time::timeout(REPLY_STALL, self.out.send(out)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {}
+            Err(_) => {
+                tracing::warn!(sid = %self.sid, "client not reading replies; closing session");
+                self.close("not reading");
+            }
         }
     }
 
     /// Detaches everything and marks the user offline on this node.
     async fn finish(&mut self) {
-        let Some(handle) = self.handle.take() else { return };
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
         let topics: Vec<String> = self.attached.drain().collect();
         for topic in topics {
             self.detach(&handle, &topic).await;
         }
         self.gateway.hub.remove_session(&handle);
+        let still_here = !self
+            .gateway
+            .hub
+            .user_sessions(&handle.tenant, handle.uid, None, "")
+            .is_empty();
         let mut redis = self.gateway.sender.redis();
-        let _ = presence::user_offline(&mut redis, &handle.tenant, handle.uid, &self.sid, &self.gateway.node_id, now_ms()).await;
+        let _ = presence::user_offline(
+            &mut redis,
+            &handle.tenant,
+            handle.uid,
+            &self.sid,
+            &self.gateway.node_id,
+            still_here,
+            now_ms(),
+        )
+        .await;
     }
 
     /// Leaves a topic locally and in presence; tells the others when this was
@@ -136,12 +192,23 @@ impl Session {
     async fn detach(&self, handle: &SessionHandle, topic: &str) {
         let still_here = self.gateway.hub.detach(handle, topic);
         let mut redis = self.gateway.sender.redis();
-        let last = presence::detach(&mut redis, &handle.tenant, topic, handle.uid, &self.gateway.node_id, still_here)
-            .await
-            .unwrap_or(false);
+        let last = presence::detach(
+            &mut redis,
+            &handle.tenant,
+            topic,
+            handle.uid,
+            &self.gateway.node_id,
+            still_here,
+        )
+        .await
+        .unwrap_or(false);
         if last {
-            self.announce(&handle.tenant, topic, frames::pres_frame(topic, &proto::user_id(handle.uid), "off"))
-                .await;
+            self.announce(
+                &handle.tenant,
+                topic,
+                frames::pres_frame(topic, &proto::user_id(handle.uid), "off"),
+            )
+            .await;
         }
     }
 
@@ -160,16 +227,32 @@ impl Session {
             payload: frame,
         };
         let mut redis = self.gateway.sender.redis();
-        let nodes = presence::online_nodes(&mut redis, tenant, topic, now_ms()).await.ok().flatten();
-        if let Err(e) = crate::realtime::bus::publish(&mut redis, nodes.as_deref(), &envelope).await {
+        let nodes = presence::online_nodes(&mut redis, tenant, topic, now_ms())
+            .await
+            .ok()
+            .flatten();
+        if let Err(e) = crate::realtime::bus::publish(&mut redis, nodes.as_deref(), &envelope).await
+        {
             tracing::warn!(error = %e, "realtime publish failed");
         }
+    }
+
+    /// Ends the session: the final ctrl 401 with `reason` if it can still be
+    /// queued, and the connection is dropped shortly after in any case.
+    fn close(&self, reason: &str) {
+        let _ = self.out.try_send(Outbound::Close(Arc::from(reason)));
+        self.closing.trigger();
     }
 
     /// Closes the session if session control says so (checked at most every
     /// few seconds on uplink). Returns false when the session is closing.
     async fn still_allowed(&mut self) -> bool {
-        let Some(handle) = &self.handle else { return true };
+        if self.closing.is_triggered() {
+            return false;
+        }
+        let Some(handle) = &self.handle else {
+            return true;
+        };
         let now = now_ms();
         if now - self.checked_at < UPLINK_CHECK_MS {
             return true;
@@ -178,7 +261,7 @@ impl Session {
         let mut redis = self.gateway.sender.redis();
         match control::recheck(&mut redis, std::slice::from_ref(handle)).await {
             Ok(refused) if !refused.is_empty() => {
-                let _ = self.out.try_send(Outbound::Close(Arc::from(refused[0].1)));
+                self.close(refused[0].1);
                 false
             }
             _ => true,
@@ -292,11 +375,27 @@ impl Session {
         // (identity, token auth_version, token issued at ms)
         let identity = match login.scheme.as_str() {
             "token" => gw.tokens.verify(&login.secret).map(|c| {
-                (Identity { tenant: c.ten, uid: c.uid, device: c.dev }, Some(c.av), c.iat * 1000)
+                (
+                    Identity {
+                        tenant: c.ten,
+                        uid: c.uid,
+                        device: c.dev,
+                    },
+                    Some(c.av),
+                    c.iat * 1000,
+                )
             }),
             "basic" => auth::check_basic(&gw.config.auth, &login.secret).map(|(tenant, uid)| {
                 let device = format!("basic-{}", &self.sid[..8]);
-                (Identity { tenant, uid, device }, None, now_ms())
+                (
+                    Identity {
+                        tenant,
+                        uid,
+                        device,
+                    },
+                    None,
+                    now_ms(),
+                )
             }),
             _ => Err(AuthError::UnknownScheme),
         };
@@ -314,17 +413,32 @@ impl Session {
             }
         };
         let mut redis = gw.sender.redis();
-        let Ok(state) = control::state(&mut redis, &identity.tenant, identity.uid, &identity.device).await else {
-            self.reply(ctrl(id, None, 503, "service unavailable, retry", None)).await;
+        let Ok(state) =
+            control::state(&mut redis, &identity.tenant, identity.uid, &identity.device).await
+        else {
+            self.reply(ctrl(id, None, 503, "service unavailable, retry", None))
+                .await;
             return;
         };
         // A password login is as new as the current auth_version.
         let auth_version = token_av.unwrap_or(state.auth_version);
         if let Some(why) = state.refusal(auth_version, issued_ms) {
-            self.reply(ctrl(id, None, 401, "authentication failed", Some(json!({"reason": why})))).await;
+            self.reply(ctrl(
+                id,
+                None,
+                401,
+                "authentication failed",
+                Some(json!({"reason": why})),
+            ))
+            .await;
             return;
         }
-        let issued = gw.tokens.issue(&identity.tenant, identity.uid, &identity.device, auth_version);
+        let issued = gw.tokens.issue(
+            &identity.tenant,
+            identity.uid,
+            &identity.device,
+            auth_version,
+        );
         let handle = SessionHandle {
             sid: Arc::from(self.sid.as_str()),
             tenant: Arc::from(identity.tenant.as_str()),
@@ -333,9 +447,18 @@ impl Session {
             auth_version,
             since_ms: issued_ms,
             tx: self.out.clone(),
+            closing: self.closing.clone(),
         };
         gw.hub.add_session(&handle);
-        let _ = presence::user_online(&mut redis, &identity.tenant, identity.uid, &self.sid, &gw.node_id, now_ms()).await;
+        let _ = presence::user_online(
+            &mut redis,
+            &identity.tenant,
+            identity.uid,
+            &self.sid,
+            &gw.node_id,
+            now_ms(),
+        )
+        .await;
         self.handle = Some(handle);
         let params = json!({
             "user": proto::user_id(identity.uid),
@@ -376,12 +499,23 @@ impl Session {
                 self.attached.insert(topic.to_string());
                 if let Some(handle) = self.handle.clone() {
                     self.gateway.hub.attach(&handle, topic);
-                    let first = presence::attach(&mut redis, &who.tenant, topic, who.uid, &self.gateway.node_id, now_ms())
-                        .await
-                        .unwrap_or(false);
+                    let first = presence::attach(
+                        &mut redis,
+                        &who.tenant,
+                        topic,
+                        who.uid,
+                        &self.gateway.node_id,
+                        now_ms(),
+                    )
+                    .await
+                    .unwrap_or(false);
                     if first {
-                        self.announce(&who.tenant, topic, frames::pres_frame(topic, &proto::user_id(who.uid), "on"))
-                            .await;
+                        self.announce(
+                            &who.tenant,
+                            topic,
+                            frames::pres_frame(topic, &proto::user_id(who.uid), "on"),
+                        )
+                        .await;
                     }
                 }
                 let acs = json!({"acs": {"want": "JRWPS", "given": "JRWPS", "mode": "JRWPS"}});
@@ -468,16 +602,27 @@ impl Session {
             let data = query.data.clone().unwrap_or_default();
             match reads::query_data(&self.gateway, &who.tenant, topic, who.uid, &data).await {
                 Ok(messages) if messages.is_empty() => {
-                    self.reply(ctrl(id, Some(topic), 204, "no content", Some(json!({"what": "data"})))).await
+                    self.reply(ctrl(
+                        id,
+                        Some(topic),
+                        204,
+                        "no content",
+                        Some(json!({"what": "data"})),
+                    ))
+                    .await
                 }
                 Ok(messages) => {
                     for m in &messages {
-                        self.reply(json!({"data": reads::data_body(topic, m)}).to_string()).await;
+                        self.reply(json!({"data": reads::data_body(topic, m)}).to_string())
+                            .await;
                     }
                     let params = json!({"what": "data", "count": messages.len()});
-                    self.reply(ctrl(id, Some(topic), 208, "delivered", Some(params))).await
+                    self.reply(ctrl(id, Some(topic), 208, "delivered", Some(params)))
+                        .await
                 }
-                Err(reads::Refusal(code, text)) => self.reply(ctrl(id, Some(topic), code, &text, None)).await,
+                Err(reads::Refusal(code, text)) => {
+                    self.reply(ctrl(id, Some(topic), code, &text, None)).await
+                }
             }
         }
         if what.contains(&"del") {
@@ -489,8 +634,19 @@ impl Session {
                     }
                     self.reply(json!({"meta": meta}).to_string()).await
                 }
-                Ok(None) => self.reply(ctrl(id, Some(topic), 204, "no content", Some(json!({"what": "del"})))).await,
-                Err(reads::Refusal(code, text)) => self.reply(ctrl(id, Some(topic), code, &text, None)).await,
+                Ok(None) => {
+                    self.reply(ctrl(
+                        id,
+                        Some(topic),
+                        204,
+                        "no content",
+                        Some(json!({"what": "del"})),
+                    ))
+                    .await
+                }
+                Err(reads::Refusal(code, text)) => {
+                    self.reply(ctrl(id, Some(topic), code, &text, None)).await
+                }
             }
         }
     }
@@ -500,23 +656,54 @@ impl Session {
         let id = del.id.as_deref();
         let topic = del.topic.as_str();
         if del.what != "msg" {
-            self.reply(ctrl(id, Some(topic), 501, "not implemented", None)).await;
+            self.reply(ctrl(id, Some(topic), 501, "not implemented", None))
+                .await;
             return;
         }
         if del.hard {
             // Recall and moderation arrive with the edit/recall events.
-            self.reply(ctrl(id, Some(topic), 501, "hard delete not implemented yet", None)).await;
+            self.reply(ctrl(
+                id,
+                Some(topic),
+                501,
+                "hard delete not implemented yet",
+                None,
+            ))
+            .await;
             return;
         }
         let who = self.identity.clone().expect("logged in");
-        if let Err(reads::Refusal(code, text)) = reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid).await {
+        if let Err(reads::Refusal(code, text)) =
+            reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid).await
+        {
             self.reply(ctrl(id, Some(topic), code, &text, None)).await;
             return;
         }
         let ranges = del.delseq.unwrap_or_default();
-        match reads::clear_history(&self.gateway, &who.tenant, topic, who.uid, &who.device, &self.sid, &ranges).await {
-            Ok(del_id) => self.reply(ctrl(id, Some(topic), 200, "ok", Some(json!({"del": del_id})))).await,
-            Err(reads::Refusal(code, text)) => self.reply(ctrl(id, Some(topic), code, &text, None)).await,
+        match reads::clear_history(
+            &self.gateway,
+            &who.tenant,
+            topic,
+            who.uid,
+            &who.device,
+            &self.sid,
+            &ranges,
+        )
+        .await
+        {
+            Ok(del_id) => {
+                self.reply(ctrl(
+                    id,
+                    Some(topic),
+                    200,
+                    "ok",
+                    Some(json!({"del": del_id})),
+                ))
+                .await
+            }
+            Err(reads::Refusal(code, text)) => {
+                self.reply(ctrl(id, Some(topic), code, &text, None)).await
+            }
         }
     }
 
@@ -536,17 +723,32 @@ impl Session {
                     return;
                 }
                 self.kp_at.insert(topic.to_string(), now);
-                self.announce(&who.tenant, topic, frames::info_frame(topic, who.uid, "kp", None)).await;
+                self.announce(
+                    &who.tenant,
+                    topic,
+                    frames::info_frame(topic, who.uid, "kp", None),
+                )
+                .await;
             }
             (what @ ("recv" | "read"), Some(seq)) if seq > 0 => {
                 let keys = crate::keys::TopicKeys::new(&who.tenant, topic);
                 let mut redis = self.gateway.sender.redis();
-                let last: Option<i64> = redis::cmd("HGET").arg(keys.seq()).arg("last_seq").query_async(&mut redis).await.ok().flatten();
+                let last: Option<i64> = redis::cmd("HGET")
+                    .arg(keys.seq())
+                    .arg("last_seq")
+                    .query_async(&mut redis)
+                    .await
+                    .ok()
+                    .flatten();
                 if last.is_some_and(|l| seq > l) {
                     return;
                 }
                 let cursor = SeqCursor { seq };
-                let body = if what == "read" { ReceiptBody::ReadReceipt(cursor) } else { ReceiptBody::RecvReceipt(cursor) };
+                let body = if what == "read" {
+                    ReceiptBody::ReadReceipt(cursor)
+                } else {
+                    ReceiptBody::RecvReceipt(cursor)
+                };
                 let event = ReceiptEvent {
                     event_id: new_event_id(),
                     tenant_id: who.tenant.clone(),
@@ -559,7 +761,13 @@ impl Session {
                     body,
                 };
                 let key = format!("{}:{topic}", who.tenant);
-                if let Err(e) = self.gateway.sender.producer().send(TopicKind::Receipts, &key, &event, None).await {
+                if let Err(e) = self
+                    .gateway
+                    .sender
+                    .producer()
+                    .send(TopicKind::Receipts, &key, &event, None)
+                    .await
+                {
                     tracing::warn!(error = %e, "receipt not produced");
                 }
             }

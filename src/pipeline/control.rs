@@ -31,20 +31,43 @@ impl ControlHandler {
         let set_max = redis::Script::new(SET_MAX);
         let (target_type, target, reason) = match &e.body {
             SessionControlBody::DeviceRevoked(d) => {
-                let _: i64 = set_max.key(k.device_revoked(e.uid, &d.device)).arg(e.occurred_at).invoke_async(&mut redis).await?;
-                (TargetType::Device, format!("{}/{}", e.uid, d.device), "device revoked")
+                let _: i64 = set_max
+                    .key(k.device_revoked(e.uid, &d.device))
+                    .arg(e.occurred_at)
+                    .invoke_async(&mut redis)
+                    .await?;
+                (
+                    TargetType::Device,
+                    format!("{}/{}", e.uid, d.device),
+                    "device revoked",
+                )
             }
             SessionControlBody::SignedOutEverywhere(v) | SessionControlBody::PasswordReset(v) => {
-                let _: i64 = set_max.key(k.auth_version(e.uid)).arg(v.auth_version).invoke_async(&mut redis).await?;
+                let _: i64 = set_max
+                    .key(k.auth_version(e.uid))
+                    .arg(v.auth_version)
+                    .invoke_async(&mut redis)
+                    .await?;
                 (TargetType::User, e.uid.to_string(), "signed out")
             }
             SessionControlBody::UserDisabled(v) => {
-                let _: i64 = set_max.key(k.auth_version(e.uid)).arg(v.auth_version).invoke_async(&mut redis).await?;
-                let _: () = redis::cmd("SET").arg(k.user_disabled(e.uid)).arg(e.occurred_at).query_async(&mut redis).await?;
+                let _: i64 = set_max
+                    .key(k.auth_version(e.uid))
+                    .arg(v.auth_version)
+                    .invoke_async(&mut redis)
+                    .await?;
+                let _: () = redis::cmd("SET")
+                    .arg(k.user_disabled(e.uid))
+                    .arg(e.occurred_at)
+                    .query_async(&mut redis)
+                    .await?;
                 (TargetType::User, e.uid.to_string(), "user disabled")
             }
             SessionControlBody::UserEnabled(_) => {
-                let _: () = redis::cmd("DEL").arg(k.user_disabled(e.uid)).query_async(&mut redis).await?;
+                let _: () = redis::cmd("DEL")
+                    .arg(k.user_disabled(e.uid))
+                    .query_async(&mut redis)
+                    .await?;
                 return Ok(());
             }
         };
@@ -67,7 +90,11 @@ impl Handler for ControlHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
         for (i, r) in records.iter().enumerate() {
-            let event = match self.codec.decode::<SessionControlEvent>(r.payload.as_deref()).await {
+            let event = match self
+                .codec
+                .decode::<SessionControlEvent>(r.payload.as_deref())
+                .await
+            {
                 Ok(e) => e,
                 Err(CodecError::UnknownKind { .. }) => continue,
                 Err(e) => {

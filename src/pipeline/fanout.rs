@@ -9,7 +9,10 @@ use redis::aio::ConnectionManager;
 
 use crate::events::{now_ms, CodecError, EventCodec, GroupEvent, GroupEventBody};
 use crate::history::StoredMessage;
-use crate::realtime::{envelope::node_channel, envelope::BROADCAST_CHANNEL, frames, presence, Envelope, Kind, TargetType};
+use crate::realtime::{
+    envelope::node_channel, envelope::BROADCAST_CHANNEL, frames, presence, Envelope, Kind,
+    TargetType,
+};
 
 use super::runner::{Handler, Record, RecordFailure};
 
@@ -41,7 +44,9 @@ impl Handler for FanoutHandler {
                     continue;
                 }
             };
-            let GroupEventBody::MessageSent(m) = &event.body else { continue };
+            let GroupEventBody::MessageSent(m) = &event.body else {
+                continue;
+            };
             let key = (event.tenant_id.clone(), event.topic.clone());
             if !nodes_of.contains_key(&key) {
                 match presence::online_nodes(&mut redis, &key.0, &key.1, now).await {
@@ -93,7 +98,11 @@ impl Handler for FanoutHandler {
         }
         if !queued.is_empty() {
             if let Err(e) = pipe.query_async::<()>(&mut redis).await {
-                failures.extend(queued.into_iter().map(|i| RecordFailure::new(i, true, e.to_string())));
+                failures.extend(
+                    queued
+                        .into_iter()
+                        .map(|i| RecordFailure::new(i, true, e.to_string())),
+                );
             }
         }
         if failures.is_empty() {

@@ -32,7 +32,9 @@ impl Handler for HotHandler {
                     continue;
                 }
             };
-            let GroupEventBody::MessageSent(m) = &event.body else { continue };
+            let GroupEventBody::MessageSent(m) = &event.body else {
+                continue;
+            };
             let snapshot = StoredMessage {
                 seq: m.seq,
                 from: m.from_user,
@@ -43,7 +45,9 @@ impl Handler for HotHandler {
                 version: 1,
             };
             let mut redis = self.redis.clone();
-            if let Err(e) = hot::put(&mut redis, &event.tenant_id, &event.topic, &snapshot, now).await {
+            if let Err(e) =
+                hot::put(&mut redis, &event.tenant_id, &event.topic, &snapshot, now).await
+            {
                 failures.push(RecordFailure::new(i, true, e.to_string()));
             }
         }

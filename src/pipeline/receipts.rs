@@ -21,7 +21,11 @@ pub struct ReceiptsHandler {
 
 impl ReceiptsHandler {
     pub fn new(codec: EventCodec, pools: TenantPools, redis: ConnectionManager) -> Self {
-        Self { codec, pools, redis }
+        Self {
+            codec,
+            pools,
+            redis,
+        }
     }
 
     async fn apply(&self, e: &ReceiptEvent) -> Result<(), RecordFailureKind> {
@@ -29,8 +33,15 @@ impl ReceiptsHandler {
             ReceiptBody::ReadReceipt(c) => ("read", c.seq),
             ReceiptBody::RecvReceipt(c) => ("recv", c.seq),
         };
-        let pool = self.pools.get(&e.tenant_id).map_err(|_| RecordFailureKind::Fatal("unknown tenant".into()))?;
-        let column = if what == "read" { "read_seq" } else { "recv_seq" };
+        let pool = self
+            .pools
+            .get(&e.tenant_id)
+            .map_err(|_| RecordFailureKind::Fatal("unknown tenant".into()))?;
+        let column = if what == "read" {
+            "read_seq"
+        } else {
+            "recv_seq"
+        };
         sqlx::query(&format!(
             "INSERT INTO im_subscriptions (topic, uid, {column}) VALUES (?, ?, ?) \
              ON DUPLICATE KEY UPDATE {column} = GREATEST({column}, VALUES({column}))"
@@ -43,9 +54,10 @@ impl ReceiptsHandler {
         .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
 
         let mut redis = self.redis.clone();
-        let nodes = presence::online_nodes(&mut redis, &e.tenant_id, &e.topic, crate::events::now_ms())
-            .await
-            .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
+        let nodes =
+            presence::online_nodes(&mut redis, &e.tenant_id, &e.topic, crate::events::now_ms())
+                .await
+                .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
         let to_topic = Envelope {
             event_id: e.event_id.clone(),
             tenant_id: e.tenant_id.clone(),
@@ -87,7 +99,11 @@ impl Handler for ReceiptsHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
         for (i, r) in records.iter().enumerate() {
-            let event = match self.codec.decode::<ReceiptEvent>(r.payload.as_deref()).await {
+            let event = match self
+                .codec
+                .decode::<ReceiptEvent>(r.payload.as_deref())
+                .await
+            {
                 Ok(e) => e,
                 Err(CodecError::UnknownKind { .. }) => continue,
                 Err(e) => {
@@ -97,8 +113,12 @@ impl Handler for ReceiptsHandler {
             };
             match self.apply(&event).await {
                 Ok(()) => {}
-                Err(RecordFailureKind::Retry(why)) => failures.push(RecordFailure::new(i, true, why)),
-                Err(RecordFailureKind::Fatal(why)) => failures.push(RecordFailure::new(i, false, why)),
+                Err(RecordFailureKind::Retry(why)) => {
+                    failures.push(RecordFailure::new(i, true, why))
+                }
+                Err(RecordFailureKind::Fatal(why)) => {
+                    failures.push(RecordFailure::new(i, false, why))
+                }
             }
         }
         if failures.is_empty() {

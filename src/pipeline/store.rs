@@ -169,7 +169,11 @@ impl Handler for StoreHandler {
             if let GroupEventBody::HistoryCleared(h) = &event.body {
                 let result = match self.pools.get(&event.tenant_id) {
                     Ok(pool) => write_dellog(pool, event, h).await.map_err(|e| {
-                        RecordFailure::new(*i, crate::tenant::is_retryable_db_error(&e), e.to_string())
+                        RecordFailure::new(
+                            *i,
+                            crate::tenant::is_retryable_db_error(&e),
+                            e.to_string(),
+                        )
                     }),
                     Err(e) => Err(RecordFailure::new(*i, false, e.to_string())),
                 };

@@ -26,7 +26,11 @@ pub struct SeenIds {
 
 impl SeenIds {
     pub fn new(capacity: usize) -> Self {
-        Self { order: VecDeque::with_capacity(capacity), set: HashSet::with_capacity(capacity), capacity }
+        Self {
+            order: VecDeque::with_capacity(capacity),
+            set: HashSet::with_capacity(capacity),
+            capacity,
+        }
     }
 
     /// `true` the first time an id is seen.
@@ -68,7 +72,12 @@ pub async fn publish(
 }
 
 /// Delivers one envelope to local sessions; returns how many got it.
-pub fn dispatch(hub: &Hub, tenants: &HashSet<String>, seen: &mut SeenIds, envelope: Envelope) -> usize {
+pub fn dispatch(
+    hub: &Hub,
+    tenants: &HashSet<String>,
+    seen: &mut SeenIds,
+    envelope: Envelope,
+) -> usize {
     if !tenants.contains(&envelope.tenant_id) {
         metrics::counter!(m::ENVELOPES_TOTAL, "outcome" => "foreign_tenant").increment(1);
         return 0;
@@ -86,7 +95,9 @@ pub fn dispatch(hub: &Hub, tenants: &HashSet<String>, seen: &mut SeenIds, envelo
     };
     let delivered = match envelope.target_type {
         TargetType::Topic => match &out {
-            Outbound::Frame(frame) => hub.to_topic(tenant, &envelope.target, &envelope.skip_sid, frame),
+            Outbound::Frame(frame) => {
+                hub.to_topic(tenant, &envelope.target, &envelope.skip_sid, frame)
+            }
             Outbound::Close(_) => 0,
         },
         TargetType::User | TargetType::Device => {
@@ -94,7 +105,9 @@ pub fn dispatch(hub: &Hub, tenants: &HashSet<String>, seen: &mut SeenIds, envelo
                 Some((u, d)) => (u, Some(d)),
                 None => (envelope.target.as_str(), None),
             };
-            let Ok(uid) = uid.parse::<i64>() else { return 0 };
+            let Ok(uid) = uid.parse::<i64>() else {
+                return 0;
+            };
             hub.user_sessions(tenant, uid, device, &envelope.skip_sid)
                 .iter()
                 .filter(|s| s.offer(out.clone()))
@@ -117,7 +130,13 @@ pub fn dispatch(hub: &Hub, tenants: &HashSet<String>, seen: &mut SeenIds, envelo
 
 /// Subscribes to `node`'s channel and the broadcast channel until shutdown,
 /// reconnecting after errors.
-pub async fn run_subscriber(redis_url: String, node: String, hub: Hub, tenants: HashSet<String>, shutdown: Shutdown) {
+pub async fn run_subscriber(
+    redis_url: String,
+    node: String,
+    hub: Hub,
+    tenants: HashSet<String>,
+    shutdown: Shutdown,
+) {
     let mut seen = SeenIds::new(20_000);
     let channels = [node_channel(&node), BROADCAST_CHANNEL.to_string()];
     loop {
@@ -158,9 +177,14 @@ async fn subscribe_once(
             m = stream.next() => m,
         };
         let Some(msg) = msg else {
-            return Err(redis::RedisError::from((redis::ErrorKind::IoError, "pubsub stream ended")));
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::IoError,
+                "pubsub stream ended",
+            )));
         };
-        let Ok(payload) = msg.get_payload::<String>() else { continue };
+        let Ok(payload) = msg.get_payload::<String>() else {
+            continue;
+        };
         match serde_json::from_str::<Envelope>(&payload) {
             Ok(envelope) => {
                 dispatch(hub, tenants, seen, envelope);
@@ -197,6 +221,7 @@ mod tests {
             auth_version: 0,
             since_ms: 0,
             tx,
+            closing: crate::shutdown::Shutdown::new(),
         };
         let s1 = handle("s1", "d1", tx1);
         let s2 = handle("s2", "d2", tx2);
@@ -217,9 +242,21 @@ mod tests {
             occurred_at: 0,
             payload: "{\"data\":{}}".into(),
         };
-        assert_eq!(dispatch(&hub, &tenants, &mut seen, env("e1", "b")), 0, "other tenant");
-        assert_eq!(dispatch(&hub, &tenants, &mut seen, env("e1", "a")), 1, "sender's session skipped");
-        assert_eq!(dispatch(&hub, &tenants, &mut seen, env("e1", "a")), 0, "duplicate dropped");
+        assert_eq!(
+            dispatch(&hub, &tenants, &mut seen, env("e1", "b")),
+            0,
+            "other tenant"
+        );
+        assert_eq!(
+            dispatch(&hub, &tenants, &mut seen, env("e1", "a")),
+            1,
+            "sender's session skipped"
+        );
+        assert_eq!(
+            dispatch(&hub, &tenants, &mut seen, env("e1", "a")),
+            0,
+            "duplicate dropped"
+        );
         assert!(rx1.try_recv().is_err());
         assert!(matches!(rx2.try_recv(), Ok(Outbound::Frame(_))));
     }

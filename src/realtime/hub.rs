@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 use crate::metrics as m;
+use crate::shutdown::Shutdown;
 
 /// What a session's writer task receives.
 #[derive(Debug, Clone)]
@@ -31,11 +32,23 @@ pub struct SessionHandle {
     /// When the session logged in (epoch ms); a device revoked later closes it.
     pub since_ms: i64,
     pub tx: mpsc::Sender<Outbound>,
+    /// Triggered when the session must close. The session then gives its
+    /// writer a short grace to deliver what is queued and the final ctrl,
+    /// and drops the connection regardless (a client that stopped reading
+    /// has a full queue and a blocked writer).
+    pub closing: Shutdown,
 }
 
 impl SessionHandle {
     /// Queues without waiting; `false` when the queue is full or closed.
+    /// A close never depends on room in the queue: it also triggers
+    /// `closing`, so it takes effect even when the frame cannot be queued.
     pub fn offer(&self, out: Outbound) -> bool {
+        if matches!(out, Outbound::Close(_)) {
+            let _ = self.tx.try_send(out);
+            self.closing.trigger();
+            return true;
+        }
         match self.tx.try_send(out) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
@@ -112,15 +125,28 @@ impl Hub {
         let targets: Vec<SessionHandle> = {
             let idx = self.index.lock().expect("hub lock");
             match idx.by_topic.get(&(Arc::from(tenant), Arc::from(topic))) {
-                Some(map) => map.values().filter(|s| &*s.sid != skip_sid).cloned().collect(),
+                Some(map) => map
+                    .values()
+                    .filter(|s| &*s.sid != skip_sid)
+                    .cloned()
+                    .collect(),
                 None => return 0,
             }
         };
-        targets.iter().filter(|s| s.offer(Outbound::Frame(frame.clone()))).count()
+        targets
+            .iter()
+            .filter(|s| s.offer(Outbound::Frame(frame.clone())))
+            .count()
     }
 
     /// Sessions of a user (optionally one device), except `skip_sid`.
-    pub fn user_sessions(&self, tenant: &str, uid: i64, device: Option<&str>, skip_sid: &str) -> Vec<SessionHandle> {
+    pub fn user_sessions(
+        &self,
+        tenant: &str,
+        uid: i64,
+        device: Option<&str>,
+        skip_sid: &str,
+    ) -> Vec<SessionHandle> {
         let idx = self.index.lock().expect("hub lock");
         idx.by_user
             .get(&(Arc::from(tenant), uid))
@@ -138,18 +164,64 @@ impl Hub {
     pub fn snapshot(&self) -> (Vec<(String, i64)>, Vec<(String, String)>) {
         let idx = self.index.lock().expect("hub lock");
         (
-            idx.by_user.keys().map(|(t, u)| (t.to_string(), *u)).collect(),
-            idx.by_topic.keys().map(|(t, x)| (t.to_string(), x.to_string())).collect(),
+            idx.by_user
+                .keys()
+                .map(|(t, u)| (t.to_string(), *u))
+                .collect(),
+            idx.by_topic
+                .keys()
+                .map(|(t, x)| (t.to_string(), x.to_string()))
+                .collect(),
         )
     }
 
     /// Every local session (for control re-checks).
     pub fn all_sessions(&self) -> Vec<SessionHandle> {
         let idx = self.index.lock().expect("hub lock");
-        idx.by_user.values().flat_map(|m| m.values().cloned()).collect()
+        idx.by_user
+            .values()
+            .flat_map(|m| m.values().cloned())
+            .collect()
     }
 
     pub fn session_count(&self) -> usize {
-        self.index.lock().expect("hub lock").by_user.values().map(HashMap::len).sum()
+        self.index
+            .lock()
+            .expect("hub lock")
+            .by_user
+            .values()
+            .map(HashMap::len)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_close_takes_effect_even_when_the_queue_is_full() {
+        let (tx, _rx) = mpsc::channel(1);
+        let s = SessionHandle {
+            sid: "s".into(),
+            tenant: "t".into(),
+            uid: 1,
+            device: "d".into(),
+            auth_version: 0,
+            since_ms: 0,
+            tx,
+            closing: Shutdown::new(),
+        };
+        assert!(s.offer(Outbound::Frame("a".into())));
+        assert!(
+            !s.offer(Outbound::Frame("b".into())),
+            "full: a frame is dropped"
+        );
+        assert!(!s.closing.is_triggered());
+        assert!(s.offer(Outbound::Close("device revoked".into())));
+        assert!(
+            s.closing.is_triggered(),
+            "a close that cannot be queued still closes"
+        );
     }
 }

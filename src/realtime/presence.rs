@@ -27,7 +27,10 @@ impl TenantKeys {
     }
     /// INT epoch ms: sessions and tokens of this device from before are revoked.
     pub fn device_revoked(&self, uid: i64, device: &str) -> String {
-        format!("{}:control:user:{uid}:device:{device}:revoked_at", self.base())
+        format!(
+            "{}:control:user:{uid}:device:{device}:revoked_at",
+            self.base()
+        )
     }
     /// Present while the user is disabled.
     pub fn user_disabled(&self, uid: i64) -> String {
@@ -66,25 +69,34 @@ pub async fn user_online(
     let k = TenantKeys::new(tenant);
     let mut pipe = redis::pipe();
     pipe.sadd(k.presence_sessions(uid), sid).ignore();
-    pipe.expire(k.presence_sessions(uid), PRESENCE_TTL_SECS).ignore();
+    pipe.expire(k.presence_sessions(uid), PRESENCE_TTL_SECS)
+        .ignore();
     pipe.hset_multiple(
         k.presence_user(uid),
-        &[("online", "1".to_string()), ("node_id", node.to_string()), ("last_active_at", now_ms.to_string())],
+        &[
+            ("online", "1".to_string()),
+            ("node_id", node.to_string()),
+            ("last_active_at", now_ms.to_string()),
+        ],
     )
     .ignore();
-    pipe.hincr(k.presence_user(uid), "session_count", 1).ignore();
-    pipe.expire(k.presence_user(uid), PRESENCE_TTL_SECS).ignore();
+    pipe.hincr(k.presence_user(uid), "session_count", 1)
+        .ignore();
+    pipe.expire(k.presence_user(uid), PRESENCE_TTL_SECS)
+        .ignore();
     pipe.sadd(k.presence_node_users(node), uid).ignore();
     pipe.query_async(redis).await
 }
 
-/// A session ended.
+/// A session ended; `still_on_node` tells whether the user has another
+/// session on this node (the node keeps listing the user while it does).
 pub async fn user_offline(
     redis: &mut ConnectionManager,
     tenant: &str,
     uid: i64,
     sid: &str,
     node: &str,
+    still_on_node: bool,
     now_ms: i64,
 ) -> redis::RedisResult<()> {
     let k = TenantKeys::new(tenant);
@@ -94,18 +106,23 @@ pub async fn user_offline(
         .hincr(k.presence_user(uid), "session_count", -1)
         .query_async(redis)
         .await?;
-    if left <= 0 {
-        let _: () = redis::pipe()
-            .hset_multiple(k.presence_user(uid), &[("online", "0".to_string()), ("last_seen_at", now_ms.to_string())])
-            .ignore()
-            .hset(k.presence_user(uid), "session_count", 0)
-            .ignore()
-            .srem(k.presence_node_users(node), uid)
-            .ignore()
-            .query_async(redis)
-            .await?;
+    let mut pipe = redis::pipe();
+    if !still_on_node {
+        pipe.srem(k.presence_node_users(node), uid).ignore();
     }
-    Ok(())
+    if left <= 0 {
+        pipe.hset_multiple(
+            k.presence_user(uid),
+            &[
+                ("online", "0".to_string()),
+                ("last_seen_at", now_ms.to_string()),
+            ],
+        )
+        .ignore()
+        .hset(k.presence_user(uid), "session_count", 0)
+        .ignore();
+    }
+    pipe.query_async(redis).await
 }
 
 /// A user's session attached to a topic; returns true when it is the
@@ -152,7 +169,10 @@ pub async fn detach(
     still_on_node: bool,
 ) -> redis::RedisResult<bool> {
     let k = TopicKeys::new(tenant, topic);
-    let (count,): (i64,) = redis::pipe().hincr(k.online_sessions(), uid, -1).query_async(redis).await?;
+    let (count,): (i64,) = redis::pipe()
+        .hincr(k.online_sessions(), uid, -1)
+        .query_async(redis)
+        .await?;
     let mut pipe = redis::pipe();
     if !still_on_node {
         pipe.srem(k.node_online_members(node), uid).ignore();
@@ -173,7 +193,10 @@ pub async fn online_nodes(
     now_ms: i64,
 ) -> redis::RedisResult<Option<Vec<String>>> {
     let k = TopicKeys::new(tenant, topic);
-    let exists: bool = redis::cmd("EXISTS").arg(k.online_nodes()).query_async(redis).await?;
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(k.online_nodes())
+        .query_async(redis)
+        .await?;
     if !exists {
         return Ok(None);
     }
@@ -197,14 +220,22 @@ pub async fn refresh(
     let mut pipe = redis::pipe();
     for (tenant, uid) in users {
         let k = TenantKeys::new(tenant);
-        pipe.expire(k.presence_user(*uid), PRESENCE_TTL_SECS).ignore();
-        pipe.expire(k.presence_sessions(*uid), PRESENCE_TTL_SECS).ignore();
-        pipe.expire(k.presence_node_users(node), PRESENCE_TTL_SECS).ignore();
+        pipe.expire(k.presence_user(*uid), PRESENCE_TTL_SECS)
+            .ignore();
+        pipe.expire(k.presence_sessions(*uid), PRESENCE_TTL_SECS)
+            .ignore();
+        pipe.expire(k.presence_node_users(node), PRESENCE_TTL_SECS)
+            .ignore();
     }
     for (tenant, topic) in topics {
         let k = TopicKeys::new(tenant, topic);
         pipe.zadd(k.online_nodes(), node, now_ms).ignore();
-        for key in [k.online_nodes(), k.online_members(), k.node_online_members(node), k.online_sessions()] {
+        for key in [
+            k.online_nodes(),
+            k.online_members(),
+            k.node_online_members(node),
+            k.online_sessions(),
+        ] {
             pipe.expire(key, PRESENCE_TTL_SECS).ignore();
         }
     }

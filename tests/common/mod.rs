@@ -398,7 +398,8 @@ pub fn write_config_file(config: &Config, name: &str) -> PathBuf {
     let dir = repo_root().join("target/tmp");
     std::fs::create_dir_all(&dir).expect("target/tmp");
     let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, toml::to_string(config).expect("config serializes")).expect("write config");
+    std::fs::write(&path, toml::to_string(config).expect("config serializes"))
+        .expect("write config");
     path
 }
 
