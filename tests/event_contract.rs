@@ -434,6 +434,7 @@ async fn events_from_a_newer_writer_still_decode() {
             ),
         ),
     ]);
+    #[allow(deprecated)]
     let datum = apache_avro::to_avro_datum(&schema, value).unwrap();
     let mut bytes = vec![0u8];
     bytes.extend_from_slice(&(id as u32).to_be_bytes());
@@ -471,6 +472,7 @@ async fn events_from_a_newer_writer_still_decode() {
             ),
         ),
     ]);
+    #[allow(deprecated)]
     let datum = apache_avro::to_avro_datum(&schema, pinned).unwrap();
     let mut bytes = vec![0u8];
     bytes.extend_from_slice(&(id as u32).to_be_bytes());

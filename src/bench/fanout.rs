@@ -14,9 +14,8 @@ use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::config::Config;
-use crate::gateway::auth::Tokens;
 
-use super::client;
+use super::{client, Setup};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct FanoutArgs {
@@ -53,22 +52,13 @@ pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
         .collect();
     anyhow::ensure!(!urls.is_empty(), "no gateway URLs");
     let sessions = args.sessions.unwrap_or(args.members).min(args.members);
-    let tenant = match &args.tenant {
-        Some(t) => t.clone(),
-        None => config
-            .tenants
-            .first()
-            .map(|t| t.id.clone())
-            .ok_or_else(|| anyhow::anyhow!("no tenant"))?,
-    };
-    let database = config
-        .tenant(&tenant)
-        .ok_or_else(|| anyhow::anyhow!("unknown tenant"))?
-        .database
-        .clone();
-    let pool = crate::tenant::database_pool(&config.mysql, &database)?;
-    let tokens = Tokens::new(&config.auth);
-    let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let Setup {
+        tenant,
+        pool,
+        tokens,
+        run,
+    } = Setup::new(config, args.tenant.as_deref())?;
+    let run = run.as_str();
     let topic = format!("grpF{run}");
     let base = 2_000_000i64;
     let http = |u: &str| {

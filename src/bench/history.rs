@@ -14,11 +14,12 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::events::{new_event_id, now_ms, EventCodec, GroupEvent, GroupEventBody, MessageSent};
-use crate::gateway::auth::Tokens;
 use crate::kafka::producer::EventProducer;
 use crate::kafka::topics::TopicKind;
 use crate::keys::TopicKeys;
 use crate::store::month::ShardMonth;
+
+use super::Setup;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct HistoryArgs {
@@ -42,22 +43,13 @@ pub struct HistoryArgs {
 }
 
 pub async fn run(config: &Config, args: HistoryArgs) -> anyhow::Result<()> {
-    let tenant = match &args.tenant {
-        Some(t) => t.clone(),
-        None => config
-            .tenants
-            .first()
-            .map(|t| t.id.clone())
-            .ok_or_else(|| anyhow::anyhow!("no tenant"))?,
-    };
-    let database = config
-        .tenant(&tenant)
-        .ok_or_else(|| anyhow::anyhow!("unknown tenant"))?
-        .database
-        .clone();
-    let pool = crate::tenant::database_pool(&config.mysql, &database)?;
-    let tokens = Tokens::new(&config.auth);
-    let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let Setup {
+        tenant,
+        pool,
+        tokens,
+        run,
+    } = Setup::new(config, args.tenant.as_deref())?;
+    let run = run.as_str();
     let reader = 3_000_000i64;
     let token = tokens.issue(&tenant, reader, "bench", 0).token;
     let web = reqwest::Client::new();

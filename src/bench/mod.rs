@@ -9,6 +9,43 @@ pub mod send;
 
 use hdrhistogram::Histogram;
 
+use crate::config::Config;
+use crate::gateway::auth::Tokens;
+
+/// What every benchmark starts from: its tenant, that tenant's database,
+/// a token minter, and a short run id that keeps its names unique.
+pub struct Setup {
+    pub tenant: String,
+    pub pool: sqlx::MySqlPool,
+    pub tokens: Tokens,
+    pub run: String,
+}
+
+impl Setup {
+    /// `tenant`, or the first configured one.
+    pub fn new(config: &Config, tenant: Option<&str>) -> anyhow::Result<Setup> {
+        let tenant = match tenant {
+            Some(t) => t.to_string(),
+            None => config
+                .tenants
+                .first()
+                .map(|t| t.id.clone())
+                .ok_or_else(|| anyhow::anyhow!("no tenant configured"))?,
+        };
+        let database = config
+            .tenant(&tenant)
+            .ok_or_else(|| anyhow::anyhow!("unknown tenant {tenant}"))?
+            .database
+            .clone();
+        Ok(Setup {
+            pool: crate::tenant::database_pool(&config.mysql, &database)?,
+            tokens: Tokens::new(&config.auth),
+            run: uuid::Uuid::new_v4().simple().to_string()[..8].to_string(),
+            tenant,
+        })
+    }
+}
+
 /// A latency histogram in microseconds, 1 µs to 60 s.
 pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("static bounds")

@@ -12,9 +12,8 @@ use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::config::Config;
-use crate::gateway::auth::Tokens;
 
-use super::client;
+use super::{client, Setup};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SendArgs {
@@ -46,22 +45,13 @@ pub async fn run(config: &Config, args: SendArgs) -> anyhow::Result<()> {
         args.clients > 0 && args.rate > 0 && args.groups > 0,
         "clients, rate and groups must be positive"
     );
-    let tenant = match &args.tenant {
-        Some(t) => t.clone(),
-        None => config
-            .tenants
-            .first()
-            .map(|t| t.id.clone())
-            .ok_or_else(|| anyhow::anyhow!("no tenant configured"))?,
-    };
-    let database = config
-        .tenant(&tenant)
-        .ok_or_else(|| anyhow::anyhow!("unknown tenant {tenant}"))?
-        .database
-        .clone();
-    let pool = crate::tenant::database_pool(&config.mysql, &database)?;
-    let tokens = Tokens::new(&config.auth);
-    let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let Setup {
+        tenant,
+        pool,
+        tokens,
+        run,
+    } = Setup::new(config, args.tenant.as_deref())?;
+    let run = run.as_str();
     let http = args
         .url
         .replacen("ws://", "http://", 1)

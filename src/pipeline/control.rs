@@ -5,11 +5,11 @@
 
 use redis::aio::ConnectionManager;
 
-use crate::events::{CodecError, EventCodec, SessionControlBody, SessionControlEvent};
+use crate::events::{EventCodec, SessionControlBody, SessionControlEvent};
 use crate::keys::TenantKeys;
 use crate::realtime::{bus, Envelope, Kind, TargetType};
 
-use super::runner::{Handler, Record, RecordFailure};
+use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
 
 /// Sets a key to a number unless it already holds a larger one.
 const SET_MAX: &str = "local cur = tonumber(redis.call('GET', KEYS[1]) or '0') \
@@ -89,27 +89,13 @@ impl ControlHandler {
 impl Handler for ControlHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
-        for (i, r) in records.iter().enumerate() {
-            let event = match self
-                .codec
-                .decode::<SessionControlEvent>(r.payload.as_deref())
-                .await
-            {
-                Ok(e) => e,
-                Err(CodecError::UnknownKind { .. }) => continue,
-                Err(e) => {
-                    failures.push(RecordFailure::new(i, e.is_retryable(), e.to_string()));
-                    continue;
-                }
-            };
+        for (i, event) in
+            decode_all::<SessionControlEvent>(&self.codec, records, &mut failures).await
+        {
             if let Err(e) = self.apply(&event).await {
                 failures.push(RecordFailure::new(i, true, e.to_string()));
             }
         }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(failures)
-        }
+        outcome(failures)
     }
 }

@@ -7,14 +7,14 @@ use std::collections::HashMap;
 
 use redis::aio::ConnectionManager;
 
-use crate::events::{now_ms, CodecError, EventCodec, GroupEvent, GroupEventBody};
+use crate::events::{now_ms, EventCodec, GroupEvent, GroupEventBody};
 use crate::history::StoredMessage;
 use crate::realtime::{
     envelope::node_channel, envelope::BROADCAST_CHANNEL, frames, presence, Envelope, Kind,
     TargetType,
 };
 
-use super::runner::{Handler, Record, RecordFailure};
+use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
 
 pub struct FanoutHandler {
     codec: EventCodec,
@@ -35,15 +35,7 @@ impl Handler for FanoutHandler {
         let mut nodes_of: HashMap<(String, String), Option<Vec<String>>> = HashMap::new();
         let mut pipe = redis::pipe();
         let mut queued: Vec<usize> = Vec::new();
-        for (i, r) in records.iter().enumerate() {
-            let event = match self.codec.decode::<GroupEvent>(r.payload.as_deref()).await {
-                Ok(e) => e,
-                Err(CodecError::UnknownKind { .. }) => continue,
-                Err(e) => {
-                    failures.push(RecordFailure::new(i, e.is_retryable(), e.to_string()));
-                    continue;
-                }
-            };
+        for (i, event) in decode_all::<GroupEvent>(&self.codec, records, &mut failures).await {
             let GroupEventBody::MessageSent(m) = &event.body else {
                 continue;
             };
@@ -105,10 +97,6 @@ impl Handler for FanoutHandler {
                 );
             }
         }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(failures)
-        }
+        outcome(failures)
     }
 }

@@ -3,10 +3,10 @@
 
 use redis::aio::ConnectionManager;
 
-use crate::events::{now_ms, CodecError, EventCodec, GroupEvent, GroupEventBody};
+use crate::events::{now_ms, EventCodec, GroupEvent, GroupEventBody};
 use crate::history::{hot, StoredMessage};
 
-use super::runner::{Handler, Record, RecordFailure};
+use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
 
 pub struct HotHandler {
     codec: EventCodec,
@@ -23,15 +23,7 @@ impl Handler for HotHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
         let now = now_ms();
-        for (i, r) in records.iter().enumerate() {
-            let event = match self.codec.decode::<GroupEvent>(r.payload.as_deref()).await {
-                Ok(e) => e,
-                Err(CodecError::UnknownKind { .. }) => continue,
-                Err(e) => {
-                    failures.push(RecordFailure::new(i, e.is_retryable(), e.to_string()));
-                    continue;
-                }
-            };
+        for (i, event) in decode_all::<GroupEvent>(&self.codec, records, &mut failures).await {
             let GroupEventBody::MessageSent(m) = &event.body else {
                 continue;
             };
@@ -51,10 +43,6 @@ impl Handler for HotHandler {
                 failures.push(RecordFailure::new(i, true, e.to_string()));
             }
         }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(failures)
-        }
+        outcome(failures)
     }
 }

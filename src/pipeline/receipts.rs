@@ -6,12 +6,12 @@
 use redis::aio::ConnectionManager;
 use serde_json::json;
 
-use crate::events::{CodecError, EventCodec, ReceiptBody, ReceiptEvent};
+use crate::events::{EventCodec, ReceiptBody, ReceiptEvent};
 use crate::gateway::proto;
 use crate::realtime::{bus, frames, presence, Envelope, Kind, TargetType};
 use crate::tenant::TenantPools;
 
-use super::runner::{Handler, Record, RecordFailure};
+use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
 
 pub struct ReceiptsHandler {
     codec: EventCodec,
@@ -98,19 +98,7 @@ enum RecordFailureKind {
 impl Handler for ReceiptsHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
-        for (i, r) in records.iter().enumerate() {
-            let event = match self
-                .codec
-                .decode::<ReceiptEvent>(r.payload.as_deref())
-                .await
-            {
-                Ok(e) => e,
-                Err(CodecError::UnknownKind { .. }) => continue,
-                Err(e) => {
-                    failures.push(RecordFailure::new(i, e.is_retryable(), e.to_string()));
-                    continue;
-                }
-            };
+        for (i, event) in decode_all::<ReceiptEvent>(&self.codec, records, &mut failures).await {
             match self.apply(&event).await {
                 Ok(()) => {}
                 Err(RecordFailureKind::Retry(why)) => {
@@ -121,10 +109,6 @@ impl Handler for ReceiptsHandler {
                 }
             }
         }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(failures)
-        }
+        outcome(failures)
     }
 }

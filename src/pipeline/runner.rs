@@ -51,6 +51,36 @@ impl RecordFailure {
     }
 }
 
+/// Decodes every record as `E`. Undecodable records are reported in
+/// `failures`; kinds this build does not know (written by a newer producer)
+/// are skipped with a warning.
+pub async fn decode_all<E: crate::events::Event>(
+    codec: &crate::events::EventCodec,
+    records: &[&Record],
+    failures: &mut Vec<RecordFailure>,
+) -> Vec<(usize, E)> {
+    let mut out = Vec::with_capacity(records.len());
+    for (i, r) in records.iter().enumerate() {
+        match codec.decode::<E>(r.payload.as_deref()).await {
+            Ok(e) => out.push((i, e)),
+            Err(crate::events::CodecError::UnknownKind { name, .. }) => {
+                tracing::warn!(kind = %name, offset = r.offset, "skipping an event kind this build does not know");
+            }
+            Err(e) => failures.push(RecordFailure::new(i, e.is_retryable(), e.to_string())),
+        }
+    }
+    out
+}
+
+/// `Ok` when nothing failed.
+pub fn outcome(failures: Vec<RecordFailure>) -> Result<(), Vec<RecordFailure>> {
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures)
+    }
+}
+
 /// A pipeline's side effects. Must be idempotent: records can be handed
 /// over again after a crash, a rebalance or a replay.
 pub trait Handler: Send + Sync + 'static {

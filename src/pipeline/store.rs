@@ -6,14 +6,14 @@ use std::sync::Mutex;
 
 use redis::aio::ConnectionManager;
 
-use crate::events::{CodecError, EventCodec, GroupEvent, GroupEventBody};
+use crate::events::{EventCodec, GroupEvent, GroupEventBody};
 use crate::metrics as m;
 use crate::store::month::ShardMonth;
 use crate::store::routes;
 use crate::store::writer::{self, StoreError, StoredMessage};
 use crate::tenant::TenantPools;
 
-use super::runner::{Handler, Record, RecordFailure};
+use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
 
 pub struct StoreHandler {
     codec: EventCodec,
@@ -79,16 +79,8 @@ async fn write_dellog(
 impl Handler for StoreHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
-        let mut events: Vec<(usize, GroupEvent)> = Vec::with_capacity(records.len());
-        for (i, r) in records.iter().enumerate() {
-            match self.codec.decode::<GroupEvent>(r.payload.as_deref()).await {
-                Ok(e) => events.push((i, e)),
-                Err(CodecError::UnknownKind { name, .. }) => {
-                    tracing::warn!(kind = %name, offset = r.offset, "skipping event kind this build does not know");
-                }
-                Err(e) => failures.push(RecordFailure::new(i, e.is_retryable(), e.to_string())),
-            }
-        }
+        let events: Vec<(usize, GroupEvent)> =
+            decode_all(&self.codec, records, &mut failures).await;
 
         // (tenant, month) → indexes into `events`.
         let mut groups: BTreeMap<(String, ShardMonth), Vec<usize>> = BTreeMap::new();
@@ -183,10 +175,6 @@ impl Handler for StoreHandler {
             }
         }
         self.repair_routes().await;
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(failures)
-        }
+        outcome(failures)
     }
 }

@@ -158,12 +158,11 @@ where
     Fut: std::future::Future<Output = Result<T, String>>,
 {
     let start = Instant::now();
-    let mut last = String::from("nothing yet");
     loop {
-        match check().await {
+        let last = match check().await {
             Ok(v) => return v,
-            Err(seen) => last = seen,
-        }
+            Err(seen) => seen,
+        };
         if start.elapsed() > deadline {
             panic!("timed out after {deadline:?} waiting for {what}; last seen: {last}");
         }
