@@ -26,6 +26,8 @@ pub enum GroupError {
     Db(#[from] sqlx::Error),
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    #[error("loading the group: {0}")]
+    Load(String),
 }
 
 /// Roles of group members.
@@ -140,16 +142,39 @@ pub async fn cache_group(
 }
 
 /// Loads a group from MySQL into the Redis cache.
+///
+/// Concurrent loads of the same group in this process share one (the herd
+/// of a big group's members subscribing at once loads it once).
 pub async fn load(
     pool: &MySqlPool,
     redis: &mut ConnectionManager,
     tenant: &str,
     topic: &str,
 ) -> Result<GroupRecord, GroupError> {
-    let group = read_group(pool, topic).await?;
-    cache_group(redis, tenant, topic, &group).await?;
-    Ok(group)
+    let (pool, mut redis) = (pool.clone(), redis.clone());
+    let (t, tp) = (tenant.to_string(), topic.to_string());
+    LOADS
+        .run((t.clone(), tp.clone()), async move {
+            let group = read_group(&pool, &tp).await.map_err(|e| e.to_string())?;
+            cache_group(&mut redis, &t, &tp, &group)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(group)
+        })
+        .await
+        .map_err(|e| {
+            if e.starts_with("group ") && e.ends_with(" not found") {
+                GroupError::NotFound(topic.to_string())
+            } else {
+                GroupError::Load(e)
+            }
+        })
 }
+
+type LoadResult = Result<GroupRecord, String>;
+
+static LOADS: LazyLock<crate::history::coalesce::Coalescer<(String, String), LoadResult>> =
+    LazyLock::new(Default::default);
 
 /// Applies one write to a cached key only (see `lua/if_cached.lua`).
 pub async fn if_cached(

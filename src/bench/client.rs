@@ -22,8 +22,22 @@ pub async fn connect(url: &str, token: &str, topic: &str) -> anyhow::Result<Ws> 
         json!({"login": {"id": "2", "scheme": "token", "secret": token}}),
     )
     .await?;
-    request(&mut ws, json!({"sub": {"id": "3", "topic": topic}})).await?;
-    Ok(ws)
+    // 503 means "retry": a client backs off and subscribes again.
+    for attempt in 0..20 {
+        match request(
+            &mut ws,
+            json!({"sub": {"id": format!("sub{attempt}"), "topic": topic}}),
+        )
+        .await
+        {
+            Ok(_) => return Ok(ws),
+            Err(e) if e.to_string().contains("503") => {
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    anyhow::bail!("could not subscribe to {topic}")
 }
 
 /// Sends one message and waits for the ctrl with the same id; fails on a
@@ -48,4 +62,22 @@ async fn request(ws: &mut Ws, msg: Value) -> anyhow::Result<Value> {
         }
     }
     anyhow::bail!("connection closed waiting for reply {id}")
+}
+
+/// Publishes one message and waits for its 202, retrying while the gateway
+/// answers 503 (a new topic's seq allocator is being seeded). Used to bring
+/// a topic to steady state before measuring.
+pub async fn warm_up(ws: &mut Ws, topic: &str) -> anyhow::Result<()> {
+    for attempt in 0..100 {
+        let msg =
+            json!({"pub": {"id": format!("warm{attempt}"), "topic": topic, "content": "warm-up"}});
+        match request(ws, msg).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.to_string().contains("503") => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    anyhow::bail!("topic {topic} did not accept a message")
 }

@@ -204,3 +204,50 @@ pub async fn deleted_ranges(
         .collect();
     Ok(Some(json!({"clear": clear, "delseq": delseq})))
 }
+
+/// Tinode's `{meta desc}` body for a member: access mode, the topic's last
+/// seq and the reader's read/recv cursors.
+pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Result<Value, Refusal> {
+    let unavailable = || Refusal(503, "service unavailable, retry".into());
+    let pool = gw
+        .sender
+        .pools()
+        .get(tenant)
+        .map_err(|_| Refusal(500, "internal error".into()))?;
+    let keys = TopicKeys::new(tenant, topic);
+    let mut redis = gw.sender.redis();
+    let last: Option<i64> = redis::cmd("HGET")
+        .arg(keys.seq())
+        .arg("last_seq")
+        .query_async(&mut redis)
+        .await
+        .map_err(|_| unavailable())?;
+    let group: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED), CAST(UNIX_TIMESTAMP(updated_at) * 1000 AS SIGNED) \
+         FROM im_groups WHERE topic = ?",
+    )
+    .bind(topic)
+    .fetch_optional(pool)
+    .await
+    .map_err(|_| unavailable())?;
+    let cursors: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT read_seq, recv_seq FROM im_subscriptions WHERE topic = ? AND uid = ?",
+    )
+    .bind(topic)
+    .bind(uid)
+    .fetch_optional(pool)
+    .await
+    .map_err(|_| unavailable())?;
+    let (created, updated) = group.unwrap_or((0, 0));
+    let (read, recv) = cursors.unwrap_or((0, 0));
+    Ok(json!({
+        "created": proto::timestamp_ms(created),
+        "updated": proto::timestamp_ms(updated),
+        "touched": proto::timestamp_ms(updated),
+        "defacs": {"auth": "JRWPS", "anon": "N"},
+        "acs": {"want": "JRWPS", "given": "JRWPS", "mode": "JRWPS"},
+        "seq": last.unwrap_or(0),
+        "read": read,
+        "recv": recv,
+    }))
+}

@@ -49,12 +49,16 @@ struct Session {
     attached: HashSet<String>,
     /// Last control re-check on uplink (epoch ms).
     checked_at: i64,
+    /// Bounds the sends of this session that are being produced at once.
+    in_flight: Arc<tokio::sync::Semaphore>,
     /// Last `{note what="kp"}` relayed per topic (epoch ms), for rate limiting.
     kp_at: std::collections::HashMap<String, i64>,
     /// Triggered when the session must close (see `SessionHandle::closing`).
     closing: Shutdown,
 }
 
+/// Sends of one session produced concurrently (their seqs are already fixed).
+const IN_FLIGHT_SENDS: usize = 32;
 /// How long a reply may wait for room in the outbound queue.
 const REPLY_STALL: std::time::Duration = std::time::Duration::from_secs(10);
 /// Minimum spacing of relayed typing notifications per session and topic.
@@ -115,6 +119,7 @@ pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
         attached: HashSet::new(),
         checked_at: 0,
         kp_at: std::collections::HashMap::new(),
+        in_flight: Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_SENDS)),
         closing: Shutdown::new(),
     };
     loop {
@@ -573,17 +578,33 @@ impl Session {
             content: content.to_string(),
             traceparent: None,
         };
-        match self.gateway.sender.send(request).await {
-            Ok(sent) => {
-                let params = json!({"seq": sent.seq});
-                self.reply(ctrl(id, Some(topic), 202, "accepted", Some(params)))
-                    .await
-            }
-            Err(e) => {
-                let (code, text, params) = send_error_reply(&e);
-                self.reply(ctrl(id, Some(topic), code, &text, params)).await
-            }
-        }
+        // Seqs are allocated in arrival order; producing and acking overlap
+        // (at most IN_FLIGHT_SENDS per session).
+        let sender = self.gateway.sender.clone();
+        let allocation = sender.allocate(&request).await;
+        let Ok(permit) = self.in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        let out = self.out.clone();
+        let (id, topic) = (id.map(str::to_string), topic.to_string());
+        tokio::spawn(async move {
+            let reply = match sender.commit(&request, allocation).await {
+                Ok(sent) => ctrl(
+                    id.as_deref(),
+                    Some(&topic),
+                    202,
+                    "accepted",
+                    Some(json!({"seq": sent.seq})),
+                ),
+                Err(e) => {
+                    let (code, text, params) = send_error_reply(&e);
+                    ctrl(id.as_deref(), Some(&topic), code, &text, params)
+                }
+            };
+            let _ = tokio::time::timeout(REPLY_STALL, out.send(Outbound::Frame(Arc::from(reply))))
+                .await;
+            drop(permit);
+        });
     }
 
     /// `{get}`: `data` (history page, then ctrl 208/204) and `del`.
@@ -598,6 +619,20 @@ impl Session {
             }
         }
         let what: Vec<&str> = query.what.split_whitespace().collect();
+        if what.contains(&"desc") {
+            match reads::describe(&self.gateway, &who.tenant, topic, who.uid).await {
+                Ok(desc) => {
+                    let mut meta = json!({"topic": topic, "desc": desc, "ts": proto::now()});
+                    if let Some(id) = id {
+                        meta["id"] = json!(id);
+                    }
+                    self.reply(json!({ "meta": meta }).to_string()).await
+                }
+                Err(reads::Refusal(code, text)) => {
+                    self.reply(ctrl(id, Some(topic), code, &text, None)).await
+                }
+            }
+        }
         if what.contains(&"data") {
             let data = query.data.clone().unwrap_or_default();
             match reads::query_data(&self.gateway, &who.tenant, topic, who.uid, &data).await {

@@ -151,7 +151,9 @@ pub async fn run_on<H: Handler>(
         .set("auto.offset.reset", "earliest")
         .set("session.timeout.ms", "10000")
         .set("heartbeat.interval.ms", "1000")
-        .set("fetch.wait.max.ms", "5")
+        // Long poll: the broker answers as soon as a record arrives, so a
+        // longer wait only saves idle fetch round trips.
+        .set("fetch.wait.max.ms", "100")
         .create()?;
     consumer.subscribe(&[source])?;
     tracing::info!(pipeline = %topology.name, %source, %group, "pipeline started");

@@ -88,6 +88,26 @@ impl SendError {
     }
 }
 
+/// The outcome of [`Sender::allocate`], to hand to [`Sender::commit`].
+#[derive(Debug)]
+pub struct Allocation {
+    started: Instant,
+    result: Result<Allocated, SendError>,
+}
+
+#[derive(Debug)]
+enum Allocated {
+    /// A new seq: the message still has to be produced.
+    Fresh {
+        seq: i64,
+        month: String,
+        group_id: i64,
+        message_id: i64,
+    },
+    /// A retry of a send that already succeeded.
+    Answered(Sent),
+}
+
 /// Everything the send path needs; cheap to clone.
 #[derive(Clone)]
 pub struct Sender {
@@ -146,8 +166,41 @@ impl Sender {
 
     /// Sends one message; see the module docs for the steps.
     pub async fn send(&self, req: SendRequest) -> Result<Sent, SendError> {
+        let allocation = self.allocate(&req).await;
+        self.commit(&req, allocation).await
+    }
+
+    /// The first half of a send: checks, claim, seq and month (one Lua
+    /// call, in arrival order). A session allocates its messages one after
+    /// another and lets the produce-and-ack halves ([`commit`](Self::commit))
+    /// overlap, so the broker's latency does not limit one connection's rate.
+    pub async fn allocate(&self, req: &SendRequest) -> Allocation {
         let started = Instant::now();
-        let result = self.send_inner(&req).await;
+        let result = self.send_inner(req).await;
+        Allocation { started, result }
+    }
+
+    /// The second half: produce the allocated message and wait for the ack.
+    pub async fn commit(
+        &self,
+        req: &SendRequest,
+        allocation: Allocation,
+    ) -> Result<Sent, SendError> {
+        let Allocation { started, result } = allocation;
+        let result = match result {
+            Ok(Allocated::Fresh {
+                seq,
+                month,
+                group_id,
+                message_id,
+            }) => {
+                let keys = TopicKeys::new(&req.tenant, &req.topic);
+                self.produce(req, &keys, seq, month, group_id, message_id)
+                    .await
+            }
+            Ok(Allocated::Answered(sent)) => Ok(sent),
+            Err(e) => Err(e),
+        };
         let outcome = match &result {
             Ok(s) if s.duplicate => "duplicate",
             Ok(_) => "ok",
@@ -161,7 +214,7 @@ impl Sender {
         result
     }
 
-    async fn send_inner(&self, req: &SendRequest) -> Result<Sent, SendError> {
+    async fn send_inner(&self, req: &SendRequest) -> Result<Allocated, SendError> {
         let max = self.inner.config.gateway.max_message_size;
         let size = req.content.len() + req.head.as_ref().map_or(0, String::len);
         if size > max {
@@ -206,11 +259,19 @@ impl Sender {
                     let seq = parse_i64(reply.get(1))?;
                     let month = reply.get(2).cloned().unwrap_or_default();
                     let group_id = parse_i64(reply.get(3))?;
-                    return self
-                        .produce(req, &keys, seq, month, group_id, message_id)
-                        .await;
+                    return Ok(Allocated::Fresh {
+                        seq,
+                        month,
+                        group_id,
+                        message_id,
+                    });
                 }
-                Some("DUP") => return self.duplicate(req, &keys, &reply).await,
+                Some("DUP") => {
+                    return self
+                        .duplicate(req, &keys, &reply)
+                        .await
+                        .map(Allocated::Answered)
+                }
                 Some("RESEED") => {
                     self.inner
                         .reseeds

@@ -114,6 +114,12 @@ async function main() {
   const again = assertAccepted(await t.publishMessage(retry), 'retry with client_mid');
   assert.equal(again, seq3, 'a retry with the same client_mid keeps its seq');
 
+  // {get what="desc"} is answered with {meta desc} (the SDK's getMeta resolves).
+  const meta = await g.getMeta(g.startMetaQuery().withDesc().build());
+  assert.ok(meta && meta.desc, `desc expected: ${JSON.stringify(meta)}`);
+  assert.ok(meta.desc.acs, 'desc carries the access mode');
+  assert.ok(meta.desc.seq >= seq3, `desc.seq ${meta.desc.seq} must cover ${seq3}`);
+
   // A topic the user is not a member of is refused.
   const other = t.getTopic(topicName + 'Nope');
   await rejectsWith(other.subscribe(), 403, 'subscribe to a non-member topic');
