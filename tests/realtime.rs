@@ -598,3 +598,39 @@ async fn presence_follows_a_users_sessions_across_gateways() {
         .unwrap();
     assert!(!topic_online, "A is not among the topic's online members");
 }
+
+/// A group larger than `PRESENCE_ANNOUNCE_MAX_MEMBERS` announces no
+/// per-member `{pres on}` (a mass reconnect would otherwise send N² frames),
+/// while messages still reach everyone.
+#[tokio::test]
+async fn big_groups_do_not_announce_member_presence() {
+    let stack = Stack::realtime(2).await;
+    const TOPIC: &str = "grpBigPresence";
+    const A: i64 = 71;
+    const B: i64 = 72;
+    let members: Vec<i64> = std::iter::once(A)
+        .chain(1000..1000 + imstream::realtime::presence::PRESENCE_ANNOUNCE_MAX_MEMBERS)
+        .collect();
+    stack.create_group(TOPIC, B, &members).await;
+
+    let mut b = Client::open_sub(stack.gateway_addr(1), &stack.token(B, "d"), TOPIC, "b@gw1").await;
+    let a = Client::open_sub(stack.gateway_addr(0), &stack.token(A, "d"), TOPIC, "a@gw0").await;
+    // A marker message from A's side: everything sent before it has arrived.
+    let seq = b.send_text(TOPIC, "marker").await;
+    a.expect_data(TOPIC, seq).await;
+    let mut a2 = Client::open_sub(
+        stack.gateway_addr(0),
+        &stack.token(A, "tablet"),
+        TOPIC,
+        "a2@gw0",
+    )
+    .await;
+    let seq2 = a2.send_text(TOPIC, "from A").await;
+    b.expect_data(TOPIC, seq2).await;
+    assert_eq!(
+        b.count(|f| f["pres"]["topic"] == json!(TOPIC) && f["pres"]["what"] == json!("on")),
+        0,
+        "no presence announcements in a big group: {:?}",
+        b.frames()
+    );
+}

@@ -8,6 +8,11 @@ use redis::aio::ConnectionManager;
 
 use crate::keys::{TenantKeys, TopicKeys};
 
+/// Groups larger than this get no `{pres on/off}` per member: in a big
+/// group every reconnect would notify every attached session (N² frames
+/// when a 10,000-member group comes back online at once).
+pub const PRESENCE_ANNOUNCE_MAX_MEMBERS: i64 = 500;
+
 /// Presence keys expire this long after the last heartbeat.
 pub const PRESENCE_TTL_SECS: i64 = 90;
 
@@ -126,7 +131,8 @@ pub async fn user_offline(
 }
 
 /// A user's session attached to a topic; returns true when it is the
-/// user's first attached session anywhere (→ `{pres what="on"}`).
+/// user's first attached session anywhere and the group is small enough to
+/// announce it (→ `{pres what="on"}`).
 pub async fn attach(
     redis: &mut ConnectionManager,
     tenant: &str,
@@ -136,7 +142,7 @@ pub async fn attach(
     now_ms: i64,
 ) -> redis::RedisResult<bool> {
     let k = TopicKeys::new(tenant, topic);
-    let (count,): (i64,) = redis::pipe()
+    let (count, members): (i64, i64) = redis::pipe()
         .sadd(k.online_members(), uid)
         .ignore()
         .expire(k.online_members(), PRESENCE_TTL_SECS)
@@ -152,14 +158,16 @@ pub async fn attach(
         .hincr(k.online_sessions(), uid, 1)
         .expire(k.online_sessions(), PRESENCE_TTL_SECS)
         .ignore()
+        .scard(k.members())
         .query_async(redis)
         .await?;
-    Ok(count == 1)
+    Ok(count == 1 && members <= PRESENCE_ANNOUNCE_MAX_MEMBERS)
 }
 
 /// A user's session detached; `still_on_node` tells whether another of the
 /// user's sessions on this node is still attached. Returns true when it was
-/// the user's last attached session anywhere (→ `{pres what="off"}`).
+/// the user's last attached session anywhere and the group is small enough
+/// to announce it (→ `{pres what="off"}`).
 pub async fn detach(
     redis: &mut ConnectionManager,
     tenant: &str,
@@ -169,8 +177,9 @@ pub async fn detach(
     still_on_node: bool,
 ) -> redis::RedisResult<bool> {
     let k = TopicKeys::new(tenant, topic);
-    let (count,): (i64,) = redis::pipe()
+    let (count, members): (i64, i64) = redis::pipe()
         .hincr(k.online_sessions(), uid, -1)
+        .scard(k.members())
         .query_async(redis)
         .await?;
     let mut pipe = redis::pipe();
@@ -182,7 +191,7 @@ pub async fn detach(
         pipe.srem(k.online_members(), uid).ignore();
     }
     pipe.query_async::<()>(redis).await?;
-    Ok(count <= 0)
+    Ok(count <= 0 && members <= PRESENCE_ANNOUNCE_MAX_MEMBERS)
 }
 
 /// Nodes that have had online members of `topic` within the presence TTL.
