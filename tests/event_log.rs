@@ -41,9 +41,30 @@ async fn topics_ensure_creates_every_topic_once() {
         .set("group.id", "metadata-probe")
         .create()
         .unwrap();
-    let metadata = consumer
-        .fetch_metadata(None, Duration::from_secs(10))
-        .unwrap();
+    // Created topics reach the broker's metadata cache shortly after the
+    // admin call returns: wait until every one is listed.
+    let metadata = common::wait_for(
+        "every topic in the metadata",
+        Duration::from_secs(30),
+        || {
+            let result = consumer.fetch_metadata(None, Duration::from_secs(10));
+            let wanted = &wanted;
+            async move {
+                let metadata = result.map_err(|e| e.to_string())?;
+                let missing: Vec<&String> = wanted
+                    .iter()
+                    .map(|(n, _)| n)
+                    .filter(|n| !metadata.topics().iter().any(|t| t.name() == *n))
+                    .collect();
+                if missing.is_empty() {
+                    Ok(metadata)
+                } else {
+                    Err(format!("missing {missing:?}"))
+                }
+            }
+        },
+    )
+    .await;
     for (name, spec) in &wanted {
         let t = metadata
             .topics()
