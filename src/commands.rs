@@ -297,7 +297,7 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
 
 /// Creates `grpDemo` for each tenant that has dev users, once.
 async fn seed_demo(config: &Config) -> anyhow::Result<()> {
-    use crate::events::{new_event_id, now_ms, GroupCreated, GroupEvent, GroupEventBody};
+    use crate::events::{GroupCreated, GroupEvent, GroupEventBody};
     let codec = crate::events::EventCodec::new(&config.registry.url)?;
     let producer = crate::kafka::producer::EventProducer::new(&config.kafka, codec)?;
     for tenant in &config.tenants {
@@ -320,21 +320,19 @@ async fn seed_demo(config: &Config) -> anyhow::Result<()> {
             continue;
         }
         let event = GroupEvent {
-            event_id: new_event_id(),
-            tenant_id: tenant.id.clone(),
-            topic: "grpDemo".into(),
-            occurred_at: now_ms(),
-            actor_uid: owner,
             actor_device: "dev".into(),
-            source_sid: String::new(),
             source_node: config.node.resolved_id(),
-            traceparent: String::new(),
-            body: GroupEventBody::GroupCreated(GroupCreated {
-                group_id: 1,
-                name: "Demo".into(),
-                owner_uid: owner,
-                members: users,
-            }),
+            ..GroupEvent::new(
+                &tenant.id,
+                "grpDemo",
+                owner,
+                GroupEventBody::GroupCreated(GroupCreated {
+                    group_id: 1,
+                    name: "Demo".into(),
+                    owner_uid: owner,
+                    members: users,
+                }),
+            )
         };
         producer
             .send(

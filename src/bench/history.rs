@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::config::Config;
-use crate::events::{new_event_id, now_ms, EventCodec, GroupEvent, GroupEventBody, MessageSent};
+use crate::events::{now_ms, EventCodec, GroupEvent, GroupEventBody, MessageSent};
 use crate::kafka::producer::EventProducer;
 use crate::kafka::topics::TopicKind;
 use crate::keys::TopicKeys;
@@ -81,39 +81,36 @@ pub async fn run(config: &Config, args: HistoryArgs) -> anyhow::Result<()> {
         for seq in 1..=2 * per_month {
             let month = months[((seq - 1) / per_month) as usize];
             let event = GroupEvent {
-                event_id: new_event_id(),
-                tenant_id: tenant.clone(),
-                topic: topic.to_string(),
-                occurred_at: now_ms(),
-                actor_uid: reader,
                 actor_device: "bench".into(),
-                source_sid: String::new(),
-                source_node: String::new(),
-                traceparent: String::new(),
-                body: GroupEventBody::MessageSent(MessageSent {
-                    message_id: (rand::random::<i64>() & 0x3fff_ffff_ffff_ffff) | 1,
-                    group_id: 1,
-                    seq,
-                    shard_month: month.to_string(),
-                    client_msg_id: None,
-                    from_user: reader,
-                    msg_type: "text".into(),
-                    head: None,
-                    content: Some(
-                        json!(format!("history bench message {seq} with some text in it"))
-                            .to_string(),
-                    ),
-                    mentioned_user_ids: Vec::new(),
-                    mention_all: false,
-                    reply_seq: None,
-                    root_seq: None,
-                    file_count: 0,
-                    content_size: 48,
-                    has_risk: false,
-                    audit_status: "pass".into(),
-                    created_at: now_ms(),
-                    expires_at: None,
-                }),
+                ..GroupEvent::new(
+                    &tenant,
+                    &topic,
+                    reader,
+                    GroupEventBody::MessageSent(MessageSent {
+                        message_id: (rand::random::<i64>() & 0x3fff_ffff_ffff_ffff) | 1,
+                        group_id: 1,
+                        seq,
+                        shard_month: month.to_string(),
+                        client_msg_id: None,
+                        from_user: reader,
+                        msg_type: "text".into(),
+                        head: None,
+                        content: Some(
+                            json!(format!("history bench message {seq} with some text in it"))
+                                .to_string(),
+                        ),
+                        mentioned_user_ids: Vec::new(),
+                        mention_all: false,
+                        reply_seq: None,
+                        root_seq: None,
+                        file_count: 0,
+                        content_size: 48,
+                        has_risk: false,
+                        audit_status: "pass".into(),
+                        created_at: now_ms(),
+                        expires_at: None,
+                    }),
+                )
             };
             let producer = producer.clone();
             let key = format!("{tenant}:{topic}");

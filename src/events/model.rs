@@ -72,6 +72,31 @@ impl GroupEventBody {
     }
 }
 
+impl GroupEvent {
+    /// A new event of `topic` caused by `actor_uid`, now, with a fresh id;
+    /// device, session, node and trace context are filled in by the caller
+    /// where known.
+    pub fn new(tenant: &str, topic: &str, actor_uid: i64, body: GroupEventBody) -> Self {
+        Self {
+            event_id: super::new_event_id(),
+            tenant_id: tenant.to_string(),
+            topic: topic.to_string(),
+            occurred_at: super::now_ms(),
+            actor_uid,
+            actor_device: String::new(),
+            source_sid: String::new(),
+            source_node: String::new(),
+            traceparent: String::new(),
+            body,
+        }
+    }
+
+    /// The Kafka key: `{tenant}:{topic}` (one partition per topic).
+    pub fn key(&self) -> String {
+        format!("{}:{}", self.tenant_id, self.topic)
+    }
+}
+
 impl Event for GroupEvent {
     const SCHEMA: &'static str = include_str!("../../schemas/group_events.avsc");
     const KIND: &'static str = "group_events";

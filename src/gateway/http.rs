@@ -10,7 +10,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::events::{new_event_id, now_ms, GroupCreated, GroupEvent, GroupEventBody};
+use crate::events::{GroupCreated, GroupEvent, GroupEventBody};
 use crate::kafka::topics::TopicKind;
 use crate::send::SendRequest;
 
@@ -177,21 +177,19 @@ pub async fn create_group(
         return Err(error(409, "topic already exists"));
     }
     let event = GroupEvent {
-        event_id: new_event_id(),
-        tenant_id: claims.ten.clone(),
-        topic: topic.clone(),
-        occurred_at: now_ms(),
-        actor_uid: claims.uid,
         actor_device: claims.dev,
-        source_sid: String::new(),
         source_node: gw.node_id.clone(),
-        traceparent: String::new(),
-        body: GroupEventBody::GroupCreated(GroupCreated {
-            group_id,
-            name: body.name,
-            owner_uid: claims.uid,
-            members: body.members,
-        }),
+        ..GroupEvent::new(
+            &claims.ten,
+            &topic,
+            claims.uid,
+            GroupEventBody::GroupCreated(GroupCreated {
+                group_id,
+                name: body.name,
+                owner_uid: claims.uid,
+                members: body.members,
+            }),
+        )
     };
     gw.sender
         .producer()

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::events::{new_event_id, now_ms, GroupEvent, GroupEventBody, HistoryCleared, SeqRange};
+use crate::events::{GroupEvent, GroupEventBody, HistoryCleared, SeqRange};
 use crate::groups::Membership;
 use crate::history::{HistoryError, PageQuery, StoredMessage};
 use crate::kafka::topics::TopicKind;
@@ -140,20 +140,19 @@ pub async fn clear_history(
         .await
         .map_err(|_| Refusal(503, "service unavailable, retry".into()))?;
     let event = GroupEvent {
-        event_id: new_event_id(),
-        tenant_id: tenant.to_string(),
-        topic: topic.to_string(),
-        occurred_at: now_ms(),
-        actor_uid: uid,
         actor_device: device.to_string(),
         source_sid: sid.to_string(),
         source_node: gw.node_id.clone(),
-        traceparent: String::new(),
-        body: GroupEventBody::HistoryCleared(HistoryCleared {
+        ..GroupEvent::new(
+            &tenant,
+            &topic,
             uid,
-            ranges: clean,
-            del_id: del_id as i32,
-        }),
+            GroupEventBody::HistoryCleared(HistoryCleared {
+                uid,
+                ranges: clean,
+                del_id: del_id as i32,
+            }),
+        )
     };
     gw.sender
         .producer()

@@ -824,19 +824,18 @@ impl Session {
         if leave.unsub {
             let who = self.identity.clone().expect("logged in");
             let event = GroupEvent {
-                event_id: new_event_id(),
-                tenant_id: who.tenant.clone(),
-                topic: topic.to_string(),
-                occurred_at: now_ms(),
-                actor_uid: who.uid,
                 actor_device: who.device.clone(),
                 source_sid: self.sid.clone(),
                 source_node: self.gateway.node_id.clone(),
-                traceparent: String::new(),
-                body: GroupEventBody::MemberLeft(MemberLeft {
-                    uid: who.uid,
-                    kicked: false,
-                }),
+                ..GroupEvent::new(
+                    &who.tenant,
+                    &topic,
+                    who.uid,
+                    GroupEventBody::MemberLeft(MemberLeft {
+                        uid: who.uid,
+                        kicked: false,
+                    }),
+                )
             };
             let key = format!("{}:{topic}", who.tenant);
             if let Err(e) = self

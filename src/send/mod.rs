@@ -15,7 +15,7 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 
 use crate::config::Config;
-use crate::events::{new_event_id, now_ms, GroupEvent, GroupEventBody, MessageSent};
+use crate::events::{now_ms, GroupEvent, GroupEventBody, MessageSent};
 use crate::kafka::producer::EventProducer;
 use crate::kafka::topics::TopicKind;
 use crate::keys::{TenantKeys, TopicKeys};
@@ -312,36 +312,37 @@ impl Sender {
     ) -> Result<Sent, SendError> {
         let created_at = now_ms();
         let event = GroupEvent {
-            event_id: new_event_id(),
-            tenant_id: req.tenant.clone(),
-            topic: req.topic.clone(),
             occurred_at: created_at,
-            actor_uid: req.uid,
             actor_device: req.device.clone(),
             source_sid: req.sid.clone(),
             source_node: self.inner.node.clone(),
             traceparent: req.traceparent.clone().unwrap_or_default(),
-            body: GroupEventBody::MessageSent(MessageSent {
-                message_id,
-                group_id,
-                seq,
-                shard_month: month.clone(),
-                client_msg_id: req.client_msg_id.clone(),
-                from_user: req.uid,
-                msg_type: "text".into(),
-                head: req.head.clone(),
-                content: Some(req.content.clone()),
-                mentioned_user_ids: Vec::new(),
-                mention_all: false,
-                reply_seq: None,
-                root_seq: None,
-                file_count: 0,
-                content_size: req.content.len() as i32,
-                has_risk: false,
-                audit_status: "pass".into(),
-                created_at,
-                expires_at: None,
-            }),
+            ..GroupEvent::new(
+                &req.tenant,
+                &req.topic,
+                req.uid,
+                GroupEventBody::MessageSent(MessageSent {
+                    message_id,
+                    group_id,
+                    seq,
+                    shard_month: month.clone(),
+                    client_msg_id: req.client_msg_id.clone(),
+                    from_user: req.uid,
+                    msg_type: "text".into(),
+                    head: req.head.clone(),
+                    content: Some(req.content.clone()),
+                    mentioned_user_ids: Vec::new(),
+                    mention_all: false,
+                    reply_seq: None,
+                    root_seq: None,
+                    file_count: 0,
+                    content_size: req.content.len() as i32,
+                    has_risk: false,
+                    audit_status: "pass".into(),
+                    created_at,
+                    expires_at: None,
+                }),
+            )
         };
         let key = format!("{}:{}", req.tenant, req.topic);
         let result = self
