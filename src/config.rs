@@ -260,6 +260,11 @@ pub struct GatewayConfig {
     pub max_message_size: usize,
     /// Seconds between presence refreshes and session control re-checks.
     pub heartbeat_secs: u64,
+    /// How long after sending a sender may recall a message (Tinode's
+    /// msg_delete_age). Owners and admins may delete any message at any age.
+    pub recall_window_secs: u64,
+    /// How long after sending a sender may edit a message.
+    pub edit_window_secs: u64,
 }
 
 impl Default for GatewayConfig {
@@ -268,6 +273,8 @@ impl Default for GatewayConfig {
             listen: "127.0.0.1:6060".parse().expect("static address"),
             max_message_size: 256 * 1024,
             heartbeat_secs: 20,
+            recall_window_secs: 600,
+            edit_window_secs: 24 * 3600,
         }
     }
 }

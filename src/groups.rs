@@ -231,3 +231,64 @@ pub async fn membership(
     }
     Ok(Membership::NotMember)
 }
+
+/// A user's place in a group, as governance checks see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// The group does not exist or is dissolved.
+    NoGroup,
+    NotMember,
+    Member {
+        role: Role,
+        /// Epoch ms; `None` when not muted.
+        muted_until: Option<i64>,
+    },
+}
+
+/// `uid`'s standing in `topic` from the cache (loaded on a miss).
+pub async fn standing(
+    pool: &MySqlPool,
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    topic: &str,
+    uid: i64,
+) -> Result<Standing, GroupError> {
+    let keys = TopicKeys::new(tenant, topic);
+    for _ in 0..2 {
+        type Reply = (bool, bool, Option<String>, Option<String>, Option<i64>);
+        let (is_member, members_cached, status, role, muted): Reply = redis::pipe()
+            .sismember(keys.members(), uid)
+            .exists(keys.members())
+            .hget(keys.meta(), "status")
+            .hget(keys.roles(), uid)
+            .hget(keys.mutes(), uid)
+            .query_async(redis)
+            .await?;
+        if members_cached && status.is_some() {
+            return Ok(match (status.as_deref(), is_member) {
+                (Some("dissolved"), _) => Standing::NoGroup,
+                (_, true) => Standing::Member {
+                    role: role.as_deref().map_or(Role::Member, Role::parse),
+                    muted_until: muted,
+                },
+                _ => Standing::NotMember,
+            });
+        }
+        match load(pool, redis, tenant, topic).await {
+            Ok(_) => continue,
+            Err(GroupError::NotFound(_)) => return Ok(Standing::NoGroup),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Standing::NotMember)
+}
+
+/// The owner of a group, from MySQL (governance of ownership is rare).
+pub async fn owner(pool: &MySqlPool, topic: &str) -> Result<Option<i64>, GroupError> {
+    Ok(
+        sqlx::query_scalar("SELECT owner_uid FROM im_groups WHERE topic = ? AND status = 'active'")
+            .bind(topic)
+            .fetch_optional(pool)
+            .await?,
+    )
+}

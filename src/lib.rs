@@ -20,6 +20,7 @@
 //! - [`keys`], [`redis_util`] — Redis key names, scripts, locks, the month clock.
 //! - [`store`] — month tables, the catalog, the shard manager, the store writer, routes.
 //! - [`groups`] — group facts (members, roles, mutes) in MySQL and their Redis cache.
+//! - [`governance`] — who may govern a group and the events each action becomes.
 //! - [`pipeline`] — the consumer-group runner and the projector pipelines.
 //! - [`send`], [`snowflake`] — the send path: ACL, seq allocation, produce, ack.
 //! - [`gateway`] — the Tinode-compatible WebSocket and HTTP front end.
@@ -33,6 +34,7 @@ pub mod commands;
 pub mod config;
 pub mod events;
 pub mod gateway;
+pub mod governance;
 pub mod groups;
 pub mod history;
 pub mod kafka;

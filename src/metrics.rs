@@ -37,6 +37,11 @@ pub const DELIVERIES_TOTAL: &str = "imstream_deliveries_total";
 pub const DELIVERY_DROPPED_TOTAL: &str = "imstream_delivery_dropped_total";
 pub const ENVELOPES_TOTAL: &str = "imstream_realtime_envelopes_total";
 pub const REGISTRY_REQUESTS_TOTAL: &str = "imstream_registry_requests_total";
+/// Edits, recalls and deletes applied to stored messages (or skipped as
+/// already applied), by event kind.
+pub const REVISIONS_TOTAL: &str = "imstream_message_revisions_total";
+/// Admin commands executed, by kind and status (ok, rejected, failed, duplicate).
+pub const ADMIN_COMMANDS_TOTAL: &str = "imstream_admin_commands_total";
 
 /// Registers descriptions so `/metrics` explains each series.
 pub fn describe_all() {

@@ -59,6 +59,7 @@ fn every_group_event() -> Vec<GroupEvent> {
         envelope(GroupEventBody::MessageRecalled(MessageRecalled {
             seq: 5,
             recalled_at: 1,
+            del_id: 3,
         })),
         envelope(GroupEventBody::MessageDeleted(MessageDeleted {
             ranges: vec![range, SeqRange { low: 20, hi: 21 }],
@@ -449,7 +450,8 @@ async fn events_from_a_newer_writer_still_decode() {
         decoded.body,
         GroupEventBody::MessageRecalled(MessageRecalled {
             seq: 5,
-            recalled_at: 8
+            recalled_at: 8,
+            del_id: 0,
         })
     );
 

@@ -166,6 +166,8 @@ pub struct MessageEdited {
 pub struct MessageRecalled {
     pub seq: i64,
     pub recalled_at: i64,
+    #[serde(default)]
+    pub del_id: i32,
 }
 
 /// A seq range `[low, hi)`.

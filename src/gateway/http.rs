@@ -19,7 +19,7 @@ use super::proto;
 use super::session::{send_error_reply, split_head};
 use super::Gateway;
 
-pub struct ApiError(StatusCode, String, Option<Value>);
+pub struct ApiError(pub StatusCode, pub String, pub Option<Value>);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -31,7 +31,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn error(code: u16, text: impl Into<String>) -> ApiError {
+pub(super) fn error(code: u16, text: impl Into<String>) -> ApiError {
     ApiError(
         StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         text.into(),
@@ -41,7 +41,7 @@ fn error(code: u16, text: impl Into<String>) -> ApiError {
 
 /// Verifies the bearer token, then session control: a signed-out, disabled
 /// or revoked token is refused here exactly as at WebSocket login.
-async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Claims, ApiError> {
+pub(super) async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Claims, ApiError> {
     let token = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
@@ -78,7 +78,7 @@ pub struct SendBody {
     pub client_msg_id: Option<String>,
 }
 
-/// `POST /v1/groups/{topic}/messages`
+/// `POST /v1/groups/{topic}/messages` (a `head.replace` makes it an edit).
 pub async fn send_message(
     State(gw): State<Arc<Gateway>>,
     Path(topic): Path<String>,
@@ -91,27 +91,63 @@ pub async fn send_message(
     }
     let body: SendBody =
         serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
-    let (head_cmid, head) = split_head(body.head);
+    send_as(&gw, claims, &topic, body, None, &headers).await
+}
+
+/// Sends `body` as `claims`; `edit_of` forces an edit of that seq (else a
+/// `head.replace` in the body asks for one). Edits are checked first.
+pub(super) async fn send_as(
+    gw: &Gateway,
+    claims: Claims,
+    topic: &str,
+    body: SendBody,
+    edit_of: Option<i64>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let (head_cmid, mut head) = split_head(body.head);
+    if let Some(target) = edit_of {
+        let mut map: serde_json::Map<String, Value> = head
+            .as_deref()
+            .and_then(|h| serde_json::from_str(h).ok())
+            .unwrap_or_default();
+        map.insert("replace".into(), json!(format!(":{target}")));
+        head = Some(Value::Object(map).to_string());
+    }
+    let edit_of = super::edits::replace_target(head.as_deref()).map_err(refused)?;
+    let traceparent = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    if let Some(target) = edit_of {
+        let caller = super::edits::Caller {
+            tenant: &claims.ten,
+            uid: claims.uid,
+            origin: Default::default(),
+        };
+        super::edits::check_edit(gw, &caller, topic, target)
+            .await
+            .map_err(refused)?;
+    }
     let request = SendRequest {
         tenant: claims.ten,
-        topic: topic.clone(),
+        topic: topic.to_string(),
         uid: claims.uid,
         device: claims.dev,
         sid: String::new(),
         client_msg_id: body.client_msg_id.or(head_cmid),
         head,
         content: body.content.to_string(),
-        traceparent: headers
-            .get("traceparent")
-            .and_then(|v| v.to_str().ok())
-            .map(String::from),
+        traceparent,
+        edit_of,
     };
     match gw.sender.send(request).await {
-        Ok(sent) => Ok((
-            StatusCode::ACCEPTED,
-            Json(json!({"topic": topic, "seq": sent.seq, "duplicate": sent.duplicate})),
-        )
-            .into_response()),
+        Ok(sent) => {
+            let mut out = json!({"topic": topic, "seq": sent.seq, "duplicate": sent.duplicate});
+            if let Some(target) = edit_of {
+                out["edited"] = json!(target);
+            }
+            Ok((StatusCode::ACCEPTED, Json(out)).into_response())
+        }
         Err(e) => {
             let (code, text, params) = send_error_reply(&e);
             Err(ApiError(
@@ -208,7 +244,7 @@ pub async fn create_group(
         .into_response())
 }
 
-fn refused(r: super::reads::Refusal) -> ApiError {
+pub(super) fn refused(r: super::reads::Refusal) -> ApiError {
     error(r.0, r.1)
 }
 

@@ -6,6 +6,8 @@
 pub mod admin;
 pub mod auth;
 pub mod control;
+pub mod edits;
+pub mod governance;
 pub mod http;
 pub mod proto;
 pub mod reads;
@@ -16,7 +18,7 @@ use std::sync::Arc;
 
 use axum::extract::{State, WebSocketUpgrade};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 
 use crate::config::Config;
@@ -34,6 +36,7 @@ pub struct Gateway {
     pub node_id: String,
     pub sender: Sender,
     pub history: crate::history::History,
+    pub governance: crate::governance::Executor,
     pub tokens: auth::Tokens,
     pub snowflake: Snowflake,
     /// This node's local sessions.
@@ -63,12 +66,19 @@ pub async fn start(
     let producer = EventProducer::new(&config.kafka, codec)?;
     let pools = TenantPools::connect_lazy(config)?;
     let history = crate::history::History::new(pools.clone(), redis.clone());
+    let governance = crate::governance::Executor::new(
+        pools.clone(),
+        redis.clone(),
+        producer.clone(),
+        node_id.clone(),
+    );
     let sender = Sender::new(config.clone(), redis, pools, producer, snowflake.clone());
     let gateway = Arc::new(Gateway {
         config: config.clone(),
         node_id: node_id.clone(),
         sender,
         history,
+        governance,
         tokens: auth::Tokens::new(&config.auth),
         snowflake,
         hub: crate::realtime::hub::Hub::default(),
@@ -88,11 +98,32 @@ pub async fn start(
     let app = Router::new()
         .route("/v0/channels", get(upgrade))
         .route("/v1/groups", post(http::create_group))
+        .route("/v1/groups/{topic}", delete(governance::dissolve))
+        .route("/v1/groups/{topic}/members", post(governance::add_member))
+        .route(
+            "/v1/groups/{topic}/members/{uid}",
+            delete(governance::remove_member),
+        )
+        .route(
+            "/v1/groups/{topic}/members/{uid}/role",
+            put(governance::set_role),
+        )
+        .route(
+            "/v1/groups/{topic}/members/{uid}/mute",
+            put(governance::mute_member),
+        )
+        .route("/v1/groups/{topic}/owner", put(governance::transfer_owner))
+        .route("/v1/groups/{topic}/mute", put(governance::mute_all))
         .route(
             "/v1/groups/{topic}/messages",
             post(http::send_message).get(http::list_messages),
         )
-        .route("/v1/groups/{topic}/messages/{seq}", get(http::get_message))
+        .route(
+            "/v1/groups/{topic}/messages/{seq}",
+            get(http::get_message)
+                .patch(governance::edit_message)
+                .delete(governance::delete_message),
+        )
         .route(
             "/v1/groups/{topic}/messages/{seq}/context",
             get(http::message_context),
@@ -112,6 +143,7 @@ pub async fn start(
         )
         .route("/v1/admin/users/{uid}/disable", post(admin::disable_user))
         .route("/v1/admin/users/{uid}/enable", post(admin::enable_user))
+        .route("/v1/admin/commands", post(admin::submit_command))
         .with_state(gateway.clone())
         .merge(crate::telemetry::ops_router(readiness.clone()));
     let listener = tokio::net::TcpListener::bind(addr).await?;

@@ -10,10 +10,7 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::events::{
-    new_event_id, now_ms, GroupEvent, GroupEventBody, MemberLeft, ReceiptBody, ReceiptEvent,
-    SeqCursor,
-};
+use crate::events::{new_event_id, now_ms, ReceiptBody, ReceiptEvent, SeqCursor, SeqRange};
 use crate::groups::Membership;
 use crate::kafka::topics::TopicKind;
 use crate::realtime::hub::{Outbound, SessionHandle};
@@ -23,8 +20,9 @@ use crate::shutdown::Shutdown;
 
 use super::auth::{self, AuthError};
 use super::control;
+use super::edits;
 use super::proto::{self, ctrl, ClientMsg, MsgLeave, MsgLogin, MsgPub, MsgSub};
-use super::reads;
+use super::reads::{self, Refusal};
 use super::Gateway;
 
 /// Outbound messages queued per session before it counts as slow.
@@ -244,6 +242,40 @@ impl Session {
 
     /// Ends the session: the final ctrl 401 with `reason` if it can still be
     /// queued, and the connection is dropped shortly after in any case.
+    /// Whether this session is attached to `topic`. A session the group
+    /// evicted (kicked, dissolved) is no longer in the hub: it forgets the
+    /// topic here too.
+    fn is_attached(&mut self, topic: &str) -> bool {
+        if !self.attached.contains(topic) {
+            return false;
+        }
+        let (Some(handle), Some(who)) = (&self.handle, &self.identity) else {
+            return true;
+        };
+        if self
+            .gateway
+            .hub
+            .is_attached(&who.tenant, topic, &handle.sid)
+        {
+            return true;
+        }
+        self.attached.remove(topic);
+        false
+    }
+
+    /// This session as the actor of an edit, delete or governance action.
+    fn caller<'a>(&self, who: &'a Identity) -> edits::Caller<'a> {
+        edits::Caller {
+            tenant: &who.tenant,
+            uid: who.uid,
+            origin: crate::governance::exec::Origin {
+                device: who.device.clone(),
+                sid: self.sid.clone(),
+                ..Default::default()
+            },
+        }
+    }
+
     fn close(&self, reason: &str) {
         let _ = self.out.try_send(Outbound::Close(Arc::from(reason)));
         self.closing.trigger();
@@ -487,7 +519,7 @@ impl Session {
                 .await;
             return;
         }
-        if self.attached.contains(topic) {
+        if self.is_attached(topic) {
             self.reply(ctrl(id, Some(topic), 304, "already subscribed", None))
                 .await;
             return;
@@ -555,7 +587,7 @@ impl Session {
     async fn publish(&mut self, publish: MsgPub) {
         let id = publish.id.as_deref();
         let topic = publish.topic.as_str();
-        if !self.attached.contains(topic) {
+        if !self.is_attached(topic) {
             self.reply(ctrl(id, Some(topic), 409, "must attach first", None))
                 .await;
             return;
@@ -567,6 +599,22 @@ impl Session {
         };
         let who = self.identity.clone().expect("logged in");
         let (client_msg_id, head) = split_head(publish.head);
+        let edit_of = match edits::replace_target(head.as_deref()) {
+            Ok(target) => target,
+            Err(Refusal(code, text)) => {
+                self.reply(ctrl(id, Some(topic), code, &text, None)).await;
+                return;
+            }
+        };
+        if let Some(target) = edit_of {
+            let caller = self.caller(&who);
+            if let Err(Refusal(code, text)) =
+                edits::check_edit(&self.gateway, &caller, topic, target).await
+            {
+                self.reply(ctrl(id, Some(topic), code, &text, None)).await;
+                return;
+            }
+        }
         let request = SendRequest {
             tenant: who.tenant,
             topic: topic.to_string(),
@@ -577,6 +625,7 @@ impl Session {
             head,
             content: content.to_string(),
             traceparent: None,
+            edit_of,
         };
         // Seqs are allocated in arrival order; producing and acking overlap
         // (at most IN_FLIGHT_SENDS per session).
@@ -610,7 +659,7 @@ impl Session {
     /// `{get}`: `data` (history page, then ctrl 208/204) and `del`.
     async fn get(&mut self, id: Option<&str>, topic: &str, query: &proto::GetQuery) {
         let who = self.identity.clone().expect("logged in");
-        if !self.attached.contains(topic) {
+        if !self.is_attached(topic) {
             if let Err(reads::Refusal(code, text)) =
                 reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid).await
             {
@@ -686,7 +735,9 @@ impl Session {
         }
     }
 
-    /// `{del what="msg"}` without `hard`: hides ranges from this user's view.
+    /// `{del what="msg"}`: without `hard` hides ranges from this user's
+    /// view; with `hard` recalls the user's own messages or, for an owner
+    /// or admin, deletes them for everyone (see [`edits`]).
     async fn delete(&mut self, del: proto::MsgDel) {
         let id = del.id.as_deref();
         let topic = del.topic.as_str();
@@ -696,15 +747,28 @@ impl Session {
             return;
         }
         if del.hard {
-            // Recall and moderation arrive with the edit/recall events.
-            self.reply(ctrl(
-                id,
-                Some(topic),
-                501,
-                "hard delete not implemented yet",
-                None,
-            ))
-            .await;
+            let who = self.identity.clone().expect("logged in");
+            let ranges: Vec<SeqRange> = del
+                .delseq
+                .unwrap_or_default()
+                .iter()
+                .map(|r| SeqRange {
+                    low: r.low,
+                    hi: r.hi.unwrap_or(r.low.saturating_add(1)),
+                })
+                .collect();
+            let caller = self.caller(&who);
+            let reply = match edits::hard_delete(&self.gateway, &caller, topic, &ranges).await {
+                Ok(done) => ctrl(
+                    id,
+                    Some(topic),
+                    200,
+                    "ok",
+                    Some(json!({"del": done.del_id()})),
+                ),
+                Err(Refusal(code, text)) => ctrl(id, Some(topic), code, &text, None),
+            };
+            self.reply(reply).await;
             return;
         }
         let who = self.identity.clone().expect("logged in");
@@ -746,7 +810,7 @@ impl Session {
     /// stores the cursor and relays `{info}`); kp is relayed in real time only.
     async fn note(&mut self, note: proto::MsgNote) {
         let topic = note.topic.as_str();
-        if !self.attached.contains(topic) {
+        if !self.is_attached(topic) {
             return;
         }
         let who = self.identity.clone().expect("logged in");
@@ -813,50 +877,39 @@ impl Session {
     async fn leave(&mut self, leave: MsgLeave) {
         let id = leave.id.as_deref();
         let topic = leave.topic.as_str();
-        if !self.attached.remove(topic) {
+        if !self.is_attached(topic) || !self.attached.remove(topic) {
             self.reply(ctrl(id, Some(topic), 304, "not joined", None))
                 .await;
             return;
         }
-        if let Some(handle) = self.handle.clone() {
-            self.detach(&handle, topic).await;
-        }
         if leave.unsub {
+            // Through governance: an owner may not leave (403).
             let who = self.identity.clone().expect("logged in");
-            let event = GroupEvent {
-                actor_device: who.device.clone(),
-                source_sid: self.sid.clone(),
-                source_node: self.gateway.node_id.clone(),
-                ..GroupEvent::new(
-                    &who.tenant,
-                    &topic,
-                    who.uid,
-                    GroupEventBody::MemberLeft(MemberLeft {
-                        uid: who.uid,
-                        kicked: false,
-                    }),
-                )
+            let caller = self.caller(&who);
+            let gov = &self.gateway.governance;
+            let result = match gov.standing(&who.tenant, topic, who.uid).await {
+                Ok(standing) => gov
+                    .act(
+                        &who.tenant,
+                        topic,
+                        crate::governance::Actor::User(who.uid, standing),
+                        crate::governance::Action::Leave,
+                        &caller.origin,
+                        "",
+                    )
+                    .await
+                    .map(|_| ()),
+                Err(e) => Err(e),
             };
-            let key = format!("{}:{topic}", who.tenant);
-            if let Err(e) = self
-                .gateway
-                .sender
-                .producer()
-                .send(TopicKind::GroupEvents, &key, &event, None)
-                .await
-            {
-                tracing::warn!(error = %e, "unsubscribe event not produced");
+            if let Err(refused) = result {
                 self.attached.insert(topic.to_string());
-                self.reply(ctrl(
-                    id,
-                    Some(topic),
-                    503,
-                    "service unavailable, retry",
-                    None,
-                ))
-                .await;
+                self.reply(ctrl(id, Some(topic), refused.0, &refused.1, None))
+                    .await;
                 return;
             }
+        }
+        if let Some(handle) = self.handle.clone() {
+            self.detach(&handle, topic).await;
         }
         self.reply(ctrl(id, Some(topic), 200, "ok", None)).await;
     }
@@ -883,13 +936,23 @@ pub fn split_head(
 pub fn send_error_reply(e: &SendError) -> (u16, String, Option<Value>) {
     match e {
         SendError::NotMember => (403, "permission denied".into(), None),
-        SendError::Dissolved => (404, "topic not found".into(), None),
+        SendError::Dissolved => (
+            404,
+            "topic not found".into(),
+            Some(json!({"code": "GROUP_DISSOLVED"})),
+        ),
         SendError::Muted(until) => (
             403,
             "muted".into(),
-            Some(json!({"what": "muted", "until": proto::timestamp_ms(*until)})),
+            Some(
+                json!({"what": "muted", "code": "GROUP_MUTED", "until": proto::timestamp_ms(*until)}),
+            ),
         ),
-        SendError::MutedAll => (403, "group muted".into(), Some(json!({"what": "muted"}))),
+        SendError::MutedAll => (
+            403,
+            "group muted".into(),
+            Some(json!({"what": "muted", "code": "GROUP_MUTED"})),
+        ),
         SendError::TooLarge(_) => (413, "message too large".into(), None),
         SendError::BadRequest(why) => (400, format!("malformed: {why}"), None),
         SendError::Retryable(why) => (

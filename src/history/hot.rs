@@ -71,6 +71,98 @@ async fn trim(
     Ok(())
 }
 
+/// A change to hot snapshots, mirroring `store::revisions`.
+#[derive(Debug, Clone)]
+pub enum Amend<'a> {
+    /// New content; applies only when `edit_seq` is newer than the last edit.
+    Edit {
+        edit_seq: i64,
+        head: Option<&'a str>,
+        content: Option<&'a str>,
+    },
+    /// Recalled or deleted for everyone: a stub with this status.
+    Remove { status: &'static str },
+}
+
+/// Applies `change` to the snapshots of `seqs` that are hot (others are
+/// not hot any more, or never were). Idempotent: a snapshot changes only
+/// while `normal` and, for edits, only to a newer edit. The TTL is kept.
+pub async fn amend(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    topic: &str,
+    seqs: &[i64],
+    change: &Amend<'_>,
+) -> redis::RedisResult<usize> {
+    if seqs.is_empty() {
+        return Ok(0);
+    }
+    let keys = TopicKeys::new(tenant, topic);
+    let names: Vec<String> = seqs.iter().map(|s| keys.hot_msg(*s)).collect();
+    let snapshots: Vec<Option<String>> = redis::cmd("MGET").arg(&names).query_async(redis).await?;
+    let mut pipe = redis::pipe();
+    let mut changed = 0;
+    for (name, snap) in names.iter().zip(snapshots) {
+        let Some(mut msg) = snap.and_then(|s| serde_json::from_str::<StoredMessage>(&s).ok())
+        else {
+            continue;
+        };
+        if msg.status != "normal" {
+            continue;
+        }
+        match change {
+            Amend::Edit {
+                edit_seq,
+                head,
+                content,
+            } => {
+                if msg.edit_seq.is_some_and(|e| e >= *edit_seq) {
+                    continue;
+                }
+                msg.content = content.map(str::to_string);
+                if let Some(h) = head {
+                    msg.head = Some(h.to_string());
+                }
+                msg.edit_seq = Some(*edit_seq);
+            }
+            Amend::Remove { status } => {
+                msg.status = status.to_string();
+                msg.content = None;
+                msg.head = None;
+            }
+        }
+        msg.version += 1;
+        let text = serde_json::to_string(&msg).unwrap_or_default();
+        pipe.cmd("SET").arg(name).arg(text).arg("KEEPTTL").ignore();
+        changed += 1;
+    }
+    if changed > 0 {
+        pipe.query_async::<()>(redis).await?;
+    }
+    Ok(changed)
+}
+
+/// The hot seqs of a topic in `[low, hi)`.
+pub async fn seqs_in(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    topic: &str,
+    low: i64,
+    hi: i64,
+) -> redis::RedisResult<Vec<i64>> {
+    let keys = TopicKeys::new(tenant, topic);
+    let members: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+        .arg(keys.hot_seqs())
+        .arg(low)
+        .arg(format!("({hi}"))
+        .query_async(redis)
+        .await?;
+    Ok(members
+        .iter()
+        .filter_map(|m| m.split_once(':').and_then(|(s, _)| s.parse().ok()))
+        .collect())
+}
+
 /// Removes one message's snapshot (recall, delete).
 pub async fn remove(
     redis: &mut ConnectionManager,

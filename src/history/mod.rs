@@ -42,6 +42,17 @@ pub struct StoredMessage {
     pub content: Option<String>,
     pub status: String,
     pub version: i32,
+    /// Seq of the newest edit applied to a hot snapshot (edits apply in
+    /// replacement order); not kept in MySQL rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit_seq: Option<i64>,
+}
+
+impl StoredMessage {
+    /// Not recalled or deleted for everyone.
+    pub fn visible(&self) -> bool {
+        self.status == "normal"
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -206,7 +217,9 @@ impl History {
     ) -> Result<Page, HistoryError> {
         let first = self.shared_page(tenant, topic, query).await?;
         let deleted = dellog::ranges_for(self.pool(tenant)?, topic, reader).await?;
-        if deleted.is_empty() {
+        // Recalled and deleted rows stay as stubs; their dellog rows hide
+        // them, and so does their status while the dellog catches up.
+        if deleted.is_empty() && first.messages.iter().all(StoredMessage::visible) {
             return Ok(first);
         }
         let mut out = Page {
@@ -224,7 +237,7 @@ impl History {
                 fetched
                     .messages
                     .into_iter()
-                    .filter(|m| !dellog::covers(&deleted, m.seq)),
+                    .filter(|m| m.visible() && !dellog::covers(&deleted, m.seq)),
             );
             let missing = query.limit - out.messages.len() as i64;
             let Some(edge) = out.next else { break };
@@ -535,6 +548,7 @@ fn to_message(r: &sqlx::mysql::MySqlRow) -> Result<StoredMessage, HistoryError> 
         status: r.try_get(4)?,
         version: r.try_get(5)?,
         ts: r.try_get(6)?,
+        edit_seq: None,
     })
 }
 

@@ -1,13 +1,19 @@
 //! The fan-out pipeline's handler: each MessageSent becomes one `{data}`
 //! frame, published once to every node with online members of the topic
-//! (dedup key `msg:{topic}:{seq}`). Realtime only: a lost copy is caught up
-//! by seq, so failures are retried briefly and then dropped to the DLQ.
+//! (dedup key `msg:{topic}:{seq}`). Deletes for everyone become `{pres
+//! what="del"}`; membership, role and mute changes `{pres what="acs"}` to
+//! the topic and to the user's `me`; a removed member's sessions and every
+//! session of a dissolved group are evicted. Realtime only: a lost copy is
+//! caught up by seq (or on the next attach), so failures are retried
+//! briefly and then dropped to the DLQ.
 
 use std::collections::HashMap;
 
 use redis::aio::ConnectionManager;
 
 use crate::events::{now_ms, EventCodec, GroupEvent, GroupEventBody};
+use crate::gateway::proto;
+use crate::groups::Role;
 use crate::history::StoredMessage;
 use crate::realtime::{
     envelope::node_channel, envelope::BROADCAST_CHANNEL, frames, presence, Envelope, Kind,
@@ -27,6 +33,13 @@ impl FanoutHandler {
     }
 }
 
+/// Where an envelope goes: the nodes with online members of its topic, or
+/// every node (a user's sessions may be anywhere).
+enum Reach {
+    Topic,
+    All,
+}
+
 impl Handler for FanoutHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
@@ -36,9 +49,10 @@ impl Handler for FanoutHandler {
         let mut pipe = redis::pipe();
         let mut queued: Vec<usize> = Vec::new();
         for (i, event) in decode_all::<GroupEvent>(&self.codec, records, &mut failures).await {
-            let GroupEventBody::MessageSent(m) = &event.body else {
+            let outgoing = envelopes(&event);
+            if outgoing.is_empty() {
                 continue;
-            };
+            }
             let key = (event.tenant_id.clone(), event.topic.clone());
             if !nodes_of.contains_key(&key) {
                 match presence::online_nodes(&mut redis, &key.0, &key.1, now).await {
@@ -52,38 +66,17 @@ impl Handler for FanoutHandler {
                 }
             }
             let nodes = &nodes_of[&key];
-            if nodes.as_ref().is_some_and(Vec::is_empty) {
-                continue; // nobody online
-            }
-            let snapshot = StoredMessage {
-                seq: m.seq,
-                from: m.from_user,
-                ts: m.created_at,
-                head: m.head.clone(),
-                content: m.content.clone(),
-                status: "normal".into(),
-                version: 1,
-            };
-            let envelope = Envelope {
-                event_id: event.event_id.clone(),
-                tenant_id: event.tenant_id.clone(),
-                kind: Kind::Deliver,
-                target_type: TargetType::Topic,
-                target: event.topic.clone(),
-                skip_sid: event.source_sid.clone(),
-                dedup_key: format!("msg:{}:{}", event.topic, m.seq),
-                occurred_at: m.created_at,
-                payload: frames::data_frame(&event.topic, &snapshot),
-            };
-            let text = serde_json::to_string(&envelope).unwrap_or_default();
-            match nodes {
-                Some(nodes) => {
-                    for n in nodes {
-                        pipe.publish(node_channel(n), &text).ignore();
+            for (envelope, reach) in outgoing {
+                let text = serde_json::to_string(&envelope).unwrap_or_default();
+                match (reach, nodes) {
+                    (Reach::Topic, Some(nodes)) => {
+                        for n in nodes {
+                            pipe.publish(node_channel(n), &text).ignore();
+                        }
                     }
-                }
-                None => {
-                    pipe.publish(BROADCAST_CHANNEL, &text).ignore();
+                    _ => {
+                        pipe.publish(BROADCAST_CHANNEL, &text).ignore();
+                    }
                 }
             }
             queued.push(i);
@@ -98,5 +91,127 @@ impl Handler for FanoutHandler {
             }
         }
         outcome(failures)
+    }
+}
+
+/// The realtime envelopes one event becomes (Tinode shapes).
+fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
+    let topic = event.topic.as_str();
+    let base =
+        |suffix: &str, kind: Kind, target_type: TargetType, target: String, payload: String| {
+            Envelope {
+                event_id: format!("{}{suffix}", event.event_id),
+                tenant_id: event.tenant_id.clone(),
+                kind,
+                target_type,
+                target,
+                skip_sid: String::new(),
+                dedup_key: String::new(),
+                occurred_at: event.occurred_at,
+                payload,
+            }
+        };
+    let to_topic = |payload: String| {
+        (
+            base(
+                "",
+                Kind::Deliver,
+                TargetType::Topic,
+                topic.to_string(),
+                payload,
+            ),
+            Reach::Topic,
+        )
+    };
+    let to_user = |uid: i64, payload: String| {
+        (
+            base(
+                ":me",
+                Kind::Deliver,
+                TargetType::User,
+                uid.to_string(),
+                payload,
+            ),
+            Reach::All,
+        )
+    };
+    let evict = |uid: Option<i64>| {
+        let payload = uid.map(|u| u.to_string()).unwrap_or_default();
+        (
+            base(
+                ":evict",
+                Kind::Evict,
+                TargetType::Topic,
+                topic.to_string(),
+                payload,
+            ),
+            Reach::All,
+        )
+    };
+    let actor = proto::user_id(event.actor_uid);
+    match &event.body {
+        GroupEventBody::MessageSent(m) => {
+            let snapshot = StoredMessage {
+                seq: m.seq,
+                from: m.from_user,
+                ts: m.created_at,
+                head: m.head.clone(),
+                content: m.content.clone(),
+                status: "normal".into(),
+                version: 1,
+                edit_seq: None,
+            };
+            let mut envelope = to_topic(frames::data_frame(topic, &snapshot)).0;
+            envelope.skip_sid = event.source_sid.clone();
+            envelope.dedup_key = format!("msg:{topic}:{}", m.seq);
+            envelope.occurred_at = m.created_at;
+            vec![(envelope, Reach::Topic)]
+        }
+        GroupEventBody::MessageRecalled(r) => vec![to_topic(frames::pres_del_frame(
+            topic,
+            &actor,
+            r.del_id,
+            &[(r.seq, r.seq + 1)],
+        ))],
+        GroupEventBody::MessageDeleted(d) => {
+            let ranges: Vec<(i64, i64)> = d.ranges.iter().map(|r| (r.low, r.hi)).collect();
+            vec![to_topic(frames::pres_del_frame(topic, &actor, d.del_id, &ranges))]
+        }
+        GroupEventBody::MemberJoined(j) => {
+            let role = Role::parse(&j.role);
+            let mode = frames::access_mode(Some(role), false);
+            vec![
+                to_topic(frames::pres_acs_frame(topic, j.uid, &mode, Some(role.as_str()))),
+                to_user(j.uid, frames::pres_me_acs_frame(topic, &mode, Some(role.as_str()))),
+            ]
+        }
+        GroupEventBody::MemberLeft(l) => vec![
+            evict(Some(l.uid)),
+            to_topic(frames::pres_acs_frame(topic, l.uid, "N", None)),
+        ],
+        GroupEventBody::MemberRoleChanged(c) => {
+            let role = Role::parse(&c.role);
+            let mode = frames::access_mode(Some(role), false);
+            vec![
+                to_topic(frames::pres_acs_frame(topic, c.uid, &mode, Some(role.as_str()))),
+                to_user(c.uid, frames::pres_me_acs_frame(topic, &mode, Some(role.as_str()))),
+            ]
+        }
+        GroupEventBody::MemberMuted(mu) => {
+            let muted = mu.muted_until.is_some_and(|t| t > now_ms());
+            let mode = frames::access_mode(Some(Role::Member), muted);
+            vec![
+                to_topic(frames::pres_acs_frame(topic, mu.uid, &mode, None)),
+                to_user(mu.uid, frames::pres_me_acs_frame(topic, &mode, None)),
+            ]
+        }
+        GroupEventBody::GroupMuteChanged(g) => vec![to_topic(
+            serde_json::json!({"pres": {"topic": topic, "src": topic, "what": "upd", "mute_all": g.mute_all}})
+                .to_string(),
+        )],
+        GroupEventBody::GroupDissolved(_) => vec![evict(None)],
+        GroupEventBody::MessageEdited(_)
+        | GroupEventBody::HistoryCleared(_)
+        | GroupEventBody::GroupCreated(_) => Vec::new(),
     }
 }

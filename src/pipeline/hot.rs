@@ -1,5 +1,7 @@
 //! The hot pipeline's handler: each MessageSent becomes a 24 h snapshot in
-//! Redis (see `history::hot`). Idempotent: a snapshot is keyed by seq.
+//! Redis (see `history::hot`); edits update a snapshot, recalls and deletes
+//! turn it into a stub. Idempotent: a snapshot is keyed by seq, and changes
+//! apply only to `normal` snapshots (edits only to a newer edit).
 
 use redis::aio::ConnectionManager;
 
@@ -24,8 +26,47 @@ impl Handler for HotHandler {
         let mut failures = Vec::new();
         let now = now_ms();
         for (i, event) in decode_all::<GroupEvent>(&self.codec, records, &mut failures).await {
-            let GroupEventBody::MessageSent(m) = &event.body else {
-                continue;
+            let (tenant, topic) = (&event.tenant_id, &event.topic);
+            let m = match &event.body {
+                GroupEventBody::MessageSent(m) => m,
+                GroupEventBody::MessageEdited(e) => {
+                    let change = hot::Amend::Edit {
+                        edit_seq: e.edit_seq.unwrap_or(i64::MAX),
+                        head: e.head.as_deref(),
+                        content: e.content.as_deref(),
+                    };
+                    let mut redis = self.redis.clone();
+                    if let Err(e) = hot::amend(&mut redis, tenant, topic, &[e.seq], &change).await {
+                        failures.push(RecordFailure::new(i, true, e.to_string()));
+                    }
+                    continue;
+                }
+                GroupEventBody::MessageRecalled(r) => {
+                    let change = hot::Amend::Remove { status: "recalled" };
+                    let mut redis = self.redis.clone();
+                    if let Err(e) = hot::amend(&mut redis, tenant, topic, &[r.seq], &change).await {
+                        failures.push(RecordFailure::new(i, true, e.to_string()));
+                    }
+                    continue;
+                }
+                GroupEventBody::MessageDeleted(d) => {
+                    let change = hot::Amend::Remove { status: "deleted" };
+                    let mut redis = self.redis.clone();
+                    for r in &d.ranges {
+                        let result = match hot::seqs_in(&mut redis, tenant, topic, r.low, r.hi)
+                            .await
+                        {
+                            Ok(seqs) => hot::amend(&mut redis, tenant, topic, &seqs, &change).await,
+                            Err(e) => Err(e),
+                        };
+                        if let Err(e) = result {
+                            failures.push(RecordFailure::new(i, true, e.to_string()));
+                            break;
+                        }
+                    }
+                    continue;
+                }
+                _ => continue,
             };
             let snapshot = StoredMessage {
                 seq: m.seq,
@@ -35,6 +76,7 @@ impl Handler for HotHandler {
                 content: m.content.clone(),
                 status: "normal".into(),
                 version: 1,
+                edit_seq: None,
             };
             let mut redis = self.redis.clone();
             if let Err(e) =

@@ -2,6 +2,7 @@
 //! groups that turn the event log into read models. The runner
 //! ([`runner`]) is shared; each pipeline brings its handler.
 
+pub mod commands;
 pub mod control;
 pub mod dlq;
 pub mod fanout;
@@ -24,7 +25,9 @@ pub use dlq::{replay_dlq, replay_dlq_topology, replay_until_drained};
 pub use topology::Topology;
 
 /// Pipelines this build can run.
-pub const PIPELINES: &[&str] = &["store", "members", "hot", "fanout", "receipts", "control"];
+pub const PIPELINES: &[&str] = &[
+    "store", "members", "hot", "fanout", "receipts", "control", "commands",
+];
 
 /// Loads `topologies/<name>.toml` (from the configured directory, else the
 /// built-in copy) and runs the pipeline until `shutdown`.
@@ -130,6 +133,19 @@ pub async fn run_route(
         }
         "members" => {
             let handler = members::MembersHandler::new(codec, pools, redis);
+            runner::run_on(
+                config, topology, source, group, dlq, handler, producer, shutdown,
+            )
+            .await?
+        }
+        "commands" => {
+            let handler = commands::CommandsHandler::new(
+                codec,
+                pools,
+                redis,
+                producer.clone(),
+                config.node.resolved_id(),
+            );
             runner::run_on(
                 config, topology, source, group, dlq, handler, producer, shutdown,
             )

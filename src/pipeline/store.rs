@@ -1,5 +1,7 @@
 //! The store pipeline's handler: MessageSent events into the monthly MySQL
-//! tables, one transaction per (tenant, shard month), then Redis routes.
+//! tables, one transaction per (tenant, shard month), then Redis routes;
+//! user-view deletes into the dellog; edits, recalls and deletes for
+//! everyone applied to the stored rows (see `store::revisions`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -9,8 +11,8 @@ use redis::aio::ConnectionManager;
 use crate::events::{EventCodec, GroupEvent, GroupEventBody};
 use crate::metrics as m;
 use crate::store::month::ShardMonth;
-use crate::store::routes;
 use crate::store::writer::{self, StoreError, StoredMessage};
+use crate::store::{revisions, routes};
 use crate::tenant::TenantPools;
 
 use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
@@ -172,6 +174,29 @@ impl Handler for StoreHandler {
                 if let Err(f) = result {
                     failures.push(f);
                 }
+            }
+        }
+        // Edits, recalls and deletes, in log order, after this batch's
+        // messages are stored (a message precedes its edits in the log).
+        for (i, event) in &events {
+            if !revisions::is_revision(event) {
+                continue;
+            }
+            let result = match self.pools.get(&event.tenant_id) {
+                Ok(pool) => revisions::apply(pool, event).await.map_err(|e| {
+                    tracing::warn!(tenant = %event.tenant_id, topic = %event.topic, kind = event.body.name(), error = %e, "revision not applied");
+                    RecordFailure::new(*i, e.is_retryable(), e.to_string())
+                }),
+                Err(e) => Err(RecordFailure::new(*i, false, e.to_string())),
+            };
+            match result {
+                Ok(applied) => {
+                    metrics::counter!(m::REVISIONS_TOTAL, "kind" => event.body.name(), "status" => "applied")
+                        .increment(applied.changed as u64);
+                    metrics::counter!(m::REVISIONS_TOTAL, "kind" => event.body.name(), "status" => "skipped")
+                        .increment(applied.skipped as u64);
+                }
+                Err(f) => failures.push(f),
             }
         }
         self.repair_routes().await;

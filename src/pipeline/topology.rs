@@ -100,6 +100,7 @@ impl Topology {
             "fanout" => include_str!("../../topologies/fanout.toml"),
             "receipts" => include_str!("../../topologies/receipts.toml"),
             "control" => include_str!("../../topologies/control.toml"),
+            "commands" => include_str!("../../topologies/commands.toml"),
             _ => return None,
         };
         Self::parse(text, &format!("topologies/{name}.toml")).ok()
@@ -112,7 +113,7 @@ mod tests {
 
     #[test]
     fn committed_topologies_are_valid() {
-        for name in ["store", "members", "hot", "fanout", "receipts", "control"] {
+        for &name in crate::pipeline::PIPELINES {
             let t = Topology::builtin(name).expect(name);
             assert_eq!(t.name, name);
         }

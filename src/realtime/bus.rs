@@ -92,6 +92,18 @@ pub fn dispatch(
     let out = match envelope.kind {
         Kind::Deliver => Outbound::Frame(payload.clone()),
         Kind::Close => Outbound::Close(payload.clone()),
+        Kind::Evict => {
+            let uid = payload.parse::<i64>().ok();
+            let evicted = hub.evict(tenant, &envelope.target, uid);
+            let ctrl: Arc<str> = Arc::from(super::frames::evicted_frame(&envelope.target));
+            let gone: Arc<str> = Arc::from(super::frames::pres_me_frame(&envelope.target, "gone"));
+            for s in &evicted {
+                s.offer(Outbound::Frame(ctrl.clone()));
+                s.offer(Outbound::Frame(gone.clone()));
+            }
+            metrics::counter!(m::DELIVERIES_TOTAL).increment(evicted.len() as u64);
+            return evicted.len();
+        }
     };
     let delivered = match envelope.target_type {
         TargetType::Topic => match &out {

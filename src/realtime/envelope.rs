@@ -26,6 +26,10 @@ pub enum Kind {
     Deliver,
     /// Close the target sessions (`payload` is the reason).
     Close,
+    /// Detach sessions from topic `target` (they get `{ctrl 205 evicted}`
+    /// and `{pres me gone}`); `payload` is a uid to evict only that user's
+    /// sessions, or empty for every session (a dissolved group).
+    Evict,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

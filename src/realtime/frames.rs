@@ -47,3 +47,69 @@ pub fn info_frame(topic: &str, from: i64, what: &str, seq: Option<i64>) -> Strin
 pub fn pres_frame(topic: &str, src: &str, what: &str) -> String {
     json!({"pres": {"topic": topic, "src": src, "what": what}}).to_string()
 }
+
+/// `{ctrl 205 evicted}` for a session removed from a topic.
+pub fn evicted_frame(topic: &str) -> String {
+    json!({"ctrl": {"topic": topic, "code": 205, "text": "evicted", "ts": proto::now()}})
+        .to_string()
+}
+
+/// `{"pres": {"topic": "me", "src": topic, "what": what}}` as text.
+pub fn pres_me_frame(topic: &str, what: &str) -> String {
+    json!({"pres": {"topic": "me", "src": topic, "what": what}}).to_string()
+}
+
+/// `{pres what="del"}` for messages deleted for everyone: the delete id
+/// (`clear`) and the ranges (`hi` left out for a single message).
+pub fn pres_del_frame(topic: &str, src: &str, clear: i32, ranges: &[(i64, i64)]) -> String {
+    let delseq: Vec<Value> = ranges
+        .iter()
+        .map(|(low, hi)| {
+            if *hi == low + 1 {
+                json!({"low": low})
+            } else {
+                json!({"low": low, "hi": hi})
+            }
+        })
+        .collect();
+    json!({"pres": {"topic": topic, "src": src, "what": "del", "clear": clear, "delseq": delseq}})
+        .to_string()
+}
+
+/// Tinode access mode of a group member: owners `JRWPASDO`, admins
+/// `JRWPASD`, members `JRWPS`; a muted member lacks `W`; `N` is none.
+pub fn access_mode(role: Option<crate::groups::Role>, muted: bool) -> String {
+    use crate::groups::Role;
+    let mode = match role {
+        None => return "N".into(),
+        Some(Role::Owner) => "JRWPASDO",
+        Some(Role::Admin) => "JRWPASD",
+        Some(Role::Member) => "JRWPS",
+    };
+    if muted {
+        mode.replace('W', "")
+    } else {
+        mode.to_string()
+    }
+}
+
+/// `{pres what="acs"}` about `uid` in `topic` (seen by the topic's
+/// sessions), with the new mode as Tinode's `dacs` and imstream's `role`.
+pub fn pres_acs_frame(topic: &str, uid: i64, mode: &str, role: Option<&str>) -> String {
+    let mut pres = json!({"topic": topic, "src": proto::user_id(uid), "what": "acs",
+        "dacs": {"want": mode, "given": mode}});
+    if let Some(role) = role {
+        pres["role"] = json!(role);
+    }
+    json!({ "pres": pres }).to_string()
+}
+
+/// `{pres topic="me" what="acs"}` telling a user their mode in `topic` changed.
+pub fn pres_me_acs_frame(topic: &str, mode: &str, role: Option<&str>) -> String {
+    let mut pres = json!({"topic": "me", "src": topic, "what": "acs",
+        "dacs": {"want": mode, "given": mode}});
+    if let Some(role) = role {
+        pres["role"] = json!(role);
+    }
+    json!({ "pres": pres }).to_string()
+}

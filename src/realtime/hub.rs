@@ -119,6 +119,35 @@ impl Hub {
         still
     }
 
+    /// Detaches `uid`'s sessions (every session when `None`) from the
+    /// topic, so nothing more of it reaches them; returns them.
+    pub fn evict(&self, tenant: &str, topic: &str, uid: Option<i64>) -> Vec<SessionHandle> {
+        let mut idx = self.index.lock().expect("hub lock");
+        let key: TopicKey = (Arc::from(tenant), Arc::from(topic));
+        let Some(map) = idx.by_topic.get_mut(&key) else {
+            return Vec::new();
+        };
+        let gone: Vec<Arc<str>> = map
+            .values()
+            .filter(|s| uid.is_none_or(|u| s.uid == u))
+            .map(|s| s.sid.clone())
+            .collect();
+        let out = gone.iter().filter_map(|sid| map.remove(sid)).collect();
+        if map.is_empty() {
+            idx.by_topic.remove(&key);
+        }
+        out
+    }
+
+    /// Whether session `sid` is attached to the topic here (an evicted
+    /// session is not, whatever it thinks).
+    pub fn is_attached(&self, tenant: &str, topic: &str, sid: &str) -> bool {
+        let idx = self.index.lock().expect("hub lock");
+        idx.by_topic
+            .get(&(Arc::from(tenant), Arc::from(topic)))
+            .is_some_and(|m| m.contains_key(sid))
+    }
+
     /// Queues `frame` for every session attached to the topic except
     /// `skip_sid`; returns how many got it.
     pub fn to_topic(&self, tenant: &str, topic: &str, skip_sid: &str, frame: &Arc<str>) -> usize {

@@ -15,7 +15,7 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 
 use crate::config::Config;
-use crate::events::{now_ms, GroupEvent, GroupEventBody, MessageSent};
+use crate::events::{now_ms, GroupEvent, GroupEventBody, MessageEdited, MessageSent};
 use crate::kafka::producer::EventProducer;
 use crate::kafka::topics::TopicKind;
 use crate::keys::{TenantKeys, TopicKeys};
@@ -51,6 +51,9 @@ pub struct SendRequest {
     /// Tinode content (JSON text).
     pub content: String,
     pub traceparent: Option<String>,
+    /// This message replaces (edits) the sender's message with this seq
+    /// (Tinode's `head.replace`): a `MessageEdited` follows the `MessageSent`.
+    pub edit_of: Option<i64>,
 }
 
 /// The outcome of an accepted send.
@@ -345,16 +348,37 @@ impl Sender {
             )
         };
         let key = format!("{}:{}", req.tenant, req.topic);
-        let result = self
-            .inner
-            .producer
-            .send(
-                TopicKind::GroupEvents,
-                &key,
-                &event,
-                req.traceparent.as_deref(),
-            )
-            .await;
+        let producer = &self.inner.producer;
+        let tp = req.traceparent.as_deref();
+        let result = match req.edit_of {
+            None => {
+                producer
+                    .send(TopicKind::GroupEvents, &key, &event, tp)
+                    .await
+            }
+            Some(target) => {
+                // Same partition, produced in order: the replacement is in
+                // the log before the edit that points at it.
+                let edit = GroupEvent {
+                    body: GroupEventBody::MessageEdited(MessageEdited {
+                        seq: target,
+                        edit_seq: Some(seq),
+                        head: edited_head(req.head.as_deref()),
+                        content: Some(req.content.clone()),
+                        edited_at: created_at,
+                    }),
+                    event_id: crate::events::new_event_id(),
+                    ..event.clone()
+                };
+                match producer
+                    .send(TopicKind::GroupEvents, &key, &event, tp)
+                    .await
+                {
+                    Ok(_) => producer.send(TopicKind::GroupEvents, &key, &edit, tp).await,
+                    Err(e) => Err(e),
+                }
+            }
+        };
         let mut redis = self.inner.redis.clone();
         let claim = req.client_msg_id.as_deref().map(|c| keys.uniq(req.uid, c));
         match result {
@@ -482,6 +506,14 @@ impl Sender {
             .insert(tenant.to_string(), (month, Instant::now()));
         Ok(month)
     }
+}
+
+/// The head an edit leaves on the edited message: the replacement's head
+/// without `replace` (`None` when nothing else is left).
+fn edited_head(head: Option<&str>) -> Option<String> {
+    let mut map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(head?).ok()?;
+    map.remove("replace");
+    (!map.is_empty()).then(|| serde_json::Value::Object(map).to_string())
 }
 
 fn parse_i64(v: Option<&String>) -> Result<i64, SendError> {

@@ -4,6 +4,7 @@
 
 pub mod catalog;
 pub mod month;
+pub mod revisions;
 pub mod routes;
 pub mod shards;
 pub mod writer;

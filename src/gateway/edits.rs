@@ -1,0 +1,205 @@
+//! Edits and deletes for everyone, shared by the WebSocket and HTTP front
+//! ends (seed 000 §7, TINODE-PROTOCOL.md §2).
+//!
+//! - An edit is a new message whose head carries `replace: ":<seq>"`, sent
+//!   by the original sender within `gateway.edit_window_secs`: the send
+//!   path produces its `MessageSent` and then `MessageEdited` for the target.
+//! - A hard delete of the caller's own messages within
+//!   `gateway.recall_window_secs` is a recall (`MessageRecalled` per seq);
+//!   otherwise an owner or admin deletes as a moderator (`MessageDeleted`);
+//!   anyone else is refused. One delete id covers the whole request.
+
+use crate::events::{now_ms, GroupEventBody, MessageRecalled, SeqRange};
+use crate::governance::exec::Origin;
+use crate::governance::{Actor, Refused};
+use crate::groups::{Role, Standing};
+use crate::history::{PageQuery, StoredMessage};
+
+use super::reads::Refusal;
+use super::Gateway;
+
+/// Most messages one recall may name (a moderator may delete more).
+pub const MAX_RECALL: i64 = 100;
+
+impl From<Refused> for Refusal {
+    fn from(r: Refused) -> Self {
+        Refusal(r.0, r.1)
+    }
+}
+
+/// Who is acting, and from where.
+pub struct Caller<'a> {
+    pub tenant: &'a str,
+    pub uid: i64,
+    pub origin: Origin,
+}
+
+/// The target seq of a `head.replace` value (`":123"`).
+pub fn replace_target(head: Option<&str>) -> Result<Option<i64>, Refusal> {
+    let Some(head) = head else { return Ok(None) };
+    let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(head) else {
+        return Ok(None);
+    };
+    match map.get("replace") {
+        None => Ok(None),
+        Some(serde_json::Value::String(r)) => r
+            .strip_prefix(':')
+            .and_then(|s| s.parse::<i64>().ok())
+            .filter(|seq| *seq > 0)
+            .map(Some)
+            .ok_or_else(|| Refusal(400, "malformed: head.replace must be \":<seq>\"".into())),
+        Some(_) => Err(Refusal(
+            400,
+            "malformed: head.replace must be \":<seq>\"".into(),
+        )),
+    }
+}
+
+/// Checks that `caller` may edit message `seq` of `topic` now.
+pub async fn check_edit(
+    gw: &Gateway,
+    caller: &Caller<'_>,
+    topic: &str,
+    seq: i64,
+) -> Result<(), Refusal> {
+    let target = gw
+        .history
+        .exact(caller.tenant, topic, caller.uid, seq)
+        .await?
+        .ok_or_else(|| Refusal(404, format!("message {seq} not found")))?;
+    if target.from != caller.uid {
+        return Err(Refusal(403, "only the sender may edit a message".into()));
+    }
+    if replace_target(target.head.as_deref())?.is_some() {
+        return Err(Refusal(
+            400,
+            format!("message {seq} is itself an edit; edit the original"),
+        ));
+    }
+    let window = gw.config.gateway.edit_window_secs as i64 * 1000;
+    if now_ms() - target.ts > window {
+        return Err(Refusal(
+            403,
+            format!("the edit window ({} s) has passed", window / 1000),
+        ));
+    }
+    Ok(())
+}
+
+/// What a hard delete did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    Recalled(i32),
+    Moderated(i32),
+}
+
+impl Deleted {
+    pub fn del_id(self) -> i32 {
+        match self {
+            Deleted::Recalled(d) | Deleted::Moderated(d) => d,
+        }
+    }
+    pub fn action(self) -> &'static str {
+        match self {
+            Deleted::Recalled(_) => "recalled",
+            Deleted::Moderated(_) => "deleted",
+        }
+    }
+}
+
+/// Deletes `[low, hi)` ranges of `topic` for everyone: a recall when they
+/// are all the caller's own recent messages, else moderation when the
+/// caller is the owner or an admin.
+pub async fn hard_delete(
+    gw: &Gateway,
+    caller: &Caller<'_>,
+    topic: &str,
+    ranges: &[SeqRange],
+) -> Result<Deleted, Refusal> {
+    let gov = &gw.governance;
+    let standing = gov.standing(caller.tenant, topic, caller.uid).await?;
+    let role = match standing {
+        Standing::NoGroup => return Err(Refusal(404, "topic not found".into())),
+        Standing::NotMember => return Err(Refusal(403, "permission denied".into())),
+        Standing::Member { role, .. } => role,
+    };
+    let privileged = matches!(role, Role::Owner | Role::Admin);
+    let ranges = gov.clamp(caller.tenant, topic, ranges).await?;
+    let count: i64 = ranges.iter().map(|r| r.hi - r.low).sum();
+    let refusal = if count > MAX_RECALL {
+        Some(Refusal(
+            403,
+            format!(
+                "a recall names at most {MAX_RECALL} messages; owners and admins may delete more"
+            ),
+        ))
+    } else {
+        let messages = read_ranges(gw, caller, topic, &ranges).await?;
+        if messages.is_empty() {
+            return Err(Refusal(404, "no such messages".into()));
+        }
+        let window = gw.config.gateway.recall_window_secs as i64 * 1000;
+        let now = now_ms();
+        if messages.iter().any(|m| m.from != caller.uid) {
+            Some(Refusal(
+                403,
+                "only the sender may recall a message; owners and admins may delete any".into(),
+            ))
+        } else if messages.iter().any(|m| now - m.ts > window) {
+            Some(Refusal(
+                403,
+                format!("the recall window ({} s) has passed", window / 1000),
+            ))
+        } else {
+            let del_id = gov.next_del_id(caller.tenant, topic).await?;
+            let bodies = messages
+                .iter()
+                .map(|m| {
+                    GroupEventBody::MessageRecalled(MessageRecalled {
+                        seq: m.seq,
+                        recalled_at: now,
+                        del_id,
+                    })
+                })
+                .collect();
+            gov.produce(caller.tenant, topic, caller.uid, bodies, &caller.origin)
+                .await?;
+            return Ok(Deleted::Recalled(del_id));
+        }
+    };
+    if !privileged {
+        return Err(refusal.expect("refused when not recalled"));
+    }
+    let outcome = gov
+        .moderate(
+            caller.tenant,
+            topic,
+            Actor::User(caller.uid, standing),
+            &ranges,
+            &caller.origin,
+            "",
+        )
+        .await?;
+    Ok(Deleted::Moderated(outcome.del_id.unwrap_or(0)))
+}
+
+/// The messages in `ranges` the caller can still see.
+async fn read_ranges(
+    gw: &Gateway,
+    caller: &Caller<'_>,
+    topic: &str,
+    ranges: &[SeqRange],
+) -> Result<Vec<StoredMessage>, Refusal> {
+    let mut out = Vec::new();
+    for r in ranges {
+        let limit = (r.hi - r.low).min(crate::history::MAX_LIMIT);
+        let q = PageQuery::new(Some(r.low), Some(r.hi), Some(limit), true)?;
+        out.extend(
+            gw.history
+                .page(caller.tenant, topic, caller.uid, q)
+                .await?
+                .messages,
+        );
+    }
+    Ok(out)
+}

@@ -1,0 +1,300 @@
+//! Executes governance: reads standings from the group cache, asks the
+//! rules, and produces the events (key `{tenant}:{topic}`, acks=all). The
+//! members, store, hot and fan-out pipelines make them take effect.
+
+use redis::aio::ConnectionManager;
+use sha2::{Digest, Sha256};
+
+use crate::events::{new_event_id, now_ms, GroupEvent, GroupEventBody, MessageDeleted, SeqRange};
+use crate::gateway::proto;
+use crate::groups::{self, Standing};
+use crate::kafka::producer::EventProducer;
+use crate::kafka::topics::TopicKind;
+use crate::keys::TopicKeys;
+use crate::tenant::TenantPools;
+
+use super::{authorize, events, Action, Actor, Refused};
+
+/// Most ranges one delete may name.
+pub const MAX_RANGES: usize = 100;
+
+/// Where an action came from, stamped on its events.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    pub device: String,
+    pub sid: String,
+    pub traceparent: String,
+    /// Set for admin commands: event ids derive from it, so executing the
+    /// same command again produces the same events (projections dedup).
+    pub command_id: Option<String>,
+}
+
+impl Origin {
+    fn event_id(&self, n: usize) -> String {
+        match &self.command_id {
+            Some(c) => derived_event_id(c, n),
+            None => new_event_id(),
+        }
+    }
+}
+
+/// The `n`th event id of a command: stable across re-executions.
+pub fn derived_event_id(command_id: &str, n: usize) -> String {
+    let digest = Sha256::digest(format!("{command_id}\n{n}").as_bytes());
+    let h = hex::encode(&digest[..16]);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// What an executed action produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub event_ids: Vec<String>,
+    /// The delete transaction id, for deletes.
+    pub del_id: Option<i32>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> Refused {
+    tracing::warn!(error = %e, "governance: dependency failed");
+    Refused(503, "service unavailable, retry".into())
+}
+
+/// Everything governance needs; cheap to clone.
+#[derive(Clone)]
+pub struct Executor {
+    pools: TenantPools,
+    redis: ConnectionManager,
+    producer: EventProducer,
+    node: String,
+}
+
+impl Executor {
+    pub fn new(
+        pools: TenantPools,
+        redis: ConnectionManager,
+        producer: EventProducer,
+        node: String,
+    ) -> Self {
+        Self {
+            pools,
+            redis,
+            producer,
+            node,
+        }
+    }
+
+    fn pool(&self, tenant: &str) -> Result<&sqlx::MySqlPool, Refused> {
+        self.pools
+            .get(tenant)
+            .map_err(|_| Refused(404, format!("unknown tenant {tenant}")))
+    }
+
+    /// `uid`'s standing in `topic` (cache-aside).
+    pub async fn standing(&self, tenant: &str, topic: &str, uid: i64) -> Result<Standing, Refused> {
+        if !proto::is_group_topic(topic) {
+            return Ok(Standing::NoGroup);
+        }
+        let pool = self.pool(tenant)?;
+        let mut redis = self.redis.clone();
+        groups::standing(pool, &mut redis, tenant, topic, uid)
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Authorizes and produces one governance action (not moderation: see
+    /// [`moderate`](Self::moderate)).
+    pub async fn act(
+        &self,
+        tenant: &str,
+        topic: &str,
+        actor: Actor,
+        action: Action,
+        origin: &Origin,
+        reason: &str,
+    ) -> Result<Outcome, Refused> {
+        if !proto::is_group_topic(topic) {
+            return Err(Refused(404, "group not found".into()));
+        }
+        if action == Action::Moderate {
+            return Err(Refused(
+                400,
+                "moderation names the messages to delete".into(),
+            ));
+        }
+        if let Actor::User(_, Standing::NoGroup) = actor {
+            return Err(Refused(404, "group not found".into()));
+        }
+        let target = match action.target() {
+            Some(uid) => self.standing(tenant, topic, uid).await?,
+            None => Standing::NotMember,
+        };
+        if matches!(actor, Actor::Operator) && matches!(target, Standing::NoGroup) {
+            return Err(Refused(404, "group not found".into()));
+        }
+        if matches!(actor, Actor::Operator) && action.target().is_none() {
+            // An operator's group-wide action still needs the group to exist.
+            if self.standing(tenant, topic, 0).await? == Standing::NoGroup {
+                return Err(Refused(404, "group not found".into()));
+            }
+        }
+        authorize(actor, action, target)?;
+        let owner = match action {
+            Action::TransferOwner(_) => groups::owner(self.pool(tenant)?, topic)
+                .await
+                .map_err(unavailable)?,
+            _ => None,
+        };
+        let actor_uid = match actor {
+            Actor::User(uid, _) => uid,
+            Actor::Operator => 0,
+        };
+        let bodies = events(action, actor_uid, owner, reason);
+        let ids = self
+            .produce(tenant, topic, actor_uid, bodies, origin)
+            .await?;
+        Ok(Outcome {
+            event_ids: ids,
+            del_id: None,
+        })
+    }
+
+    /// Deletes messages for everyone as a moderator (owner, admin or
+    /// operator): `MessageDeleted` with a new delete id. Ranges are
+    /// `[low, hi)`, clamped to the topic's last seq.
+    pub async fn moderate(
+        &self,
+        tenant: &str,
+        topic: &str,
+        actor: Actor,
+        ranges: &[SeqRange],
+        origin: &Origin,
+        reason: &str,
+    ) -> Result<Outcome, Refused> {
+        if !proto::is_group_topic(topic) {
+            return Err(Refused(404, "group not found".into()));
+        }
+        if matches!(actor, Actor::Operator)
+            && self.standing(tenant, topic, 0).await? == Standing::NoGroup
+        {
+            return Err(Refused(404, "group not found".into()));
+        }
+        authorize(actor, Action::Moderate, Standing::NotMember)?;
+        let ranges = self.clamp(tenant, topic, ranges).await?;
+        let del_id = self.next_del_id(tenant, topic).await?;
+        let actor_uid = match actor {
+            Actor::User(uid, _) => uid,
+            Actor::Operator => 0,
+        };
+        let body = GroupEventBody::MessageDeleted(MessageDeleted {
+            ranges,
+            del_id,
+            moderation: true,
+            reason: reason.to_string(),
+            deleted_at: now_ms(),
+        });
+        let ids = self
+            .produce(tenant, topic, actor_uid, vec![body], origin)
+            .await?;
+        Ok(Outcome {
+            event_ids: ids,
+            del_id: Some(del_id),
+        })
+    }
+
+    /// Validates `[low, hi)` ranges and clamps them to the last seq.
+    pub async fn clamp(
+        &self,
+        tenant: &str,
+        topic: &str,
+        ranges: &[SeqRange],
+    ) -> Result<Vec<SeqRange>, Refused> {
+        if ranges.is_empty() || ranges.len() > MAX_RANGES {
+            return Err(Refused(400, format!("malformed: 1 to {MAX_RANGES} ranges")));
+        }
+        let last = self.last_seq(tenant, topic).await?;
+        let mut out = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            if r.low < 1 || r.hi <= r.low {
+                return Err(Refused(400, "malformed: invalid range".into()));
+            }
+            if r.low > last {
+                return Err(Refused(404, format!("no message {} yet", r.low)));
+            }
+            out.push(SeqRange {
+                low: r.low,
+                hi: r.hi.min(last + 1),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The topic's last allocated seq (0 when none).
+    pub async fn last_seq(&self, tenant: &str, topic: &str) -> Result<i64, Refused> {
+        let mut redis = self.redis.clone();
+        let last: Option<i64> = redis::cmd("HGET")
+            .arg(TopicKeys::new(tenant, topic).seq())
+            .arg("last_seq")
+            .query_async(&mut redis)
+            .await
+            .map_err(unavailable)?;
+        Ok(last.unwrap_or(0))
+    }
+
+    /// A new delete transaction id of the topic (Tinode's `clear`).
+    pub async fn next_del_id(&self, tenant: &str, topic: &str) -> Result<i32, Refused> {
+        let mut redis = self.redis.clone();
+        let id: i64 = redis::cmd("INCR")
+            .arg(TopicKeys::new(tenant, topic).del_id())
+            .query_async(&mut redis)
+            .await
+            .map_err(unavailable)?;
+        Ok(id as i32)
+    }
+
+    /// Produces `bodies` in order as events of one topic; their ids.
+    pub async fn produce(
+        &self,
+        tenant: &str,
+        topic: &str,
+        actor_uid: i64,
+        bodies: Vec<GroupEventBody>,
+        origin: &Origin,
+    ) -> Result<Vec<String>, Refused> {
+        let mut ids = Vec::with_capacity(bodies.len());
+        for (n, body) in bodies.into_iter().enumerate() {
+            let event = GroupEvent {
+                event_id: origin.event_id(n),
+                actor_device: origin.device.clone(),
+                source_sid: origin.sid.clone(),
+                source_node: self.node.clone(),
+                traceparent: origin.traceparent.clone(),
+                ..GroupEvent::new(tenant, topic, actor_uid, body)
+            };
+            let tp = (!origin.traceparent.is_empty()).then_some(origin.traceparent.as_str());
+            self.producer
+                .send(TopicKind::GroupEvents, &event.key(), &event, tp)
+                .await
+                .map_err(unavailable)?;
+            ids.push(event.event_id);
+        }
+        Ok(ids)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn derived_ids_are_stable_and_distinct() {
+        let a = super::derived_event_id("cmd-1", 0);
+        assert_eq!(a, super::derived_event_id("cmd-1", 0));
+        assert_ne!(a, super::derived_event_id("cmd-1", 1));
+        assert_ne!(a, super::derived_event_id("cmd-2", 0));
+        assert_eq!(a.len(), 36);
+    }
+}

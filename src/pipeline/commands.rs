@@ -1,0 +1,308 @@
+//! The command pipeline's handler (seed 002 §7.2): admin commands from
+//! `im.admin.commands.v1` executed once per `command_id` by producing the
+//! domain events (group events through [`crate::governance`], session
+//! control for users), with one `AdminResult` per command on
+//! `im.admin.results.v1` (key `command_id`).
+//!
+//! Exactly once per command id: a row in the tenant's `im_admin_commands`
+//! claims the id before executing and records the result after. A command
+//! delivered again after it finished is skipped (no second result). One
+//! that crashed mid-way (`running`) is executed again: its events have ids
+//! derived from the command id, so projections see the same events. Only a
+//! crash between producing the result and recording it can repeat a
+//! result; consumers key results by command id.
+
+use chrono::{TimeZone, Utc};
+use redis::aio::ConnectionManager;
+use serde_json::json;
+
+use crate::events::{
+    now_ms, AdminCommand, AdminCommandBody, AdminResult, AuthVersion, DeviceRevoked, Empty,
+    EventCodec, SeqRange, SessionControlBody, SessionControlEvent,
+};
+use crate::governance::exec::{derived_event_id, Origin};
+use crate::governance::{Action, Actor, Executor, Refused};
+use crate::kafka::producer::EventProducer;
+use crate::kafka::topics::TopicKind;
+use crate::keys::TenantKeys;
+use crate::metrics as m;
+use crate::tenant::TenantPools;
+
+use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+
+pub struct CommandsHandler {
+    codec: EventCodec,
+    pools: TenantPools,
+    redis: ConnectionManager,
+    producer: EventProducer,
+    governance: Executor,
+}
+
+impl CommandsHandler {
+    pub fn new(
+        codec: EventCodec,
+        pools: TenantPools,
+        redis: ConnectionManager,
+        producer: EventProducer,
+        node: String,
+    ) -> Self {
+        let governance = Executor::new(pools.clone(), redis.clone(), producer.clone(), node);
+        Self {
+            codec,
+            pools,
+            redis,
+            producer,
+            governance,
+        }
+    }
+}
+
+/// The seed's name of a command kind (`group.admin.set`, …).
+pub fn kind_name(body: &AdminCommandBody) -> &'static str {
+    match body {
+        AdminCommandBody::UserDisable(_) => "user.disable",
+        AdminCommandBody::UserEnable(_) => "user.enable",
+        AdminCommandBody::UserPasswordReset(_) => "user.password.reset",
+        AdminCommandBody::UserDeviceRevoke(_) => "user.device.revoke",
+        AdminCommandBody::GroupDelete(_) => "group.delete",
+        AdminCommandBody::GroupMemberRemove(_) => "group.member.remove",
+        AdminCommandBody::GroupAdminSet(_) => "group.admin.set",
+        AdminCommandBody::GroupAdminRemove(_) => "group.admin.remove",
+        AdminCommandBody::GroupMemberMute(_) => "group.member.mute",
+        AdminCommandBody::MessageModerate(_) => "message.moderate",
+    }
+}
+
+/// How a command ended.
+struct Verdict {
+    status: &'static str,
+    message: String,
+    event_ids: Vec<String>,
+}
+
+fn at(ms: i64) -> chrono::NaiveDateTime {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .unwrap_or_else(Utc::now)
+        .naive_utc()
+}
+
+impl Handler for CommandsHandler {
+    async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
+        let mut failures = Vec::new();
+        for (i, cmd) in decode_all::<AdminCommand>(&self.codec, records, &mut failures).await {
+            if let Err(f) = self.run(i, &cmd).await {
+                failures.push(f);
+            }
+        }
+        outcome(failures)
+    }
+}
+
+impl CommandsHandler {
+    async fn run(&self, i: usize, cmd: &AdminCommand) -> Result<(), RecordFailure> {
+        let kind = kind_name(&cmd.body);
+        let retry = |e: &dyn std::fmt::Display| RecordFailure::new(i, true, e.to_string());
+        if cmd.command_id.is_empty() || cmd.command_id.len() > 64 {
+            let verdict = Verdict {
+                status: "rejected",
+                message: "command_id must be 1-64 characters".into(),
+                event_ids: Vec::new(),
+            };
+            return self.publish(cmd, &verdict).await.map_err(|e| retry(&e));
+        }
+        let Ok(pool) = self.pools.get(&cmd.tenant_id) else {
+            let verdict = Verdict {
+                status: "rejected",
+                message: format!("unknown tenant {}", cmd.tenant_id),
+                event_ids: Vec::new(),
+            };
+            return self.publish(cmd, &verdict).await.map_err(|e| retry(&e));
+        };
+        // Claim the command id; a finished command is not run again.
+        sqlx::query(
+            "INSERT IGNORE INTO im_admin_commands (command_id, kind, operator, status, issued_at) \
+             VALUES (?, ?, ?, 'running', ?)",
+        )
+        .bind(&cmd.command_id)
+        .bind(kind)
+        .bind(&cmd.operator)
+        .bind(at(cmd.issued_at))
+        .execute(pool)
+        .await
+        .map_err(|e| retry(&e))?;
+        let status: String =
+            sqlx::query_scalar("SELECT status FROM im_admin_commands WHERE command_id = ?")
+                .bind(&cmd.command_id)
+                .fetch_one(pool)
+                .await
+                .map_err(|e| retry(&e))?;
+        if status != "running" {
+            metrics::counter!(m::ADMIN_COMMANDS_TOTAL, "kind" => kind, "status" => "duplicate")
+                .increment(1);
+            tracing::info!(command_id = %cmd.command_id, %status, "admin command already executed; skipped");
+            return Ok(());
+        }
+        let verdict = match self.execute(cmd).await {
+            Ok(event_ids) => Verdict {
+                status: "ok",
+                message: String::new(),
+                event_ids,
+            },
+            Err(Refused(503, why)) => return Err(RecordFailure::new(i, true, why)),
+            Err(Refused(409, why)) => Verdict {
+                status: "ok",
+                message: format!("no change: {why}"),
+                event_ids: Vec::new(),
+            },
+            Err(Refused(_, why)) => Verdict {
+                status: "rejected",
+                message: why,
+                event_ids: Vec::new(),
+            },
+        };
+        self.publish(cmd, &verdict).await.map_err(|e| retry(&e))?;
+        sqlx::query(
+            "UPDATE im_admin_commands SET status = ?, message = ?, event_ids = ?, completed_at = ? \
+             WHERE command_id = ?",
+        )
+        .bind(verdict.status)
+        .bind(verdict.message.chars().take(512).collect::<String>())
+        .bind(json!(verdict.event_ids).to_string())
+        .bind(at(now_ms()))
+        .bind(&cmd.command_id)
+        .execute(pool)
+        .await
+        .map_err(|e| retry(&e))?;
+        metrics::counter!(m::ADMIN_COMMANDS_TOTAL, "kind" => kind, "status" => verdict.status)
+            .increment(1);
+        tracing::info!(command_id = %cmd.command_id, kind, status = verdict.status, message = %verdict.message, "admin command executed");
+        Ok(())
+    }
+
+    async fn publish(
+        &self,
+        cmd: &AdminCommand,
+        verdict: &Verdict,
+    ) -> Result<(), crate::kafka::producer::ProduceError> {
+        let result = AdminResult {
+            command_id: cmd.command_id.clone(),
+            tenant_id: cmd.tenant_id.clone(),
+            completed_at: now_ms(),
+            status: verdict.status.into(),
+            message: verdict.message.clone(),
+            event_ids: verdict.event_ids.clone(),
+        };
+        self.producer
+            .send(TopicKind::AdminResults, &cmd.command_id, &result, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Produces the command's domain events; their ids.
+    async fn execute(&self, cmd: &AdminCommand) -> Result<Vec<String>, Refused> {
+        let tenant = cmd.tenant_id.as_str();
+        let origin = Origin {
+            device: format!("admin:{}", cmd.operator),
+            command_id: Some(cmd.command_id.clone()),
+            ..Default::default()
+        };
+        let gov = &self.governance;
+        let reason = cmd.reason.as_str();
+        let (topic, action): (&String, Action) = match &cmd.body {
+            AdminCommandBody::UserDisable(u) => {
+                return self
+                    .control(cmd, u.uid, |v| {
+                        SessionControlBody::UserDisabled(AuthVersion { auth_version: v })
+                    })
+                    .await
+            }
+            AdminCommandBody::UserEnable(u) => {
+                return self
+                    .control(cmd, u.uid, |_| SessionControlBody::UserEnabled(Empty {}))
+                    .await
+            }
+            AdminCommandBody::UserPasswordReset(u) => {
+                return self
+                    .control(cmd, u.uid, |v| {
+                        SessionControlBody::PasswordReset(AuthVersion { auth_version: v })
+                    })
+                    .await
+            }
+            AdminCommandBody::UserDeviceRevoke(d) => {
+                let device = d.device.clone();
+                let issued = cmd.issued_at;
+                return self
+                    .control(cmd, d.uid, move |_| {
+                        SessionControlBody::DeviceRevoked(DeviceRevoked {
+                            device,
+                            device_version: issued,
+                        })
+                    })
+                    .await;
+            }
+            AdminCommandBody::GroupDelete(t) => (&t.topic, Action::Dissolve),
+            AdminCommandBody::GroupMemberRemove(t) => (&t.topic, Action::Kick(t.uid)),
+            AdminCommandBody::GroupAdminSet(t) => (&t.topic, Action::SetAdmin(t.uid)),
+            AdminCommandBody::GroupAdminRemove(t) => (&t.topic, Action::RemoveAdmin(t.uid)),
+            AdminCommandBody::GroupMemberMute(t) => (&t.topic, Action::Mute(t.uid, t.until)),
+            AdminCommandBody::MessageModerate(t) => {
+                let range = [SeqRange {
+                    low: t.seq,
+                    hi: t.seq.saturating_add(1),
+                }];
+                let outcome = gov
+                    .moderate(tenant, &t.topic, Actor::Operator, &range, &origin, reason)
+                    .await?;
+                return Ok(outcome.event_ids);
+            }
+        };
+        let outcome = gov
+            .act(tenant, topic, Actor::Operator, action, &origin, reason)
+            .await?;
+        Ok(outcome.event_ids)
+    }
+
+    /// Produces one session-control event for `uid` (auth version bumped
+    /// past the current one), with an id derived from the command.
+    async fn control(
+        &self,
+        cmd: &AdminCommand,
+        uid: i64,
+        body: impl FnOnce(i64) -> SessionControlBody,
+    ) -> Result<Vec<String>, Refused> {
+        if uid <= 0 {
+            return Err(Refused(400, "uid must be positive".into()));
+        }
+        let unavailable = |e: &dyn std::fmt::Display| Refused(503, e.to_string());
+        let mut redis = self.redis.clone();
+        let current: Option<i64> = redis::cmd("GET")
+            .arg(TenantKeys::new(&cmd.tenant_id).auth_version(uid))
+            .query_async(&mut redis)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let event = SessionControlEvent {
+            event_id: derived_event_id(&cmd.command_id, 0),
+            tenant_id: cmd.tenant_id.clone(),
+            uid,
+            occurred_at: now_ms(),
+            actor_uid: 0,
+            reason: if cmd.reason.is_empty() {
+                format!("admin {}", kind_name(&cmd.body))
+            } else {
+                cmd.reason.clone()
+            },
+            body: body(current.unwrap_or(0) + 1),
+        };
+        self.producer
+            .send(
+                TopicKind::SessionControl,
+                &format!("{}:{uid}", cmd.tenant_id),
+                &event,
+                None,
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(vec![event.event_id])
+    }
+}
