@@ -418,3 +418,42 @@ impl Stack {
         stack
     }
 }
+
+/// Reads the events of topic `kind` from the beginning (a fresh consumer
+/// group) until `done` holds for what was read; returns them in log order
+/// per partition. Panics after a minute.
+pub async fn read_events<E: imstream::events::Event>(
+    config: &Config,
+    kind: imstream::kafka::topics::TopicKind,
+    done: impl Fn(&[E]) -> bool,
+) -> Vec<E> {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::Message;
+    let consumer: StreamConsumer = imstream::kafka::client_config(&config.kafka)
+        .set("group.id", format!("reader-{}", unique_id()))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let topic = imstream::kafka::topics::TopicNames::new(&config.kafka).name(kind);
+    consumer.subscribe(&[&topic]).expect("subscribe");
+    let codec = imstream::events::EventCodec::new(&config.registry.url).expect("codec");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut events: Vec<E> = Vec::new();
+    while !done(&events) {
+        assert!(
+            Instant::now() < deadline,
+            "reading {topic}: condition not met after {} events",
+            events.len()
+        );
+        match tokio::time::timeout(Duration::from_secs(1), consumer.recv()).await {
+            Ok(Ok(m)) => {
+                let event = codec.decode::<E>(m.payload()).await.expect("decode");
+                events.push(event);
+            }
+            Ok(Err(e)) => panic!("consume {topic}: {e}"),
+            Err(_) => {}
+        }
+    }
+    events
+}
