@@ -55,6 +55,8 @@ pub struct Config {
     pub shards: ShardsConfig,
     #[serde(default)]
     pub pipelines: PipelinesConfig,
+    #[serde(default)]
+    pub push: PushConfig,
     /// Tenants served by this deployment; each has its own database.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
@@ -121,6 +123,11 @@ pub struct TopicsConfig {
     pub session_control: TopicSpec,
     pub admin_commands: TopicSpec,
     pub admin_results: TopicSpec,
+    /// Relations, user settings and user-targeted notifications: kept
+    /// without a time limit (the relations projection is rebuilt from it).
+    pub user_events: TopicSpec,
+    /// Offline push tasks.
+    pub push_tasks: TopicSpec,
     /// Partitions and retention of every `<topic>.<pipeline>.dlq` topic.
     pub dlq: TopicSpec,
 }
@@ -134,6 +141,8 @@ impl Default for TopicsConfig {
             session_control: TopicSpec::new(4, 7 * DAY_MS),
             admin_commands: TopicSpec::new(4, 30 * DAY_MS),
             admin_results: TopicSpec::new(4, 30 * DAY_MS),
+            user_events: TopicSpec::new(8, -1),
+            push_tasks: TopicSpec::new(8, 7 * DAY_MS),
             dlq: TopicSpec::new(2, -1),
         }
     }
@@ -265,6 +274,8 @@ pub struct GatewayConfig {
     pub recall_window_secs: u64,
     /// How long after sending a sender may edit a message.
     pub edit_window_secs: u64,
+    /// One-to-one messages only between friends (blocks always apply).
+    pub p2p_friends_only: bool,
 }
 
 impl Default for GatewayConfig {
@@ -275,6 +286,27 @@ impl Default for GatewayConfig {
             heartbeat_secs: 20,
             recall_window_secs: 600,
             edit_window_secs: 24 * 3600,
+            p2p_friends_only: false,
+        }
+    }
+}
+
+/// Where the push sender delivers offline push tasks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PushConfig {
+    /// POST each task as JSON to this URL; empty logs tasks instead (the
+    /// default, for development).
+    pub webhook_url: String,
+    /// Timeout of one webhook call, in milliseconds.
+    pub timeout_ms: u64,
+}
+
+impl Default for PushConfig {
+    fn default() -> Self {
+        Self {
+            webhook_url: String::new(),
+            timeout_ms: 3000,
         }
     }
 }

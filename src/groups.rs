@@ -66,6 +66,15 @@ pub struct GroupRecord {
 }
 
 pub async fn read_group(pool: &MySqlPool, topic: &str) -> Result<GroupRecord, GroupError> {
+    // A one-to-one topic is a group of its two users, always active.
+    if let Some((a, b)) = crate::gateway::proto::parse_p2p_topic(topic) {
+        return Ok(GroupRecord {
+            group_id: 0,
+            status: "active".into(),
+            mute_all: false,
+            members: vec![(a, Role::Member, None), (b, Role::Member, None)],
+        });
+    }
     let row = sqlx::query("SELECT group_id, status, mute_all FROM im_groups WHERE topic = ?")
         .bind(topic)
         .fetch_optional(pool)

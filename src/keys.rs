@@ -66,6 +66,10 @@ impl TopicKeys {
         format!("{}:hot_msg:{seq}", self.base)
     }
     /// Counter of delete transaction ids.
+    /// STRING `pending|done`: this message's push tasks were produced.
+    pub fn push_claim(&self, seq: i64) -> String {
+        format!("{}:push:{seq}", self.base)
+    }
     pub fn del_id(&self) -> String {
         format!("{}:del_id", self.base)
     }
@@ -101,6 +105,26 @@ impl TenantKeys {
     /// generation means Redis may have lost data recently.
     pub fn generation(&self) -> String {
         format!("{}:generation", self.base)
+    }
+    /// SET of a user's friends (cache; `0` marks an empty cached set).
+    pub fn friends(&self, uid: i64) -> String {
+        format!("{}:user:{uid}:friends", self.base)
+    }
+    /// SET of the users a user blocked (cache; `0` marks an empty set).
+    pub fn blocks(&self, uid: i64) -> String {
+        format!("{}:user:{uid}:blocks", self.base)
+    }
+    /// STRING present while a user is in do-not-disturb.
+    pub fn dnd(&self, uid: i64) -> String {
+        format!("{}:user:{uid}:dnd", self.base)
+    }
+    /// SET of topics a user muted for push.
+    pub fn push_muted(&self, uid: i64) -> String {
+        format!("{}:user:{uid}:push_muted", self.base)
+    }
+    /// STRING: a push task was delivered (dedup of the push sender).
+    pub fn push_sent(&self, task_id: &str) -> String {
+        format!("{}:push:sent:{task_id}", self.base)
     }
 }
 

@@ -21,6 +21,7 @@
 //! - [`store`] — month tables, the catalog, the shard manager, the store writer, routes.
 //! - [`groups`] — group facts (members, roles, mutes) in MySQL and their Redis cache.
 //! - [`governance`] — who may govern a group and the events each action becomes.
+//! - [`relations`] — friends and blocks between users, cached for the one-to-one send path.
 //! - [`pipeline`] — the consumer-group runner and the projector pipelines.
 //! - [`send`], [`snowflake`] — the send path: ACL, seq allocation, produce, ack.
 //! - [`gateway`] — the Tinode-compatible WebSocket and HTTP front end.
@@ -44,6 +45,7 @@ pub mod pipeline;
 pub mod realtime;
 pub mod redis_util;
 pub mod registry;
+pub mod relations;
 pub mod send;
 pub mod shutdown;
 pub mod snowflake;

@@ -42,6 +42,10 @@ pub const REGISTRY_REQUESTS_TOTAL: &str = "imstream_registry_requests_total";
 pub const REVISIONS_TOTAL: &str = "imstream_message_revisions_total";
 /// Admin commands executed, by kind and status (ok, rejected, failed, duplicate).
 pub const ADMIN_COMMANDS_TOTAL: &str = "imstream_admin_commands_total";
+/// Offline push tasks produced (or skipped as already produced).
+pub const PUSH_TASKS_TOTAL: &str = "imstream_push_tasks_total";
+/// Push deliveries by the push sender, by status.
+pub const PUSH_SENT_TOTAL: &str = "imstream_push_sent_total";
 
 /// Registers descriptions so `/metrics` explains each series.
 pub fn describe_all() {

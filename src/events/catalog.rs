@@ -7,7 +7,8 @@ use serde_json::json;
 use crate::kafka::topics::{TopicKind, TopicNames};
 
 use super::model::{
-    AdminCommand, AdminResult, Event, GroupEvent, ReceiptEvent, SessionControlEvent,
+    AdminCommand, AdminResult, Event, GroupEvent, PushTask, ReceiptEvent, SessionControlEvent,
+    UserEvent,
 };
 
 /// The schema text each topic carries.
@@ -18,6 +19,8 @@ pub fn schema_for(kind: TopicKind) -> &'static str {
         TopicKind::SessionControl => SessionControlEvent::SCHEMA,
         TopicKind::AdminCommands => AdminCommand::SCHEMA,
         TopicKind::AdminResults => AdminResult::SCHEMA,
+        TopicKind::UserEvents => UserEvent::SCHEMA,
+        TopicKind::PushTasks => PushTask::SCHEMA,
     }
 }
 

@@ -439,3 +439,138 @@ impl Event for AdminResult {
         "AdminResult"
     }
 }
+
+// ---------------------------------------------------------------- user events
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserEvent {
+    pub event_id: String,
+    pub tenant_id: String,
+    pub uid: i64,
+    pub occurred_at: i64,
+    #[serde(default)]
+    pub actor_uid: i64,
+    pub body: UserEventBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum UserEventBody {
+    FriendRequestCreated(FriendRequestCreated),
+    FriendRequestAccepted(FriendRequestAccepted),
+    FriendAdded(FriendRef),
+    FriendRemoved(FriendRef),
+    UserBlocked(BlockRef),
+    UserUnblocked(BlockRef),
+    SystemNotification(SystemNotification),
+    BadgeRefresh(BadgeRefresh),
+    PushSettingsChanged(PushSettingsChanged),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FriendRequestCreated {
+    pub from_uid: i64,
+    #[serde(default)]
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FriendRequestAccepted {
+    pub by_uid: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FriendRef {
+    pub friend_uid: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockRef {
+    pub blocked_uid: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SystemNotification {
+    pub notification_id: String,
+    pub title: String,
+    #[serde(default)]
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BadgeRefresh {
+    #[serde(default)]
+    pub unread: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PushSettingsChanged {
+    #[serde(default)]
+    pub dnd: Option<bool>,
+    #[serde(default)]
+    pub topic: Option<String>,
+    #[serde(default)]
+    pub topic_muted: bool,
+}
+
+impl UserEventBody {
+    pub fn name(&self) -> &'static str {
+        match self {
+            UserEventBody::FriendRequestCreated(_) => "FriendRequestCreated",
+            UserEventBody::FriendRequestAccepted(_) => "FriendRequestAccepted",
+            UserEventBody::FriendAdded(_) => "FriendAdded",
+            UserEventBody::FriendRemoved(_) => "FriendRemoved",
+            UserEventBody::UserBlocked(_) => "UserBlocked",
+            UserEventBody::UserUnblocked(_) => "UserUnblocked",
+            UserEventBody::SystemNotification(_) => "SystemNotification",
+            UserEventBody::BadgeRefresh(_) => "BadgeRefresh",
+            UserEventBody::PushSettingsChanged(_) => "PushSettingsChanged",
+        }
+    }
+}
+
+impl UserEvent {
+    pub fn new(tenant: &str, uid: i64, actor_uid: i64, body: UserEventBody) -> Self {
+        Self {
+            event_id: super::new_event_id(),
+            tenant_id: tenant.to_string(),
+            uid,
+            occurred_at: super::now_ms(),
+            actor_uid,
+            body,
+        }
+    }
+
+    /// The partition key: `{tenant}:{uid}`.
+    pub fn key(&self) -> String {
+        format!("{}:{}", self.tenant_id, self.uid)
+    }
+}
+
+impl Event for UserEvent {
+    const SCHEMA: &'static str = include_str!("../../schemas/user_events.avsc");
+    const KIND: &'static str = "user_events";
+    fn body_name(&self) -> &'static str {
+        self.body.name()
+    }
+}
+
+// ---------------------------------------------------------------- push tasks
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PushTask {
+    pub task_id: String,
+    pub tenant_id: String,
+    pub topic: String,
+    pub seq: i64,
+    pub sender_uid: i64,
+    pub recipient_uid: i64,
+    pub created_at: i64,
+}
+
+impl Event for PushTask {
+    const SCHEMA: &'static str = include_str!("../../schemas/push_tasks.avsc");
+    const KIND: &'static str = "push_tasks";
+    fn body_name(&self) -> &'static str {
+        "PushTask"
+    }
+}

@@ -86,7 +86,7 @@ pub async fn send_message(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let claims = authenticate(&gw, &headers).await?;
-    if !proto::is_group_topic(&topic) {
+    if !proto::is_conversation_topic(&topic) {
         return Err(error(404, "topic not found"));
     }
     let body: SendBody =
@@ -470,4 +470,46 @@ pub async fn clear_history(
     .await
     .map_err(refused)?;
     Ok(Json(json!({"topic": topic, "del": del_id})).into_response())
+}
+
+/// The p2p topic between the caller and `usr{peer}` / `{peer}`.
+async fn p2p_of(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    peer: &str,
+) -> Result<(Claims, String), ApiError> {
+    let claims = authenticate(gw, headers).await?;
+    let peer = peer
+        .strip_prefix("usr")
+        .unwrap_or(peer)
+        .parse::<i64>()
+        .ok()
+        .filter(|p| *p > 0 && *p != claims.uid)
+        .ok_or_else(|| error(400, "malformed: peer must be another user's uid"))?;
+    let topic = proto::p2p_topic(claims.uid, peer);
+    Ok((claims, topic))
+}
+
+/// `POST /v1/users/{peer}/messages`: a one-to-one message.
+pub async fn send_p2p(
+    State(gw): State<Arc<Gateway>>,
+    Path(peer): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let (claims, topic) = p2p_of(&gw, &headers, &peer).await?;
+    let body: SendBody =
+        serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
+    send_as(&gw, claims, &topic, body, None, &headers).await
+}
+
+/// `GET /v1/users/{peer}/messages?before=&since=&limit=`: one-to-one history.
+pub async fn list_p2p(
+    State(gw): State<Arc<Gateway>>,
+    Path(peer): Path<String>,
+    headers: HeaderMap,
+    params: Result<axum::extract::Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let (_, topic) = p2p_of(&gw, &headers, &peer).await?;
+    list_messages(State(gw), Path(topic), headers, params).await
 }

@@ -11,6 +11,7 @@ pub mod governance;
 pub mod http;
 pub mod proto;
 pub mod reads;
+pub mod relations;
 pub mod session;
 
 use std::net::SocketAddr;
@@ -130,6 +131,10 @@ pub async fn start(
         )
         .route("/v1/groups/{topic}/search", get(http::search))
         .route(
+            "/v1/users/{peer}/messages",
+            post(http::send_p2p).get(http::list_p2p),
+        )
+        .route(
             "/v1/groups/{topic}/history/clear",
             post(http::clear_history),
         )
@@ -144,6 +149,18 @@ pub async fn start(
         .route("/v1/admin/users/{uid}/disable", post(admin::disable_user))
         .route("/v1/admin/users/{uid}/enable", post(admin::enable_user))
         .route("/v1/admin/commands", post(admin::submit_command))
+        .route("/v1/admin/notifications", post(relations::notify))
+        .route("/v1/admin/badges", post(relations::badge))
+        .route("/v1/friends/requests", post(relations::request_friend))
+        .route(
+            "/v1/friends/requests/{uid}/accept",
+            post(relations::accept_friend),
+        )
+        .route("/v1/friends/{uid}", delete(relations::remove_friend))
+        .route("/v1/blocks", post(relations::block))
+        .route("/v1/blocks/{uid}", delete(relations::unblock))
+        .route("/v1/me/push", put(relations::set_dnd))
+        .route("/v1/me/push/topics/{topic}", put(relations::mute_topic))
         .with_state(gateway.clone())
         .merge(crate::telemetry::ops_router(readiness.clone()));
     let listener = tokio::net::TcpListener::bind(addr).await?;

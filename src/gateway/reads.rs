@@ -37,7 +37,7 @@ pub async fn ensure_member(
     topic: &str,
     uid: i64,
 ) -> Result<(), Refusal> {
-    if !proto::is_group_topic(topic) {
+    if !proto::is_conversation_topic(topic) {
         return Err(Refusal(404, "topic not found".into()));
     }
     let pool = gw

@@ -242,6 +242,39 @@ impl Session {
 
     /// Ends the session: the final ctrl 401 with `reason` if it can still be
     /// queued, and the connection is dropped shortly after in any case.
+    /// Rewrites the message's topic to the stored name; `Err(name)` when
+    /// the name means no topic this user can have (`usr<self>`, someone
+    /// else's p2p topic).
+    fn resolve_topic(&self, msg: &mut ClientMsg) -> Result<(), String> {
+        let Some(who) = &self.identity else {
+            return Ok(());
+        };
+        let slot: Option<&mut String> = if let Some(m) = msg.sub.as_mut() {
+            Some(&mut m.topic)
+        } else if let Some(m) = msg.publish.as_mut() {
+            Some(&mut m.topic)
+        } else if let Some(m) = msg.leave.as_mut() {
+            Some(&mut m.topic)
+        } else if let Some(m) = msg.get.as_mut() {
+            Some(&mut m.topic)
+        } else if let Some(m) = msg.del.as_mut() {
+            Some(&mut m.topic)
+        } else {
+            msg.note.as_mut().map(|m| &mut m.topic)
+        };
+        let Some(topic) = slot else { return Ok(()) };
+        if topic == "me" {
+            return Ok(());
+        }
+        match proto::resolve_topic(topic, who.uid) {
+            Some(stored) => {
+                *topic = stored;
+                Ok(())
+            }
+            None => Err(topic.clone()),
+        }
+    }
+
     /// Whether this session is attached to `topic`. A session the group
     /// evicted (kicked, dissolved) is no longer in the hub: it forgets the
     /// topic here too.
@@ -261,6 +294,14 @@ impl Session {
         }
         self.attached.remove(topic);
         false
+    }
+
+    /// The name this user knows a stored topic by (`usr<peer>` for p2p).
+    fn shown(&self, topic: &str) -> String {
+        match &self.identity {
+            Some(who) => proto::client_topic(topic, who.uid),
+            None => topic.to_string(),
+        }
     }
 
     /// This session as the actor of an edit, delete or governance action.
@@ -356,6 +397,21 @@ impl Session {
             return;
         }
         if !self.still_allowed().await {
+            return;
+        }
+        // Clients name a one-to-one topic by the peer (`usr<peer>`); every
+        // handler works with the stored name and answers with the client's.
+        let mut msg = msg;
+        if let Err(client) = self.resolve_topic(&mut msg) {
+            let id = message_id(&msg);
+            self.reply(ctrl(
+                id.as_deref(),
+                Some(&client),
+                404,
+                "topic not found",
+                None,
+            ))
+            .await;
             return;
         }
         if let Some(sub) = msg.sub {
@@ -511,23 +567,42 @@ impl Session {
         let id = sub.id.as_deref();
         let topic = sub.topic.as_str();
         if topic == "me" {
-            self.reply(ctrl(id, Some(topic), 200, "ok", None)).await;
+            self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", None))
+                .await;
             return;
         }
-        if !proto::is_group_topic(topic) {
-            self.reply(ctrl(id, Some(topic), 404, "topic not found", None))
-                .await;
+        if !proto::is_conversation_topic(topic) {
+            self.reply(ctrl(
+                id,
+                Some(&self.shown(topic)),
+                404,
+                "topic not found",
+                None,
+            ))
+            .await;
             return;
         }
         if self.is_attached(topic) {
-            self.reply(ctrl(id, Some(topic), 304, "already subscribed", None))
-                .await;
+            self.reply(ctrl(
+                id,
+                Some(&self.shown(topic)),
+                304,
+                "already subscribed",
+                None,
+            ))
+            .await;
             return;
         }
         let who = self.identity.clone().expect("logged in");
         let Ok(pool) = self.gateway.sender.pools().get(&who.tenant) else {
-            self.reply(ctrl(id, Some(topic), 500, "internal error", None))
-                .await;
+            self.reply(ctrl(
+                id,
+                Some(&self.shown(topic)),
+                500,
+                "internal error",
+                None,
+            ))
+            .await;
             return;
         };
         let mut redis = self.gateway.sender.redis();
@@ -546,7 +621,7 @@ impl Session {
                     )
                     .await
                     .unwrap_or(false);
-                    if first {
+                    if first && proto::is_group_topic(topic) {
                         self.announce(
                             &who.tenant,
                             topic,
@@ -556,25 +631,37 @@ impl Session {
                     }
                 }
                 let acs = json!({"acs": {"want": "JRWPS", "given": "JRWPS", "mode": "JRWPS"}});
-                self.reply(ctrl(id, Some(topic), 200, "ok", Some(acs)))
+                self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", Some(acs)))
                     .await;
                 if let Some(query) = &sub.get {
                     self.get(id, topic, query).await;
                 }
             }
             Ok(Membership::NotMember) => {
-                self.reply(ctrl(id, Some(topic), 403, "permission denied", None))
-                    .await
+                self.reply(ctrl(
+                    id,
+                    Some(&self.shown(topic)),
+                    403,
+                    "permission denied",
+                    None,
+                ))
+                .await
             }
             Ok(Membership::Dissolved) => {
-                self.reply(ctrl(id, Some(topic), 404, "topic not found", None))
-                    .await
+                self.reply(ctrl(
+                    id,
+                    Some(&self.shown(topic)),
+                    404,
+                    "topic not found",
+                    None,
+                ))
+                .await
             }
             Err(e) => {
                 tracing::warn!(error = %e, "membership check failed");
                 self.reply(ctrl(
                     id,
-                    Some(topic),
+                    Some(&self.shown(topic)),
                     503,
                     "service unavailable, retry",
                     None,
@@ -588,13 +675,25 @@ impl Session {
         let id = publish.id.as_deref();
         let topic = publish.topic.as_str();
         if !self.is_attached(topic) {
-            self.reply(ctrl(id, Some(topic), 409, "must attach first", None))
-                .await;
+            self.reply(ctrl(
+                id,
+                Some(&self.shown(topic)),
+                409,
+                "must attach first",
+                None,
+            ))
+            .await;
             return;
         }
         let Some(content) = publish.content else {
-            self.reply(ctrl(id, Some(topic), 400, "malformed: no content", None))
-                .await;
+            self.reply(ctrl(
+                id,
+                Some(&self.shown(topic)),
+                400,
+                "malformed: no content",
+                None,
+            ))
+            .await;
             return;
         };
         let who = self.identity.clone().expect("logged in");
@@ -602,7 +701,8 @@ impl Session {
         let edit_of = match edits::replace_target(head.as_deref()) {
             Ok(target) => target,
             Err(Refusal(code, text)) => {
-                self.reply(ctrl(id, Some(topic), code, &text, None)).await;
+                self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                    .await;
                 return;
             }
         };
@@ -611,7 +711,8 @@ impl Session {
             if let Err(Refusal(code, text)) =
                 edits::check_edit(&self.gateway, &caller, topic, target).await
             {
-                self.reply(ctrl(id, Some(topic), code, &text, None)).await;
+                self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                    .await;
                 return;
             }
         }
@@ -635,7 +736,7 @@ impl Session {
             return;
         };
         let out = self.out.clone();
-        let (id, topic) = (id.map(str::to_string), topic.to_string());
+        let (id, topic) = (id.map(str::to_string), self.shown(topic));
         tokio::spawn(async move {
             let reply = match sender.commit(&request, allocation).await {
                 Ok(sent) => ctrl(
@@ -663,7 +764,8 @@ impl Session {
             if let Err(reads::Refusal(code, text)) =
                 reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid).await
             {
-                self.reply(ctrl(id, Some(topic), code, &text, None)).await;
+                self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                    .await;
                 return;
             }
         }
@@ -671,14 +773,16 @@ impl Session {
         if what.contains(&"desc") {
             match reads::describe(&self.gateway, &who.tenant, topic, who.uid).await {
                 Ok(desc) => {
-                    let mut meta = json!({"topic": topic, "desc": desc, "ts": proto::now()});
+                    let mut meta =
+                        json!({"topic": self.shown(topic), "desc": desc, "ts": proto::now()});
                     if let Some(id) = id {
                         meta["id"] = json!(id);
                     }
                     self.reply(json!({ "meta": meta }).to_string()).await
                 }
                 Err(reads::Refusal(code, text)) => {
-                    self.reply(ctrl(id, Some(topic), code, &text, None)).await
+                    self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                        .await
                 }
             }
         }
@@ -688,7 +792,7 @@ impl Session {
                 Ok(messages) if messages.is_empty() => {
                     self.reply(ctrl(
                         id,
-                        Some(topic),
+                        Some(&self.shown(topic)),
                         204,
                         "no content",
                         Some(json!({"what": "data"})),
@@ -697,22 +801,32 @@ impl Session {
                 }
                 Ok(messages) => {
                     for m in &messages {
-                        self.reply(json!({"data": reads::data_body(topic, m)}).to_string())
-                            .await;
+                        self.reply(
+                            json!({"data": reads::data_body(&self.shown(topic), m)}).to_string(),
+                        )
+                        .await;
                     }
                     let params = json!({"what": "data", "count": messages.len()});
-                    self.reply(ctrl(id, Some(topic), 208, "delivered", Some(params)))
-                        .await
+                    self.reply(ctrl(
+                        id,
+                        Some(&self.shown(topic)),
+                        208,
+                        "delivered",
+                        Some(params),
+                    ))
+                    .await
                 }
                 Err(reads::Refusal(code, text)) => {
-                    self.reply(ctrl(id, Some(topic), code, &text, None)).await
+                    self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                        .await
                 }
             }
         }
         if what.contains(&"del") {
             match reads::deleted_ranges(&self.gateway, &who.tenant, topic, who.uid).await {
                 Ok(Some(del)) => {
-                    let mut meta = json!({"topic": topic, "del": del, "ts": proto::now()});
+                    let mut meta =
+                        json!({"topic": self.shown(topic), "del": del, "ts": proto::now()});
                     if let Some(id) = id {
                         meta["id"] = json!(id);
                     }
@@ -721,7 +835,7 @@ impl Session {
                 Ok(None) => {
                     self.reply(ctrl(
                         id,
-                        Some(topic),
+                        Some(&self.shown(topic)),
                         204,
                         "no content",
                         Some(json!({"what": "del"})),
@@ -729,7 +843,8 @@ impl Session {
                     .await
                 }
                 Err(reads::Refusal(code, text)) => {
-                    self.reply(ctrl(id, Some(topic), code, &text, None)).await
+                    self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                        .await
                 }
             }
         }
@@ -742,8 +857,14 @@ impl Session {
         let id = del.id.as_deref();
         let topic = del.topic.as_str();
         if del.what != "msg" {
-            self.reply(ctrl(id, Some(topic), 501, "not implemented", None))
-                .await;
+            self.reply(ctrl(
+                id,
+                Some(&self.shown(topic)),
+                501,
+                "not implemented",
+                None,
+            ))
+            .await;
             return;
         }
         if del.hard {
@@ -761,12 +882,12 @@ impl Session {
             let reply = match edits::hard_delete(&self.gateway, &caller, topic, &ranges).await {
                 Ok(done) => ctrl(
                     id,
-                    Some(topic),
+                    Some(&self.shown(topic)),
                     200,
                     "ok",
                     Some(json!({"del": done.del_id()})),
                 ),
-                Err(Refusal(code, text)) => ctrl(id, Some(topic), code, &text, None),
+                Err(Refusal(code, text)) => ctrl(id, Some(&self.shown(topic)), code, &text, None),
             };
             self.reply(reply).await;
             return;
@@ -775,7 +896,8 @@ impl Session {
         if let Err(reads::Refusal(code, text)) =
             reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid).await
         {
-            self.reply(ctrl(id, Some(topic), code, &text, None)).await;
+            self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                .await;
             return;
         }
         let ranges = del.delseq.unwrap_or_default();
@@ -793,7 +915,7 @@ impl Session {
             Ok(del_id) => {
                 self.reply(ctrl(
                     id,
-                    Some(topic),
+                    Some(&self.shown(topic)),
                     200,
                     "ok",
                     Some(json!({"del": del_id})),
@@ -801,7 +923,8 @@ impl Session {
                 .await
             }
             Err(reads::Refusal(code, text)) => {
-                self.reply(ctrl(id, Some(topic), code, &text, None)).await
+                self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                    .await
             }
         }
     }
@@ -878,7 +1001,7 @@ impl Session {
         let id = leave.id.as_deref();
         let topic = leave.topic.as_str();
         if !self.is_attached(topic) || !self.attached.remove(topic) {
-            self.reply(ctrl(id, Some(topic), 304, "not joined", None))
+            self.reply(ctrl(id, Some(&self.shown(topic)), 304, "not joined", None))
                 .await;
             return;
         }
@@ -903,15 +1026,22 @@ impl Session {
             };
             if let Err(refused) = result {
                 self.attached.insert(topic.to_string());
-                self.reply(ctrl(id, Some(topic), refused.0, &refused.1, None))
-                    .await;
+                self.reply(ctrl(
+                    id,
+                    Some(&self.shown(topic)),
+                    refused.0,
+                    &refused.1,
+                    None,
+                ))
+                .await;
                 return;
             }
         }
         if let Some(handle) = self.handle.clone() {
             self.detach(&handle, topic).await;
         }
-        self.reply(ctrl(id, Some(topic), 200, "ok", None)).await;
+        self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", None))
+            .await;
     }
 }
 
@@ -952,6 +1082,16 @@ pub fn send_error_reply(e: &SendError) -> (u16, String, Option<Value>) {
             403,
             "group muted".into(),
             Some(json!({"what": "muted", "code": "GROUP_MUTED"})),
+        ),
+        SendError::Blocked => (
+            403,
+            "blocked by the recipient".into(),
+            Some(json!({"code": "BLOCKED"})),
+        ),
+        SendError::NotFriends => (
+            403,
+            "only friends may send one-to-one messages".into(),
+            Some(json!({"code": "NOT_FRIENDS"})),
         ),
         SendError::TooLarge(_) => (413, "message too large".into(), None),
         SendError::BadRequest(why) => (400, format!("malformed: {why}"), None),

@@ -97,7 +97,7 @@ impl Executor {
 
     /// `uid`'s standing in `topic` (cache-aside).
     pub async fn standing(&self, tenant: &str, topic: &str, uid: i64) -> Result<Standing, Refused> {
-        if !proto::is_group_topic(topic) {
+        if !proto::is_conversation_topic(topic) {
             return Ok(Standing::NoGroup);
         }
         let pool = self.pool(tenant)?;
@@ -176,7 +176,7 @@ impl Executor {
         origin: &Origin,
         reason: &str,
     ) -> Result<Outcome, Refused> {
-        if !proto::is_group_topic(topic) {
+        if !proto::is_conversation_topic(topic) {
             return Err(Refused(404, "group not found".into()));
         }
         if matches!(actor, Actor::Operator)

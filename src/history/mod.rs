@@ -323,7 +323,7 @@ impl History {
             if missing <= 0 {
                 break;
             }
-            let Some(table) = readable_table(pool, seg.month).await? else {
+            let Some(table) = readable_table(pool, seg.month, topic).await? else {
                 continue;
             };
             tables += 1;
@@ -450,7 +450,7 @@ impl History {
         let deleted = dellog::ranges_for(pool, topic, reader).await?;
         let mut out = Vec::new();
         for month in months {
-            let Some(table) = readable_table(pool, month).await? else {
+            let Some(table) = readable_table(pool, month, topic).await? else {
                 continue;
             };
             let rows = sqlx::query(&table.search_sql())
@@ -502,10 +502,11 @@ fn skip_deleted(q: &mut PageQuery, deleted: &[(i64, i64)]) {
 async fn readable_table(
     pool: &MySqlPool,
     month: ShardMonth,
+    topic: &str,
 ) -> Result<Option<MonthTable>, HistoryError> {
     match catalog::table(pool, month).await? {
         Some((_, ShardStatus::Archived)) => Err(HistoryError::Archived(month)),
-        Some((table, _)) => Ok(Some(table)),
+        Some((table, _)) => Ok(Some(table.for_topic(topic))),
         None => Ok(None),
     }
 }

@@ -20,6 +20,9 @@ pub const PIPELINES_WITH_DLQ: &[(&str, TopicKind)] = &[
     ("receipts", TopicKind::Receipts),
     ("control", TopicKind::SessionControl),
     ("commands", TopicKind::AdminCommands),
+    ("relations", TopicKind::UserEvents),
+    ("notify", TopicKind::UserEvents),
+    ("pushsend", TopicKind::PushTasks),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,15 +32,19 @@ pub enum TopicKind {
     SessionControl,
     AdminCommands,
     AdminResults,
+    UserEvents,
+    PushTasks,
 }
 
 impl TopicKind {
-    pub const ALL: [TopicKind; 5] = [
+    pub const ALL: [TopicKind; 7] = [
         TopicKind::GroupEvents,
         TopicKind::Receipts,
         TopicKind::SessionControl,
         TopicKind::AdminCommands,
         TopicKind::AdminResults,
+        TopicKind::UserEvents,
+        TopicKind::PushTasks,
     ];
 
     /// The topic's name without the deployment prefix.
@@ -48,6 +55,8 @@ impl TopicKind {
             TopicKind::SessionControl => "im.session.control.v1",
             TopicKind::AdminCommands => "im.admin.commands.v1",
             TopicKind::AdminResults => "im.admin.results.v1",
+            TopicKind::UserEvents => "im.user.events.v1",
+            TopicKind::PushTasks => "im.push.tasks.v1",
         }
     }
 
@@ -59,6 +68,8 @@ impl TopicKind {
             TopicKind::SessionControl => &t.session_control,
             TopicKind::AdminCommands => &t.admin_commands,
             TopicKind::AdminResults => &t.admin_results,
+            TopicKind::UserEvents => &t.user_events,
+            TopicKind::PushTasks => &t.push_tasks,
         }
     }
 }

@@ -149,6 +149,57 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
         )
     };
     let actor = proto::user_id(event.actor_uid);
+    // A one-to-one topic: every device of both users gets the frame, each
+    // under its own name for the topic (`usr<peer>`); the sending session
+    // is skipped.
+    if let Some((a, b)) = proto::parse_p2p_topic(topic) {
+        let frame_for = |shown: &str| match &event.body {
+            GroupEventBody::MessageSent(m) => Some(frames::data_frame(
+                shown,
+                &StoredMessage {
+                    seq: m.seq,
+                    from: m.from_user,
+                    ts: m.created_at,
+                    head: m.head.clone(),
+                    content: m.content.clone(),
+                    status: "normal".into(),
+                    version: 1,
+                    edit_seq: None,
+                },
+            )),
+            GroupEventBody::MessageRecalled(r) => Some(frames::pres_del_frame(
+                shown,
+                &actor,
+                r.del_id,
+                &[(r.seq, r.seq + 1)],
+            )),
+            GroupEventBody::MessageDeleted(d) => {
+                let ranges: Vec<(i64, i64)> = d.ranges.iter().map(|r| (r.low, r.hi)).collect();
+                Some(frames::pres_del_frame(shown, &actor, d.del_id, &ranges))
+            }
+            _ => None,
+        };
+        let mut out = Vec::new();
+        for (me, peer) in [(a, b), (b, a)] {
+            let Some(frame) = frame_for(&proto::user_id(peer)) else {
+                continue;
+            };
+            let mut envelope = base(
+                &format!(":{me}"),
+                Kind::Deliver,
+                TargetType::User,
+                me.to_string(),
+                frame,
+            );
+            envelope.skip_sid = event.source_sid.clone();
+            if let GroupEventBody::MessageSent(m) = &event.body {
+                envelope.dedup_key = format!("msg:{topic}:{}:{me}", m.seq);
+                envelope.occurred_at = m.created_at;
+            }
+            out.push((envelope, Reach::All));
+        }
+        return out;
+    }
     match &event.body {
         GroupEventBody::MessageSent(m) => {
             let snapshot = StoredMessage {

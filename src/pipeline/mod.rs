@@ -8,7 +8,11 @@ pub mod dlq;
 pub mod fanout;
 pub mod hot;
 pub mod members;
+pub mod notify;
+pub mod push;
+pub mod pushsend;
 pub mod receipts;
+pub mod relations;
 pub mod runner;
 pub mod store;
 pub mod topology;
@@ -26,7 +30,17 @@ pub use topology::Topology;
 
 /// Pipelines this build can run.
 pub const PIPELINES: &[&str] = &[
-    "store", "members", "hot", "fanout", "receipts", "control", "commands",
+    "store",
+    "members",
+    "hot",
+    "fanout",
+    "receipts",
+    "control",
+    "commands",
+    "relations",
+    "notify",
+    "push",
+    "pushsend",
 ];
 
 /// Loads `topologies/<name>.toml` (from the configured directory, else the
@@ -146,6 +160,35 @@ pub async fn run_route(
                 producer.clone(),
                 config.node.resolved_id(),
             );
+            runner::run_on(
+                config, topology, source, group, dlq, handler, producer, shutdown,
+            )
+            .await?
+        }
+        "relations" => {
+            let handler = relations::RelationsHandler::new(codec, pools, redis);
+            runner::run_on(
+                config, topology, source, group, dlq, handler, producer, shutdown,
+            )
+            .await?
+        }
+        "notify" => {
+            let handler = notify::NotifyHandler::new(codec, redis);
+            runner::run_on(
+                config, topology, source, group, dlq, handler, producer, shutdown,
+            )
+            .await?
+        }
+        "push" => {
+            let handler = push::PushHandler::new(codec, pools, redis, producer.clone());
+            runner::run_on(
+                config, topology, source, group, dlq, handler, producer, shutdown,
+            )
+            .await?
+        }
+        "pushsend" => {
+            let sender = pushsend::PushSender::from_config(&config.push)?;
+            let handler = pushsend::PushSendHandler::new(codec, redis, sender);
             runner::run_on(
                 config, topology, source, group, dlq, handler, producer, shutdown,
             )

@@ -87,6 +87,8 @@ impl Topology {
             "receipts" => TopicKind::Receipts,
             "session_control" => TopicKind::SessionControl,
             "admin_commands" => TopicKind::AdminCommands,
+            "user_events" => TopicKind::UserEvents,
+            "push_tasks" => TopicKind::PushTasks,
             _ => return None,
         })
     }
@@ -101,6 +103,10 @@ impl Topology {
             "receipts" => include_str!("../../topologies/receipts.toml"),
             "control" => include_str!("../../topologies/control.toml"),
             "commands" => include_str!("../../topologies/commands.toml"),
+            "relations" => include_str!("../../topologies/relations.toml"),
+            "notify" => include_str!("../../topologies/notify.toml"),
+            "push" => include_str!("../../topologies/push.toml"),
+            "pushsend" => include_str!("../../topologies/pushsend.toml"),
             _ => return None,
         };
         Self::parse(text, &format!("topologies/{name}.toml")).ok()

@@ -76,6 +76,10 @@ pub enum SendError {
     Muted(i64),
     #[error("group is muted")]
     MutedAll,
+    #[error("the recipient blocked the sender")]
+    Blocked,
+    #[error("only friends may send one-to-one messages")]
+    NotFriends,
     #[error("message too large ({0} bytes)")]
     TooLarge(usize),
     #[error("{0}")]
@@ -237,6 +241,10 @@ impl Sender {
             .map_err(|_| SendError::BadRequest(format!("unknown tenant {}", req.tenant)))?;
         let keys = TopicKeys::new(&req.tenant, &req.topic);
         let mut redis = self.inner.redis.clone();
+        if let Some(peer) = crate::gateway::proto::p2p_peer(&req.topic, req.uid) {
+            self.check_relations(pool, &mut redis, &req.tenant, req.uid, peer)
+                .await?;
+        }
 
         for _ in 0..4 {
             let active = self.active_month(&req.tenant, pool).await?;
@@ -417,6 +425,33 @@ impl Sender {
                 Err(SendError::retry("message log unavailable"))
             }
         }
+    }
+
+    /// One-to-one sends: refused when the peer blocked the sender, and
+    /// (with `gateway.p2p_friends_only`) unless they are friends.
+    async fn check_relations(
+        &self,
+        pool: &sqlx::MySqlPool,
+        redis: &mut ConnectionManager,
+        tenant: &str,
+        uid: i64,
+        peer: i64,
+    ) -> Result<(), SendError> {
+        use crate::relations::{contains, Set};
+        if contains(pool, redis, tenant, Set::Blocks, peer, uid)
+            .await
+            .map_err(SendError::retry)?
+        {
+            return Err(SendError::Blocked);
+        }
+        if self.inner.config.gateway.p2p_friends_only
+            && !contains(pool, redis, tenant, Set::Friends, uid, peer)
+                .await
+                .map_err(SendError::retry)?
+        {
+            return Err(SendError::NotFriends);
+        }
+        Ok(())
     }
 
     /// A retry of a claimed client message id: the same seq once done; a

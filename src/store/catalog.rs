@@ -8,7 +8,7 @@ use std::str::FromStr;
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
 
-use super::month::{MonthTable, ShardMonth};
+use super::month::{Family, MonthTable, ShardMonth};
 
 /// prepared → writable → sealing → sealed → archived (seed 000 §10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -137,21 +137,28 @@ pub async fn table(
         .map(|e| (MonthTable::new(e.month), e.status)))
 }
 
-/// Whether the month's physical table exists.
+/// Whether the month's physical tables (every family) exist.
 pub async fn table_exists(pool: &MySqlPool, month: ShardMonth) -> sqlx::Result<bool> {
+    let group = MonthTable::new(month);
     let n: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name IN (?, ?)",
     )
-    .bind(MonthTable::new(month).name())
+    .bind(group.name())
+    .bind(group.of_family(Family::P2p).name())
     .fetch_one(pool)
     .await?;
-    Ok(n > 0)
+    Ok(n == Family::ALL.len() as i64)
 }
 
-/// Creates the month's table from the template and registers it.
+/// Creates the month's tables (every family) from the template and
+/// registers the month.
 pub async fn create_month(pool: &MySqlPool, month: ShardMonth) -> sqlx::Result<MonthTable> {
     let table = MonthTable::new(month);
-    sqlx::query(&table.create_sql()).execute(pool).await?;
+    for family in Family::ALL {
+        sqlx::query(&table.of_family(family).create_sql())
+            .execute(pool)
+            .await?;
+    }
     register(pool, month).await?;
     Ok(table)
 }

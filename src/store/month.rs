@@ -104,20 +104,69 @@ impl fmt::Display for ShardMonth {
     }
 }
 
-/// Prefix of every month table.
+/// Prefix of every group month table.
 pub const TABLE_PREFIX: &str = "im_group_messages_";
+/// Prefix of every one-to-one month table.
+pub const P2P_TABLE_PREFIX: &str = "im_p2p_messages_";
 
-/// The name of one month table; `^im_group_messages_[0-9]{6}$` by
+/// Which conversations a table family holds. Group and one-to-one messages
+/// never share a table (nor an index); both families are created from the
+/// same template for every month the catalog knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    Group,
+    P2p,
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::Group, Family::P2p];
+
+    /// The family of a topic's messages (`p2p…` topics are one-to-one).
+    pub fn of_topic(topic: &str) -> Family {
+        if topic.starts_with("p2p") {
+            Family::P2p
+        } else {
+            Family::Group
+        }
+    }
+
+    pub const fn prefix(self) -> &'static str {
+        match self {
+            Family::Group => TABLE_PREFIX,
+            Family::P2p => P2P_TABLE_PREFIX,
+        }
+    }
+}
+
+/// The name of one month table; `^im_(group|p2p)_messages_[0-9]{6}$` by
 /// construction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MonthTable {
     month: ShardMonth,
+    family: Family,
 }
 
 impl MonthTable {
     /// Only the catalog and the shard manager build table names.
     pub(crate) fn new(month: ShardMonth) -> Self {
-        Self { month }
+        Self {
+            month,
+            family: Family::Group,
+        }
+    }
+
+    /// The same month's table of another family.
+    pub fn of_family(self, family: Family) -> Self {
+        Self { family, ..self }
+    }
+
+    /// The same month's table holding `topic`'s messages.
+    pub fn for_topic(self, topic: &str) -> Self {
+        self.of_family(Family::of_topic(topic))
+    }
+
+    pub fn family(&self) -> Family {
+        self.family
     }
 
     /// Parses and validates a table name (for tools that list tables).
@@ -132,7 +181,7 @@ impl MonthTable {
     }
 
     pub fn name(&self) -> String {
-        format!("{TABLE_PREFIX}{}", self.month)
+        format!("{}{}", self.family.prefix(), self.month)
     }
 
     /// The one template every month table is created from (seed 000 §3.1).

@@ -146,7 +146,7 @@ async fn months_of(
             Some((_, ShardStatus::Archived)) => {
                 return Err(StoreError::Sealed(month, ShardStatus::Archived).into())
             }
-            Some((table, _)) => out.push((month, table)),
+            Some((table, _)) => out.push((month, table.for_topic(topic))),
             None => return Err(StoreError::MissingTable(month).into()),
         }
     }

@@ -12,7 +12,7 @@ use sqlx::{MySql, QueryBuilder, Row, Transaction};
 use crate::events::MessageSent;
 
 use super::catalog::{self, ShardStatus};
-use super::month::{MonthTable, ShardMonth};
+use super::month::{Family, MonthTable, ShardMonth};
 
 /// Rows per multi-row INSERT.
 const INSERT_CHUNK: usize = 500;
@@ -89,7 +89,27 @@ pub async fn write_month(
 ) -> Result<WriteOutcome, StoreError> {
     let table = writable_table(pool, month).await?;
     let mut tx = pool.begin().await?;
-    let result = write_in_tx(&mut tx, &table, messages).await;
+    // Group and one-to-one messages go to their own family's table.
+    let result = async {
+        let mut total = WriteOutcome::default();
+        for family in Family::ALL {
+            let batch: Vec<StoredMessage<'_>> = messages
+                .iter()
+                .filter(|m| Family::of_topic(m.topic) == family)
+                .cloned()
+                .collect();
+            if batch.is_empty() {
+                continue;
+            }
+            let outcome = write_in_tx(&mut tx, &table.of_family(family), &batch).await?;
+            total.inserted += outcome.inserted;
+            total.already_stored += outcome.already_stored;
+            total.dedup_hits += outcome.dedup_hits;
+            total.mirror.extend(outcome.mirror);
+        }
+        Ok::<_, StoreError>(total)
+    }
+    .await;
     match result {
         Ok(outcome) => {
             tx.commit().await?;

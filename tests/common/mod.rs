@@ -103,6 +103,8 @@ impl World {
         t.session_control = TopicSpec::new(1, 86_400_000);
         t.admin_commands = TopicSpec::new(1, 86_400_000);
         t.admin_results = TopicSpec::new(1, 86_400_000);
+        t.user_events = TopicSpec::new(2, -1);
+        t.push_tasks = TopicSpec::new(1, 86_400_000);
         t.dlq = TopicSpec::new(1, -1);
         config.registry.database = format!("imsr_{id}");
         config.pipelines.group_prefix = format!("t{id}");

@@ -1,0 +1,348 @@
+//! The HTTP API of relations, push settings and user notifications. Each
+//! call produces user events (`im.user.events.v1`, key `{tenant}:{uid}`);
+//! the relations pipeline projects them and the notify pipeline tells every
+//! online device of the user.
+//!
+//! - `POST   /v1/friends/requests` `{"uid": 7, "message": ""}`
+//! - `POST   /v1/friends/requests/{uid}/accept`
+//! - `DELETE /v1/friends/{uid}`
+//! - `POST   /v1/blocks` `{"uid": 7}` · `DELETE /v1/blocks/{uid}`
+//! - `PUT    /v1/me/push` `{"dnd": true}`
+//! - `PUT    /v1/me/push/topics/{topic}` `{"muted": true}` (`usr<peer>` or `grp…`)
+//! - `POST   /v1/admin/notifications` `{tenant, uid, title, text}` (admin token)
+//! - `POST   /v1/admin/badges` `{tenant, uid, unread}` (admin token)
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::events::{
+    BadgeRefresh, BlockRef, FriendRef, FriendRequestAccepted, FriendRequestCreated,
+    PushSettingsChanged, SystemNotification, UserEvent, UserEventBody,
+};
+use crate::kafka::topics::TopicKind;
+use crate::relations::{contains, Set};
+
+use super::http::{authenticate, error, ApiError};
+use super::{proto, Gateway};
+
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| error(400, format!("malformed: {e}")))
+}
+
+fn other_user(me: i64, s: &str) -> Result<i64, ApiError> {
+    s.strip_prefix("usr")
+        .unwrap_or(s)
+        .parse::<i64>()
+        .ok()
+        .filter(|u| *u > 0 && *u != me)
+        .ok_or_else(|| error(400, "malformed: uid must be another user's positive uid"))
+}
+
+/// Produces `events` in order; `202` with their ids.
+async fn produce(gw: &Gateway, events: Vec<UserEvent>) -> Result<Response, ApiError> {
+    let mut ids = Vec::with_capacity(events.len());
+    for e in events {
+        gw.sender
+            .producer()
+            .send(TopicKind::UserEvents, &e.key(), &e, None)
+            .await
+            .map_err(|e| error(503, format!("service unavailable, retry: {e}")))?;
+        ids.push(e.event_id);
+    }
+    Ok((StatusCode::ACCEPTED, Json(json!({"events": ids}))).into_response())
+}
+
+async fn related(
+    gw: &Gateway,
+    tenant: &str,
+    set: Set,
+    uid: i64,
+    other: i64,
+) -> Result<bool, ApiError> {
+    let pool = gw
+        .sender
+        .pools()
+        .get(tenant)
+        .map_err(|e| error(500, e.to_string()))?;
+    let mut redis = gw.sender.redis();
+    contains(pool, &mut redis, tenant, set, uid, other)
+        .await
+        .map_err(|_| error(503, "service unavailable, retry"))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestBody {
+    pub uid: i64,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// `POST /v1/friends/requests`
+pub async fn request_friend(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let me = authenticate(&gw, &headers).await?;
+    let RequestBody { uid, message } = parse(&body)?;
+    let to = other_user(me.uid, &uid.to_string())?;
+    if message.len() > 512 {
+        return Err(error(400, "malformed: message longer than 512 bytes"));
+    }
+    if related(&gw, &me.ten, Set::Blocks, to, me.uid).await? {
+        return Err(ApiError(
+            StatusCode::FORBIDDEN,
+            "blocked by the recipient".into(),
+            Some(json!({"code": "BLOCKED"})),
+        ));
+    }
+    if related(&gw, &me.ten, Set::Friends, me.uid, to).await? {
+        return Err(error(409, "already friends"));
+    }
+    let body = UserEventBody::FriendRequestCreated(FriendRequestCreated {
+        from_uid: me.uid,
+        message,
+    });
+    produce(&gw, vec![UserEvent::new(&me.ten, to, me.uid, body)]).await
+}
+
+/// `POST /v1/friends/requests/{uid}/accept`: both become friends.
+pub async fn accept_friend(
+    State(gw): State<Arc<Gateway>>,
+    Path(uid): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let me = authenticate(&gw, &headers).await?;
+    let from = other_user(me.uid, &uid)?;
+    let pool = gw
+        .sender
+        .pools()
+        .get(&me.ten)
+        .map_err(|e| error(500, e.to_string()))?;
+    let pending: Option<String> = sqlx::query_scalar(
+        "SELECT status FROM im_friend_requests WHERE from_uid = ? AND to_uid = ?",
+    )
+    .bind(from)
+    .bind(me.uid)
+    .fetch_optional(pool)
+    .await
+    .map_err(|_| error(503, "service unavailable, retry"))?;
+    match pending.as_deref() {
+        None => return Err(error(404, "no friend request from this user")),
+        Some("accepted") => return Err(error(409, "already accepted")),
+        Some(_) => {}
+    }
+    let (t, m) = (me.ten.as_str(), me.uid);
+    produce(
+        &gw,
+        vec![
+            UserEvent::new(
+                t,
+                from,
+                m,
+                UserEventBody::FriendRequestAccepted(FriendRequestAccepted { by_uid: m }),
+            ),
+            UserEvent::new(
+                t,
+                m,
+                m,
+                UserEventBody::FriendAdded(FriendRef { friend_uid: from }),
+            ),
+            UserEvent::new(
+                t,
+                from,
+                m,
+                UserEventBody::FriendAdded(FriendRef { friend_uid: m }),
+            ),
+        ],
+    )
+    .await
+}
+
+/// `DELETE /v1/friends/{uid}`: both stop being friends.
+pub async fn remove_friend(
+    State(gw): State<Arc<Gateway>>,
+    Path(uid): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let me = authenticate(&gw, &headers).await?;
+    let other = other_user(me.uid, &uid)?;
+    let (t, m) = (me.ten.as_str(), me.uid);
+    produce(
+        &gw,
+        vec![
+            UserEvent::new(
+                t,
+                m,
+                m,
+                UserEventBody::FriendRemoved(FriendRef { friend_uid: other }),
+            ),
+            UserEvent::new(
+                t,
+                other,
+                m,
+                UserEventBody::FriendRemoved(FriendRef { friend_uid: m }),
+            ),
+        ],
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UidBody {
+    pub uid: i64,
+}
+
+/// `POST /v1/blocks`
+pub async fn block(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let me = authenticate(&gw, &headers).await?;
+    let UidBody { uid } = parse(&body)?;
+    let whom = other_user(me.uid, &uid.to_string())?;
+    let body = UserEventBody::UserBlocked(BlockRef { blocked_uid: whom });
+    produce(&gw, vec![UserEvent::new(&me.ten, me.uid, me.uid, body)]).await
+}
+
+/// `DELETE /v1/blocks/{uid}`
+pub async fn unblock(
+    State(gw): State<Arc<Gateway>>,
+    Path(uid): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let me = authenticate(&gw, &headers).await?;
+    let whom = other_user(me.uid, &uid)?;
+    let body = UserEventBody::UserUnblocked(BlockRef { blocked_uid: whom });
+    produce(&gw, vec![UserEvent::new(&me.ten, me.uid, me.uid, body)]).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DndBody {
+    pub dnd: bool,
+}
+
+/// `PUT /v1/me/push`
+pub async fn set_dnd(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let me = authenticate(&gw, &headers).await?;
+    let DndBody { dnd } = parse(&body)?;
+    let body = UserEventBody::PushSettingsChanged(PushSettingsChanged {
+        dnd: Some(dnd),
+        topic: None,
+        topic_muted: false,
+    });
+    produce(&gw, vec![UserEvent::new(&me.ten, me.uid, me.uid, body)]).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MutedBody {
+    pub muted: bool,
+}
+
+/// `PUT /v1/me/push/topics/{topic}`
+pub async fn mute_topic(
+    State(gw): State<Arc<Gateway>>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let me = authenticate(&gw, &headers).await?;
+    let MutedBody { muted } = parse(&body)?;
+    let topic = proto::resolve_topic(&topic, me.uid)
+        .filter(|t| proto::is_conversation_topic(t))
+        .ok_or_else(|| error(404, "topic not found"))?;
+    let body = UserEventBody::PushSettingsChanged(PushSettingsChanged {
+        dnd: None,
+        topic: Some(topic),
+        topic_muted: muted,
+    });
+    produce(&gw, vec![UserEvent::new(&me.ten, me.uid, me.uid, body)]).await
+}
+
+fn admin(gw: &Gateway, headers: &HeaderMap) -> Result<(), ApiError> {
+    let ok = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| t == gw.config.auth.admin_token);
+    if ok {
+        Ok(())
+    } else {
+        Err(error(401, "admin authentication required"))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotificationBody {
+    pub tenant: String,
+    pub uid: i64,
+    pub title: String,
+    #[serde(default)]
+    pub text: String,
+}
+
+/// `POST /v1/admin/notifications`: a system notification to one user.
+pub async fn notify(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    admin(&gw, &headers)?;
+    let n: NotificationBody = parse(&body)?;
+    if gw.config.tenant(&n.tenant).is_none() {
+        return Err(error(404, "unknown tenant"));
+    }
+    if n.uid <= 0 || n.title.is_empty() {
+        return Err(error(400, "malformed: uid and title are required"));
+    }
+    let body = UserEventBody::SystemNotification(SystemNotification {
+        notification_id: crate::events::new_event_id(),
+        title: n.title,
+        text: n.text,
+    });
+    produce(&gw, vec![UserEvent::new(&n.tenant, n.uid, 0, body)]).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BadgeBody {
+    pub tenant: String,
+    pub uid: i64,
+    #[serde(default)]
+    pub unread: i64,
+}
+
+/// `POST /v1/admin/badges`: tells a user's devices to refresh unread badges.
+pub async fn badge(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    admin(&gw, &headers)?;
+    let b: BadgeBody = parse(&body)?;
+    if gw.config.tenant(&b.tenant).is_none() {
+        return Err(error(404, "unknown tenant"));
+    }
+    if b.uid <= 0 {
+        return Err(error(400, "malformed: uid must be positive"));
+    }
+    let body = UserEventBody::BadgeRefresh(BadgeRefresh { unread: b.unread });
+    produce(&gw, vec![UserEvent::new(&b.tenant, b.uid, 0, body)]).await
+}

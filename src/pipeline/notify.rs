@@ -1,0 +1,90 @@
+//! The notify pipeline's handler: user events delivered to every online
+//! session of their user, on whichever gateway (seed 002 §5–§6.2: friend
+//! requests, relation changes synced across devices, system notifications,
+//! unread badge refreshes). The frame is Tinode's `{pres topic="me"
+//! what="upd"}` with imstream's `event` naming what changed and `params`.
+//! Realtime only: a missed frame is caught up from the HTTP API.
+
+use redis::aio::ConnectionManager;
+use serde_json::{json, Value};
+
+use crate::events::{EventCodec, UserEvent, UserEventBody};
+use crate::gateway::proto;
+use crate::realtime::{bus, Envelope, Kind, TargetType};
+
+use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+
+pub struct NotifyHandler {
+    codec: EventCodec,
+    redis: ConnectionManager,
+}
+
+impl NotifyHandler {
+    pub fn new(codec: EventCodec, redis: ConnectionManager) -> Self {
+        Self { codec, redis }
+    }
+}
+
+/// `(src, event, params)` of the frame a user event becomes.
+fn describe(e: &UserEvent) -> (String, &'static str, Value) {
+    let user = proto::user_id;
+    match &e.body {
+        UserEventBody::FriendRequestCreated(r) => (
+            user(r.from_uid),
+            "friend.request",
+            json!({"from": user(r.from_uid), "message": r.message}),
+        ),
+        UserEventBody::FriendRequestAccepted(a) => (
+            user(a.by_uid),
+            "friend.accepted",
+            json!({"by": user(a.by_uid)}),
+        ),
+        UserEventBody::FriendAdded(f) => (user(f.friend_uid), "friend.added", json!({})),
+        UserEventBody::FriendRemoved(f) => (user(f.friend_uid), "friend.removed", json!({})),
+        UserEventBody::UserBlocked(b) => (user(b.blocked_uid), "user.blocked", json!({})),
+        UserEventBody::UserUnblocked(b) => (user(b.blocked_uid), "user.unblocked", json!({})),
+        UserEventBody::SystemNotification(n) => (
+            "sys".into(),
+            "notification",
+            json!({"id": n.notification_id, "title": n.title, "text": n.text}),
+        ),
+        UserEventBody::BadgeRefresh(b) => ("sys".into(), "badge", json!({"unread": b.unread})),
+        UserEventBody::PushSettingsChanged(p) => (
+            "sys".into(),
+            "push.settings",
+            json!({"dnd": p.dnd, "topic": p.topic.as_deref().map(|t| proto::client_topic(t, e.uid)), "muted": p.topic_muted}),
+        ),
+    }
+}
+
+/// The `{pres topic="me" what="upd"}` frame of a user event.
+pub fn frame(e: &UserEvent) -> String {
+    let (src, event, params) = describe(e);
+    json!({"pres": {"topic": "me", "src": src, "what": "upd", "event": event, "params": params}})
+        .to_string()
+}
+
+impl Handler for NotifyHandler {
+    async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
+        let mut failures = Vec::new();
+        let mut redis = self.redis.clone();
+        for (i, e) in decode_all::<UserEvent>(&self.codec, records, &mut failures).await {
+            let envelope = Envelope {
+                event_id: e.event_id.clone(),
+                tenant_id: e.tenant_id.clone(),
+                kind: Kind::Deliver,
+                target_type: TargetType::User,
+                target: e.uid.to_string(),
+                skip_sid: String::new(),
+                dedup_key: String::new(),
+                occurred_at: e.occurred_at,
+                payload: frame(&e),
+            };
+            // A user's sessions may be on any gateway.
+            if let Err(err) = bus::publish(&mut redis, None, &envelope).await {
+                failures.push(RecordFailure::new(i, true, err.to_string()));
+            }
+        }
+        outcome(failures)
+    }
+}

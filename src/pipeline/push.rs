@@ -1,0 +1,199 @@
+//! The push pipeline's handler (seed 001 §5.4, seed 003 §9): for each new
+//! message, one push task per recipient with no online session, on
+//! `im.push.tasks.v1`. The task carries only tenant, topic, seq and sender
+//! — never the content. Recipients in do-not-disturb, or who muted the
+//! topic, get none. A per-message claim (`push:{seq}`: pending → done)
+//! makes redelivery and replay produce no second set of tasks; task ids
+//! `{topic}:{seq}:{uid}` let the sender drop any duplicate a crash leaves.
+//! Push never affects messages: this is its own consumer group.
+
+use futures::future::join_all;
+use redis::aio::ConnectionManager;
+
+use crate::events::{now_ms, EventCodec, GroupEvent, GroupEventBody, MessageSent, PushTask};
+use crate::gateway::proto;
+use crate::kafka::producer::EventProducer;
+use crate::kafka::topics::TopicKind;
+use crate::keys::{TenantKeys, TopicKeys};
+use crate::metrics as m;
+use crate::tenant::TenantPools;
+
+use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+
+/// How long a message's push claim is kept.
+const CLAIM_TTL_SECS: u64 = 7 * 24 * 3600;
+/// Presence probes per Redis round trip.
+const PROBE_CHUNK: usize = 1000;
+
+pub struct PushHandler {
+    codec: EventCodec,
+    pools: TenantPools,
+    redis: ConnectionManager,
+    producer: EventProducer,
+}
+
+impl PushHandler {
+    pub fn new(
+        codec: EventCodec,
+        pools: TenantPools,
+        redis: ConnectionManager,
+        producer: EventProducer,
+    ) -> Self {
+        Self {
+            codec,
+            pools,
+            redis,
+            producer,
+        }
+    }
+
+    /// Members of the topic other than the sender.
+    async fn recipients(&self, e: &GroupEvent, m: &MessageSent) -> Result<Vec<i64>, String> {
+        if let Some(peer) = proto::p2p_peer(&e.topic, m.from_user) {
+            return Ok(vec![peer]);
+        }
+        let pool = self.pools.get(&e.tenant_id).map_err(|e| e.to_string())?;
+        let mut redis = self.redis.clone();
+        let keys = TopicKeys::new(&e.tenant_id, &e.topic);
+        let mut members: Vec<i64> = redis::cmd("SMEMBERS")
+            .arg(keys.members())
+            .query_async(&mut redis)
+            .await
+            .map_err(|e| e.to_string())?;
+        if members.is_empty() {
+            members = crate::groups::load(pool, &mut redis, &e.tenant_id, &e.topic)
+                .await
+                .map_err(|e| e.to_string())?
+                .members
+                .iter()
+                .map(|m| m.0)
+                .collect();
+        }
+        members.retain(|u| *u > 0 && *u != m.from_user);
+        Ok(members)
+    }
+
+    /// Recipients with no online session, not in do-not-disturb and not
+    /// muting the topic. Presence first (one probe per member); settings
+    /// only for those offline.
+    async fn offline(&self, tenant: &str, topic: &str, uids: &[i64]) -> Result<Vec<i64>, String> {
+        let keys = TenantKeys::new(tenant);
+        let mut redis = self.redis.clone();
+        let mut offline = Vec::new();
+        for chunk in uids.chunks(PROBE_CHUNK) {
+            let mut pipe = redis::pipe();
+            for uid in chunk {
+                pipe.scard(keys.presence_sessions(*uid));
+            }
+            let sessions: Vec<i64> = pipe
+                .query_async(&mut redis)
+                .await
+                .map_err(|e| e.to_string())?;
+            offline.extend(
+                chunk
+                    .iter()
+                    .zip(sessions)
+                    .filter(|(_, n)| *n == 0)
+                    .map(|(u, _)| *u),
+            );
+        }
+        let mut out = Vec::with_capacity(offline.len());
+        for chunk in offline.chunks(PROBE_CHUNK) {
+            let mut pipe = redis::pipe();
+            for uid in chunk {
+                pipe.exists(keys.dnd(*uid))
+                    .sismember(keys.push_muted(*uid), topic);
+            }
+            let quiet: Vec<bool> = pipe
+                .query_async(&mut redis)
+                .await
+                .map_err(|e| e.to_string())?;
+            out.extend(
+                chunk
+                    .iter()
+                    .zip(quiet.chunks(2))
+                    .filter(|(_, q)| !q.iter().any(|b| *b))
+                    .map(|(u, _)| *u),
+            );
+        }
+        Ok(out)
+    }
+
+    async fn push(&self, e: &GroupEvent, m: &MessageSent) -> Result<usize, String> {
+        let mut redis = self.redis.clone();
+        let claim = TopicKeys::new(&e.tenant_id, &e.topic).push_claim(m.seq);
+        let claimed: Option<String> = redis::cmd("SET")
+            .arg(&claim)
+            .arg("pending")
+            .arg("NX")
+            .arg("EX")
+            .arg(CLAIM_TTL_SECS)
+            .query_async(&mut redis)
+            .await
+            .map_err(|e| e.to_string())?;
+        if claimed.is_none() {
+            let state: Option<String> = redis::cmd("GET")
+                .arg(&claim)
+                .query_async(&mut redis)
+                .await
+                .map_err(|e| e.to_string())?;
+            if state.as_deref() == Some("done") {
+                metrics::counter!(m::PUSH_TASKS_TOTAL, "status" => "duplicate").increment(1);
+                return Ok(0);
+            }
+            // `pending`: an earlier attempt stopped half-way; do it again
+            // (the sender drops task ids it already delivered).
+        }
+        let recipients = self.recipients(e, m).await?;
+        let offline = self.offline(&e.tenant_id, &e.topic, &recipients).await?;
+        let tasks: Vec<PushTask> = offline
+            .iter()
+            .map(|uid| PushTask {
+                task_id: format!("{}:{}:{uid}", e.topic, m.seq),
+                tenant_id: e.tenant_id.clone(),
+                topic: e.topic.clone(),
+                seq: m.seq,
+                sender_uid: m.from_user,
+                recipient_uid: *uid,
+                created_at: now_ms(),
+            })
+            .collect();
+        let sends = tasks.iter().map(|t| {
+            let key = format!("{}:{}", t.tenant_id, t.recipient_uid);
+            async move {
+                self.producer
+                    .send(TopicKind::PushTasks, &key, t, None)
+                    .await
+            }
+        });
+        for r in join_all(sends).await {
+            r.map_err(|e| e.to_string())?;
+        }
+        let _: () = redis::cmd("SET")
+            .arg(&claim)
+            .arg("done")
+            .arg("EX")
+            .arg(CLAIM_TTL_SECS)
+            .query_async(&mut redis)
+            .await
+            .map_err(|e| e.to_string())?;
+        metrics::counter!(m::PUSH_TASKS_TOTAL, "status" => "produced")
+            .increment(tasks.len() as u64);
+        Ok(tasks.len())
+    }
+}
+
+impl Handler for PushHandler {
+    async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
+        let mut failures = Vec::new();
+        for (i, e) in decode_all::<GroupEvent>(&self.codec, records, &mut failures).await {
+            let GroupEventBody::MessageSent(m) = &e.body else {
+                continue;
+            };
+            if let Err(why) = self.push(&e, m).await {
+                failures.push(RecordFailure::new(i, true, why));
+            }
+        }
+        outcome(failures)
+    }
+}

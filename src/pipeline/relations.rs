@@ -1,0 +1,188 @@
+//! The relations pipeline's handler: user events into MySQL (friends,
+//! blocks, friend requests, push settings) and the cached Redis sets the
+//! send path checks. Every write is an upsert or a delete, so redelivery
+//! and replay converge to the same state.
+
+use redis::aio::ConnectionManager;
+
+use crate::events::{EventCodec, UserEvent, UserEventBody};
+use crate::keys::TenantKeys;
+use crate::relations::{self, Set};
+use crate::tenant::TenantPools;
+
+use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+
+pub struct RelationsHandler {
+    codec: EventCodec,
+    pools: TenantPools,
+    redis: ConnectionManager,
+}
+
+impl RelationsHandler {
+    pub fn new(codec: EventCodec, pools: TenantPools, redis: ConnectionManager) -> Self {
+        Self {
+            codec,
+            pools,
+            redis,
+        }
+    }
+
+    async fn apply(&self, e: &UserEvent) -> Result<(), String> {
+        let pool = self
+            .pools
+            .get(&e.tenant_id)
+            .map_err(|_| format!("unknown tenant {}", e.tenant_id))?;
+        let mut redis = self.redis.clone();
+        let db = |e: sqlx::Error| e.to_string();
+        let rd = |e: redis::RedisError| e.to_string();
+        match &e.body {
+            UserEventBody::FriendRequestCreated(r) => {
+                sqlx::query(
+                    "INSERT INTO im_friend_requests (from_uid, to_uid, status, message) VALUES (?, ?, 'pending', ?) \
+                     ON DUPLICATE KEY UPDATE status = IF(status = 'accepted', status, 'pending'), message = VALUES(message)",
+                )
+                .bind(r.from_uid)
+                .bind(e.uid)
+                .bind(&r.message)
+                .execute(pool)
+                .await
+                .map_err(db)?;
+            }
+            UserEventBody::FriendRequestAccepted(a) => {
+                sqlx::query(
+                    "UPDATE im_friend_requests SET status = 'accepted' WHERE from_uid = ? AND to_uid = ?",
+                )
+                .bind(e.uid)
+                .bind(a.by_uid)
+                .execute(pool)
+                .await
+                .map_err(db)?;
+            }
+            UserEventBody::FriendAdded(f) => {
+                sqlx::query("INSERT IGNORE INTO im_friends (uid, friend_uid) VALUES (?, ?)")
+                    .bind(e.uid)
+                    .bind(f.friend_uid)
+                    .execute(pool)
+                    .await
+                    .map_err(db)?;
+                relations::update_cached(
+                    &mut redis,
+                    &e.tenant_id,
+                    Set::Friends,
+                    e.uid,
+                    f.friend_uid,
+                    true,
+                )
+                .await
+                .map_err(rd)?;
+            }
+            UserEventBody::FriendRemoved(f) => {
+                sqlx::query("DELETE FROM im_friends WHERE uid = ? AND friend_uid = ?")
+                    .bind(e.uid)
+                    .bind(f.friend_uid)
+                    .execute(pool)
+                    .await
+                    .map_err(db)?;
+                relations::update_cached(
+                    &mut redis,
+                    &e.tenant_id,
+                    Set::Friends,
+                    e.uid,
+                    f.friend_uid,
+                    false,
+                )
+                .await
+                .map_err(rd)?;
+            }
+            UserEventBody::UserBlocked(b) => {
+                sqlx::query("INSERT IGNORE INTO im_blocks (uid, blocked_uid) VALUES (?, ?)")
+                    .bind(e.uid)
+                    .bind(b.blocked_uid)
+                    .execute(pool)
+                    .await
+                    .map_err(db)?;
+                relations::update_cached(
+                    &mut redis,
+                    &e.tenant_id,
+                    Set::Blocks,
+                    e.uid,
+                    b.blocked_uid,
+                    true,
+                )
+                .await
+                .map_err(rd)?;
+            }
+            UserEventBody::UserUnblocked(b) => {
+                sqlx::query("DELETE FROM im_blocks WHERE uid = ? AND blocked_uid = ?")
+                    .bind(e.uid)
+                    .bind(b.blocked_uid)
+                    .execute(pool)
+                    .await
+                    .map_err(db)?;
+                relations::update_cached(
+                    &mut redis,
+                    &e.tenant_id,
+                    Set::Blocks,
+                    e.uid,
+                    b.blocked_uid,
+                    false,
+                )
+                .await
+                .map_err(rd)?;
+            }
+            UserEventBody::PushSettingsChanged(p) => {
+                let keys = TenantKeys::new(&e.tenant_id);
+                if let Some(dnd) = p.dnd {
+                    sqlx::query(
+                        "INSERT INTO im_push_settings (uid, dnd) VALUES (?, ?) ON DUPLICATE KEY UPDATE dnd = VALUES(dnd)",
+                    )
+                    .bind(e.uid)
+                    .bind(dnd)
+                    .execute(pool)
+                    .await
+                    .map_err(db)?;
+                    let cmd = if dnd {
+                        redis::cmd("SET").arg(keys.dnd(e.uid)).arg(1).clone()
+                    } else {
+                        redis::cmd("DEL").arg(keys.dnd(e.uid)).clone()
+                    };
+                    let _: () = cmd.query_async(&mut redis).await.map_err(rd)?;
+                }
+                if let Some(topic) = &p.topic {
+                    let sql = if p.topic_muted {
+                        "INSERT IGNORE INTO im_push_muted_topics (uid, topic) VALUES (?, ?)"
+                    } else {
+                        "DELETE FROM im_push_muted_topics WHERE uid = ? AND topic = ?"
+                    };
+                    sqlx::query(sql)
+                        .bind(e.uid)
+                        .bind(topic)
+                        .execute(pool)
+                        .await
+                        .map_err(db)?;
+                    let cmd = if p.topic_muted { "SADD" } else { "SREM" };
+                    let _: () = redis::cmd(cmd)
+                        .arg(keys.push_muted(e.uid))
+                        .arg(topic)
+                        .query_async(&mut redis)
+                        .await
+                        .map_err(rd)?;
+                }
+            }
+            UserEventBody::SystemNotification(_) | UserEventBody::BadgeRefresh(_) => {}
+        }
+        Ok(())
+    }
+}
+
+impl Handler for RelationsHandler {
+    async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
+        let mut failures = Vec::new();
+        for (i, event) in decode_all::<UserEvent>(&self.codec, records, &mut failures).await {
+            if let Err(why) = self.apply(&event).await {
+                failures.push(RecordFailure::new(i, true, why));
+            }
+        }
+        outcome(failures)
+    }
+}

@@ -1,0 +1,91 @@
+//! Relations between users (seed 001 §5.2): friends and blocks, kept in
+//! MySQL (projected from `im.user.events.v1` by the relations pipeline)
+//! and cached in Redis sets, cache-aside: a missing set is loaded whole
+//! (with a `0` placeholder so an empty set is known to be cached); the
+//! projection only updates sets that are cached. The send path checks them
+//! before a one-to-one message gets a seq.
+
+use redis::aio::ConnectionManager;
+use sqlx::mysql::MySqlPool;
+
+use crate::keys::TenantKeys;
+
+/// Cached relation sets expire so a rare load/update race heals itself.
+pub const CACHE_TTL_SECS: i64 = 3600;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RelationError {
+    #[error("mysql: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// Which relation set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Set {
+    Friends,
+    Blocks,
+}
+
+impl Set {
+    fn key(self, keys: &TenantKeys, uid: i64) -> String {
+        match self {
+            Set::Friends => keys.friends(uid),
+            Set::Blocks => keys.blocks(uid),
+        }
+    }
+
+    fn sql(self) -> &'static str {
+        match self {
+            Set::Friends => "SELECT friend_uid FROM im_friends WHERE uid = ?",
+            Set::Blocks => "SELECT blocked_uid FROM im_blocks WHERE uid = ?",
+        }
+    }
+}
+
+/// Whether `other` is in `uid`'s `set` (friends of, blocked by `uid`).
+pub async fn contains(
+    pool: &MySqlPool,
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    set: Set,
+    uid: i64,
+    other: i64,
+) -> Result<bool, RelationError> {
+    let key = set.key(&TenantKeys::new(tenant), uid);
+    let (cached, member): (bool, bool) = redis::pipe()
+        .exists(&key)
+        .sismember(&key, other)
+        .query_async(redis)
+        .await?;
+    if cached {
+        return Ok(member);
+    }
+    let members: Vec<i64> = sqlx::query_scalar(set.sql())
+        .bind(uid)
+        .fetch_all(pool)
+        .await?;
+    let mut pipe = redis::pipe();
+    pipe.atomic().del(&key).ignore().sadd(&key, 0i64).ignore();
+    for chunk in members.chunks(1000) {
+        pipe.sadd(&key, chunk).ignore();
+    }
+    pipe.expire(&key, CACHE_TTL_SECS).ignore();
+    pipe.query_async::<()>(redis).await?;
+    Ok(members.contains(&other))
+}
+
+/// Adds or removes `other` in `uid`'s cached `set`, if it is cached.
+pub async fn update_cached(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    set: Set,
+    uid: i64,
+    other: i64,
+    present: bool,
+) -> redis::RedisResult<()> {
+    let key = set.key(&TenantKeys::new(tenant), uid);
+    let command = if present { "SADD" } else { "SREM" };
+    crate::groups::if_cached(redis, &key, command, &[other.to_string()]).await
+}
