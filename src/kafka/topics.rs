@@ -182,7 +182,7 @@ mod tests {
             "t1.im.group.events.v1.store.dlq"
         );
         let all = desired_topics(&kafka);
-        assert_eq!(all.len(), 5 + PIPELINES_WITH_DLQ.len());
+        assert_eq!(all.len(), TopicKind::ALL.len() + PIPELINES_WITH_DLQ.len());
         let events = all
             .iter()
             .find(|(n, _)| n == "t1.im.group.events.v1")
