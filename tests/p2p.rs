@@ -1,0 +1,507 @@
+//! One-to-one conversations, relations, user-targeted events and offline
+//! push (seed 002 §5–§6.2 and §10, seed 001 §5.2 and §5.4) against the real
+//! services, over WebSocket with two and three gateways:
+//!
+//! - seed 002 §10 row 1: user A on two gateways, B sends a p2p message from
+//!   a third → both A devices and B's other device receive it, stored once
+//!   (in the p2p table family);
+//! - a blocked sender is refused; after unblocking the send goes through;
+//! - an offline recipient gets exactly one push task, online recipients and
+//!   do-not-disturb users none, a replay adds none, and the task has no
+//!   content;
+//! - p2p history pages across a month switch like groups;
+//! - a friend request reaches every online device of its target.
+
+mod common;
+mod realtime_support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sqlx::MySqlPool;
+
+use common::{read_events, wait_for, Stack};
+use imstream::events::PushTask;
+use imstream::gateway::proto::p2p_topic;
+use imstream::kafka::topics::TopicKind;
+use realtime_support::{accepted_seq, usr, Client, DELIVERY};
+
+/// `POST /v1/users/{peer}/messages` as `uid`: status and body.
+async fn send_p2p(
+    stack: &Stack,
+    addr: SocketAddr,
+    uid: i64,
+    peer: i64,
+    cmid: &str,
+    text: &str,
+) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/users/{peer}/messages"))
+        .bearer_auth(stack.token(uid, "http"))
+        .json(&json!({"content": text, "client_msg_id": cmid}))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// An HTTP call as `uid`.
+async fn call(
+    stack: &Stack,
+    addr: SocketAddr,
+    uid: i64,
+    method: &str,
+    path: &str,
+    body: Value,
+) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}{path}");
+    let req = match method {
+        "POST" => client.post(url),
+        "PUT" => client.put(url),
+        "DELETE" => client.delete(url),
+        other => panic!("{other}"),
+    };
+    let resp = req
+        .bearer_auth(stack.token(uid, "http"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// Rows of `topic` in a month table of `family` (`group` or `p2p`).
+async fn rows(pool: &MySqlPool, family: &str, month: &str, topic: &str) -> Vec<i64> {
+    sqlx::query_scalar(&format!(
+        "SELECT seqid FROM im_{family}_messages_{month} WHERE topic = ? ORDER BY seqid"
+    ))
+    .bind(topic)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+fn this_month() -> String {
+    chrono::Utc::now().format("%Y%m").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_p2p_message_reaches_every_device_of_both_users_and_is_stored_once() {
+    let stack = Stack::realtime(3).await;
+    const A: i64 = 21;
+    const B: i64 = 22;
+    let a_phone = Client::open(stack.gateway_addr(0), &stack.token(A, "phone"), "a-phone").await;
+    let a_web = Client::open(stack.gateway_addr(1), &stack.token(A, "web"), "a-web").await;
+    let mut b_phone =
+        Client::open(stack.gateway_addr(2), &stack.token(B, "phone"), "b-phone").await;
+    let b_pad = Client::open(stack.gateway_addr(0), &stack.token(B, "pad"), "b-pad").await;
+
+    // B addresses A as usr<A>; the reply names the topic the same way.
+    let ctrl = b_phone.request(json!({"sub": {"topic": usr(A)}})).await;
+    assert_eq!(
+        (ctrl["code"].clone(), ctrl["topic"].clone()),
+        (json!(200), json!(usr(A))),
+        "{ctrl}"
+    );
+    let ctrl = b_phone
+        .request(json!({"pub": {"topic": usr(A), "content": "hi A", "head": {"client_mid": "p1"}}}))
+        .await;
+    let seq = accepted_seq(&ctrl, "b-phone");
+
+    // Both of A's devices (not attached to anything) get it as usr<B>; B's
+    // other device as usr<A>; the sending session does not.
+    for a in [&a_phone, &a_web] {
+        let d = a.expect_data(&usr(B), seq).await;
+        assert_eq!(d["from"], json!(usr(B)));
+        assert_eq!(d["content"], json!("hi A"));
+    }
+    b_pad.expect_data(&usr(A), seq).await;
+    // A retry with the same client_mid is the same message.
+    let again = b_phone
+        .request(json!({"pub": {"topic": usr(A), "content": "hi A", "head": {"client_mid": "p1"}}}))
+        .await;
+    assert_eq!(accepted_seq(&again, "b-phone retry"), seq);
+
+    let topic = p2p_topic(A, B);
+    let pool = stack.pool();
+    let month = this_month();
+    let stored = wait_for("p2p message stored", DELIVERY, || async {
+        let r = rows(&pool, "p2p", &month, &topic).await;
+        if r.is_empty() {
+            Err("not yet".to_string())
+        } else {
+            Ok(r)
+        }
+    })
+    .await;
+    assert_eq!(stored, vec![seq], "stored once");
+    assert!(
+        rows(&pool, "group", &month, &topic).await.is_empty(),
+        "never in the group tables"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        b_phone.count(|f| f["data"]["seq"] == json!(seq)),
+        0,
+        "no echo to the sender"
+    );
+    assert_eq!(
+        a_phone.count(|f| f["data"]["seq"] == json!(seq)),
+        1,
+        "delivered once"
+    );
+
+    // A answers; someone else cannot read or write their topic.
+    let (status, body) = send_p2p(&stack, stack.gateway_addr(1), A, B, "r1", "hi B").await;
+    assert_eq!(status, 202, "{body}");
+    let mut eve = Client::open(stack.gateway_addr(0), &stack.token(99, "x"), "eve").await;
+    let ctrl = eve.request(json!({"sub": {"topic": topic}})).await;
+    assert_eq!(ctrl["code"], json!(404), "{ctrl}");
+    let ctrl = eve.request(json!({"sub": {"topic": usr(99)}})).await;
+    assert_eq!(ctrl["code"], json!(404), "no topic with oneself: {ctrl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_blocked_sender_is_refused_until_unblocked() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "relations"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    const A: i64 = 31;
+    const B: i64 = 32;
+    let (status, body) = send_p2p(&stack, gw, B, A, "before", "hello").await;
+    assert_eq!(status, 202, "{body}");
+
+    let (status, _) = call(&stack, gw, A, "POST", "/v1/blocks", json!({"uid": B})).await;
+    assert_eq!(status, 202);
+    let refused = wait_for("B refused", DELIVERY, || async {
+        match send_p2p(&stack, gw, B, A, &common::unique_id(), "still there?").await {
+            (403, body) => Ok(body),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(refused["params"]["code"], json!("BLOCKED"), "{refused}");
+    // Blocking is one-way: A can still write to B.
+    let (status, _) = send_p2p(&stack, gw, A, B, "a1", "I can").await;
+    assert_eq!(status, 202);
+
+    let (status, _) = call(
+        &stack,
+        gw,
+        A,
+        "DELETE",
+        &format!("/v1/blocks/{B}"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(status, 202);
+    wait_for("B allowed again", DELIVERY, || async {
+        match send_p2p(&stack, gw, B, A, &common::unique_id(), "again").await {
+            (202, _) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn offline_recipients_get_exactly_one_push_task_without_content() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "members", "relations", "push"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    const TOPIC: &str = "grpPush";
+    const SENDER: i64 = 41;
+    const ONLINE: i64 = 42;
+    const OFFLINE: i64 = 43;
+    const QUIET: i64 = 44;
+    stack
+        .create_group(TOPIC, SENDER, &[ONLINE, OFFLINE, QUIET])
+        .await;
+    let _online = Client::open(gw, &stack.token(ONLINE, "phone"), "online").await;
+    let (status, _) = call(
+        &stack,
+        gw,
+        QUIET,
+        "PUT",
+        "/v1/me/push",
+        json!({"dnd": true}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    let redis = stack.redis().await;
+    let dnd = imstream::keys::TenantKeys::new(stack.tenant()).dnd(QUIET);
+    wait_for("dnd projected", DELIVERY, || {
+        let (mut redis, dnd) = (redis.clone(), dnd.clone());
+        async move {
+            let on: bool = redis::cmd("EXISTS")
+                .arg(&dnd)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            if on {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        }
+    })
+    .await;
+
+    const SECRET: &str = "the secret content";
+    let (_, body) = common::send_http(
+        &reqwest::Client::new(),
+        gw,
+        &stack.token(SENDER, "http"),
+        TOPIC,
+        "m1",
+        SECRET,
+    )
+    .await;
+    let seq = body["seq"].as_i64().unwrap();
+    // And a one-to-one message to a user who is offline.
+    let (status, body) = send_p2p(&stack, gw, SENDER, OFFLINE, "p1", SECRET).await;
+    assert_eq!(status, 202, "{body}");
+    let p2p_seq = body["seq"].as_i64().unwrap();
+    let p2p = p2p_topic(SENDER, OFFLINE);
+
+    let task_of = |tasks: &[PushTask], topic: &str, seq: i64| {
+        tasks
+            .iter()
+            .filter(|t| t.topic == topic && t.seq == seq)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let tasks = read_events::<PushTask>(stack.config(), TopicKind::PushTasks, |ts| {
+        !task_of(ts, TOPIC, seq).is_empty() && !task_of(ts, &p2p, p2p_seq).is_empty()
+    })
+    .await;
+    let group_tasks = task_of(&tasks, TOPIC, seq);
+    assert_eq!(
+        group_tasks.len(),
+        1,
+        "only the offline member: {group_tasks:?}"
+    );
+    let t = &group_tasks[0];
+    assert_eq!(
+        (t.recipient_uid, t.sender_uid, t.tenant_id.as_str()),
+        (OFFLINE, SENDER, stack.tenant())
+    );
+    assert_eq!(t.task_id, format!("{TOPIC}:{seq}:{OFFLINE}"));
+    assert!(
+        !format!("{t:?}").contains(SECRET),
+        "no content in a push task"
+    );
+    assert_eq!(task_of(&tasks, &p2p, p2p_seq).len(), 1);
+
+    // Replaying the log through a fresh push group produces no second task.
+    stack.stop_pipeline("push").await;
+    stack.world.config.pipelines.group_prefix = format!("replay-{}", common::unique_id());
+    stack.start_pipeline("push").await;
+    let (_, body) = common::send_http(
+        &reqwest::Client::new(),
+        gw,
+        &stack.token(SENDER, "http"),
+        TOPIC,
+        "m2",
+        "later",
+    )
+    .await;
+    let later = body["seq"].as_i64().unwrap();
+    let tasks = read_events::<PushTask>(stack.config(), TopicKind::PushTasks, |ts| {
+        !task_of(ts, TOPIC, later).is_empty()
+    })
+    .await;
+    assert_eq!(task_of(&tasks, TOPIC, seq).len(), 1, "no task twice");
+    assert_eq!(task_of(&tasks, &p2p, p2p_seq).len(), 1, "no task twice");
+    assert!(
+        tasks.iter().all(|t| t.recipient_uid == OFFLINE),
+        "none for online, DND or the sender: {tasks:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn p2p_history_pages_across_a_month_switch() {
+    let mut stack = Stack::prepared(Some("2026-09-30T23:59:00Z")).await;
+    stack.start_pipeline("store").await;
+    let gw = stack.start_gateway("gw").await;
+    const A: i64 = 51;
+    const B: i64 = 52;
+    let topic = p2p_topic(A, B);
+    let pool = stack.pool();
+    let mut sent = Vec::new();
+    for n in 0..3 {
+        let (status, body) =
+            send_p2p(&stack, gw, A, B, &format!("s{n}"), &format!("sep {n}")).await;
+        assert_eq!(status, 202, "{body}");
+        sent.push(body["seq"].as_i64().unwrap());
+    }
+    wait_for("september rows", DELIVERY, || async {
+        let r = rows(&pool, "p2p", "202609", &topic).await;
+        if r.len() == 3 {
+            Ok(())
+        } else {
+            Err(format!("{r:?}"))
+        }
+    })
+    .await;
+    stack.shard_pass(Some("2026-10-01T00:00:05Z")).await;
+    // Send until a message lands in October (the gateway caches the month ≤ 1 s).
+    for n in 0..100 {
+        let (status, body) =
+            send_p2p(&stack, gw, B, A, &format!("o{n}"), &format!("oct {n}")).await;
+        assert_eq!(status, 202, "{body}");
+        let seq = body["seq"].as_i64().unwrap();
+        sent.push(seq);
+        let month = wait_for("stored", DELIVERY, || async {
+            for m in ["202609", "202610"] {
+                if rows(&pool, "p2p", m, &topic).await.contains(&seq) {
+                    return Ok(m);
+                }
+            }
+            Err("not yet".to_string())
+        })
+        .await;
+        if month == "202610" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!rows(&pool, "p2p", "202610", &topic).await.is_empty());
+
+    // Both sides page through both months, newest first, in pages of 2.
+    let mut b = Client::open(gw, &stack.token(B, "phone"), "b").await;
+    b.sub(&usr(A)).await;
+    let mut seen: Vec<i64> = Vec::new();
+    let mut before: Option<i64> = None;
+    loop {
+        let mut data = json!({"limit": 2});
+        if let Some(bf) = before {
+            data["before"] = json!(bf);
+        }
+        let start = b.frames().len();
+        let ctrl = b
+            .request(json!({"get": {"topic": usr(A), "what": "data", "data": data}}))
+            .await;
+        let page: Vec<i64> = b.frames()[start..]
+            .iter()
+            .filter(|f| f["data"]["topic"] == json!(usr(A)))
+            .map(|f| f["data"]["seq"].as_i64().unwrap())
+            .collect();
+        if ctrl["code"] == json!(204) {
+            break;
+        }
+        assert_eq!(ctrl["code"], json!(208), "{ctrl}");
+        seen.extend(&page);
+        before = page.last().copied();
+    }
+    let mut expected = sent.clone();
+    expected.sort_unstable_by(|x, y| y.cmp(x));
+    assert_eq!(seen, expected);
+    // HTTP agrees.
+    let listed: Value = reqwest::Client::new()
+        .get(format!("http://{gw}/v1/users/{B}/messages?limit=100"))
+        .bearer_auth(stack.token(A, "http"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let http_seqs: Vec<i64> = listed["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(http_seqs, expected, "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_friend_request_reaches_every_device_of_its_target() {
+    let stack = Stack::realtime(2).await;
+    const A: i64 = 61;
+    const B: i64 = 62;
+    let a_phone = Client::open(stack.gateway_addr(0), &stack.token(A, "phone"), "a-phone").await;
+    let a_web = Client::open(stack.gateway_addr(1), &stack.token(A, "web"), "a-web").await;
+    let b = Client::open(stack.gateway_addr(1), &stack.token(B, "phone"), "b").await;
+
+    let (status, body) = call(
+        &stack,
+        stack.gateway_addr(0),
+        B,
+        "POST",
+        "/v1/friends/requests",
+        json!({"uid": A, "message": "hi"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    for a in [&a_phone, &a_web] {
+        let f = a
+            .expect("friend request", DELIVERY, |f| {
+                f["pres"]["event"] == json!("friend.request")
+            })
+            .await;
+        assert_eq!(f["pres"]["topic"], json!("me"));
+        assert_eq!(f["pres"]["src"], json!(usr(B)));
+        assert_eq!(f["pres"]["params"]["message"], json!("hi"));
+    }
+    // A accepts once the request is recorded; B hears of it, both are friends.
+    let pool = stack.pool();
+    wait_for("accepted", DELIVERY, || async {
+        match call(
+            &stack,
+            stack.gateway_addr(1),
+            A,
+            "POST",
+            &format!("/v1/friends/requests/{B}/accept"),
+            json!(null),
+        )
+        .await
+        {
+            (202, _) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    b.expect("accepted", DELIVERY, |f| {
+        f["pres"]["event"] == json!("friend.accepted")
+    })
+    .await;
+    wait_for("friends both ways", DELIVERY, || async {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_friends WHERE (uid = ? AND friend_uid = ?) OR (uid = ? AND friend_uid = ?)")
+            .bind(A).bind(B).bind(B).bind(A)
+            .fetch_one(&pool).await.unwrap();
+        if n == 2 { Ok(()) } else { Err(format!("{n}")) }
+    })
+    .await;
+    // A system notification reaches both of A's devices too.
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "http://{}/v1/admin/notifications",
+            stack.gateway_addr(0)
+        ))
+        .bearer_auth(&stack.config().auth.admin_token)
+        .json(
+            &json!({"tenant": stack.tenant(), "uid": A, "title": "Maintenance", "text": "tonight"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    for a in [&a_phone, &a_web] {
+        let n = a
+            .expect("notification", DELIVERY, |f| {
+                f["pres"]["event"] == json!("notification")
+            })
+            .await;
+        assert_eq!(n["pres"]["params"]["title"], json!("Maintenance"));
+    }
+}
