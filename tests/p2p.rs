@@ -505,3 +505,86 @@ async fn a_friend_request_reaches_every_device_of_its_target() {
         assert_eq!(n["pres"]["params"]["title"], json!("Maintenance"));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_webhook_sender_retries_delivers_each_task_once_and_gives_up_to_the_dlq() {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    // A push provider that fails each task's first two calls, and always
+    // fails recipient 666.
+    let calls: Arc<Mutex<HashMap<String, (u32, u32)>>> = Arc::default();
+    let seen = calls.clone();
+    let app = axum::Router::new().route(
+        "/push",
+        axum::routing::post(move |axum::Json(task): axum::Json<Value>| {
+            let seen = seen.clone();
+            async move {
+                let id = task["task_id"].as_str().unwrap_or_default().to_string();
+                let mut calls = seen.lock().unwrap();
+                let entry = calls.entry(id).or_default();
+                entry.0 += 1;
+                if task["recipient"] == json!(666) || entry.0 <= 2 {
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    entry.1 += 1;
+                    axum::http::StatusCode::OK
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let mut stack = Stack::prepared(None).await;
+    stack.world.config.push.webhook_url = format!("http://{addr}/push");
+    stack.start_pipeline("pushsend").await;
+    let codec = imstream::events::EventCodec::new(&stack.config().registry.url).unwrap();
+    let producer =
+        imstream::kafka::producer::EventProducer::new(&stack.config().kafka, codec).unwrap();
+    let task = |recipient: i64| PushTask {
+        task_id: format!("grpHook:7:{recipient}"),
+        tenant_id: stack.tenant().to_string(),
+        topic: "grpHook".into(),
+        seq: 7,
+        sender_uid: 1,
+        recipient_uid: recipient,
+        created_at: imstream::events::now_ms(),
+    };
+    // Task for 5 twice (a duplicate), one for 6, one that never succeeds.
+    for t in [task(5), task(5), task(6), task(666)] {
+        producer
+            .send(
+                TopicKind::PushTasks,
+                &format!("{}:{}", t.tenant_id, t.recipient_uid),
+                &t,
+                None,
+            )
+            .await
+            .unwrap();
+    }
+    let names = imstream::kafka::topics::TopicNames::new(&stack.config().kafka);
+    let dlq = names.dlq(TopicKind::PushTasks, "pushsend");
+    let dead = common::read_topic::<PushTask>(stack.config(), &dlq, |ts| !ts.is_empty()).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].recipient_uid, 666);
+    wait_for("delivered", DELIVERY, || async {
+        let calls = calls.lock().unwrap().clone();
+        let ok = |id: &str| calls.get(id).map_or(0, |c| c.1);
+        if ok("grpHook:7:5") == 1 && ok("grpHook:7:6") == 1 {
+            Ok(())
+        } else {
+            Err(format!("{calls:?}"))
+        }
+    })
+    .await;
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(
+        calls["grpHook:7:5"],
+        (3, 1),
+        "retried twice, delivered once despite the duplicate"
+    );
+    assert_eq!(calls["grpHook:7:666"].1, 0);
+    assert!(calls["grpHook:7:666"].0 >= 2, "retried before giving up");
+}

@@ -429,6 +429,16 @@ pub async fn read_events<E: imstream::events::Event>(
     kind: imstream::kafka::topics::TopicKind,
     done: impl Fn(&[E]) -> bool,
 ) -> Vec<E> {
+    let topic = imstream::kafka::topics::TopicNames::new(&config.kafka).name(kind);
+    read_topic(config, &topic, done).await
+}
+
+/// Like [`read_events`], from a topic given by name (a DLQ).
+pub async fn read_topic<E: imstream::events::Event>(
+    config: &Config,
+    topic: &str,
+    done: impl Fn(&[E]) -> bool,
+) -> Vec<E> {
     use rdkafka::consumer::{Consumer, StreamConsumer};
     use rdkafka::Message;
     let consumer: StreamConsumer = imstream::kafka::client_config(&config.kafka)
@@ -437,8 +447,7 @@ pub async fn read_events<E: imstream::events::Event>(
         .set("enable.auto.commit", "false")
         .create()
         .expect("consumer");
-    let topic = imstream::kafka::topics::TopicNames::new(&config.kafka).name(kind);
-    consumer.subscribe(&[&topic]).expect("subscribe");
+    consumer.subscribe(&[topic]).expect("subscribe");
     let codec = imstream::events::EventCodec::new(&config.registry.url).expect("codec");
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut events: Vec<E> = Vec::new();
