@@ -94,7 +94,8 @@ async fn a_p2p_message_reaches_every_device_of_both_users_and_is_stored_once() {
     let stack = Stack::realtime(3).await;
     const A: i64 = 21;
     const B: i64 = 22;
-    let a_phone = Client::open(stack.gateway_addr(0), &stack.token(A, "phone"), "a-phone").await;
+    let mut a_phone =
+        Client::open(stack.gateway_addr(0), &stack.token(A, "phone"), "a-phone").await;
     let a_web = Client::open(stack.gateway_addr(1), &stack.token(A, "web"), "a-web").await;
     let mut b_phone =
         Client::open(stack.gateway_addr(2), &stack.token(B, "phone"), "b-phone").await;
@@ -154,6 +155,18 @@ async fn a_p2p_message_reaches_every_device_of_both_users_and_is_stored_once() {
         1,
         "delivered once"
     );
+
+    // A reads it on the phone: B's devices see the receipt as usr<A>.
+    a_phone.sub(&usr(B)).await;
+    a_phone.note(&usr(B), "read", Some(seq)).await;
+    for b in [&b_phone, &b_pad] {
+        b.expect("read receipt", DELIVERY, |f| {
+            f["info"]["topic"] == json!(usr(A))
+                && f["info"]["what"] == json!("read")
+                && f["info"]["seq"] == json!(seq)
+        })
+        .await;
+    }
 
     // A answers; someone else cannot read or write their topic.
     let (status, body) = send_p2p(&stack, stack.gateway_addr(1), A, B, "r1", "hi B").await;

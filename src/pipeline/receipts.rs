@@ -58,7 +58,7 @@ impl ReceiptsHandler {
             presence::online_nodes(&mut redis, &e.tenant_id, &e.topic, crate::events::now_ms())
                 .await
                 .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
-        let to_topic = Envelope {
+        let mut to_topic = Envelope {
             event_id: e.event_id.clone(),
             tenant_id: e.tenant_id.clone(),
             kind: Kind::Deliver,
@@ -69,15 +69,25 @@ impl ReceiptsHandler {
             occurred_at: e.occurred_at,
             payload: frames::info_frame(&e.topic, e.uid, what, Some(seq)),
         };
+        // One-to-one: the peer's devices see the topic as `usr<reader>`.
+        if let Some(peer) = proto::p2p_peer(&e.topic, e.uid) {
+            to_topic.target_type = TargetType::User;
+            to_topic.target = peer.to_string();
+            to_topic.payload = frames::info_frame(&proto::user_id(e.uid), e.uid, what, Some(seq));
+        }
         let to_user = Envelope {
             event_id: format!("{}:me", e.event_id),
             target_type: TargetType::User,
             target: e.uid.to_string(),
-            payload: json!({"info": {"topic": "me", "src": e.topic, "from": proto::user_id(e.uid), "what": what, "seq": seq}})
+            payload: json!({"info": {"topic": "me", "src": proto::client_topic(&e.topic, e.uid), "from": proto::user_id(e.uid), "what": what, "seq": seq}})
                 .to_string(),
             ..to_topic.clone()
         };
-        if nodes.as_ref().is_none_or(|n| !n.is_empty()) {
+        if to_topic.target_type == TargetType::User {
+            bus::publish(&mut redis, None, &to_topic)
+                .await
+                .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
+        } else if nodes.as_ref().is_none_or(|n| !n.is_empty()) {
             bus::publish(&mut redis, nodes.as_deref(), &to_topic)
                 .await
                 .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
