@@ -263,7 +263,7 @@ impl Session {
             msg.note.as_mut().map(|m| &mut m.topic)
         };
         let Some(topic) = slot else { return Ok(()) };
-        if topic == "me" {
+        if topic == "me" || proto::is_group_topic(topic) {
             return Ok(());
         }
         match proto::resolve_topic(topic, who.uid) {
