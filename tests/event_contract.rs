@@ -431,6 +431,7 @@ async fn events_from_a_newer_writer_still_decode() {
                 Box::new(Value::Record(vec![
                     ("seq".into(), Value::Long(5)),
                     ("recalled_at".into(), Value::TimestampMillis(8)),
+                    ("del_id".into(), Value::Int(0)),
                 ])),
             ),
         ),

@@ -420,3 +420,171 @@ async fn a_command_delivered_twice_executes_once_and_yields_one_result() {
     .unwrap();
     assert_eq!(recorded, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ownership_transfer_mute_all_and_leaving_follow_the_rules() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "members"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    const TOPIC: &str = "grpRules2";
+    const OWNER: i64 = 1;
+    const ALICE: i64 = 2;
+    const BOB: i64 = 3;
+    stack.create_group(TOPIC, OWNER, &[ALICE, BOB]).await;
+    let pool = stack.pool();
+    let role_of = |uid: i64| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT role FROM im_group_members WHERE topic = ? AND uid = ?",
+            )
+            .bind(TOPIC)
+            .bind(uid)
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+        }
+    };
+
+    // The owner cannot leave; a member cannot transfer ownership.
+    let (status, body) = call(
+        &stack,
+        gw,
+        OWNER,
+        "DELETE",
+        &format!("/v1/groups/{TOPIC}/members/{OWNER}"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    let (status, _) = call(
+        &stack,
+        gw,
+        ALICE,
+        "PUT",
+        &format!("/v1/groups/{TOPIC}/owner"),
+        json!({"uid": ALICE}),
+    )
+    .await;
+    assert_eq!(status, 403);
+
+    // Transfer: Alice owns the group, the old owner is an admin.
+    let (status, body) = call(
+        &stack,
+        gw,
+        OWNER,
+        "PUT",
+        &format!("/v1/groups/{TOPIC}/owner"),
+        json!({"uid": ALICE}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    wait_for("ownership moved", DELIVERY, || async {
+        match (
+            role_of(ALICE).await.as_deref(),
+            role_of(OWNER).await.as_deref(),
+        ) {
+            (Some("owner"), Some("admin")) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let owner: i64 = sqlx::query_scalar("SELECT owner_uid FROM im_groups WHERE topic = ?")
+        .bind(TOPIC)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(owner, ALICE);
+
+    // Mute all (by the new owner): members are refused, admins still send.
+    let (status, _) = call(
+        &stack,
+        gw,
+        ALICE,
+        "PUT",
+        &format!("/v1/groups/{TOPIC}/mute"),
+        json!({"mute_all": true}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    let http = reqwest::Client::new();
+    let refused = wait_for("bob muted", DELIVERY, || async {
+        match send_http(
+            &http,
+            gw,
+            &stack.token(BOB, "http"),
+            TOPIC,
+            &common::unique_id(),
+            "x",
+        )
+        .await
+        {
+            (403, body) => Ok(body),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(refused["params"]["code"], json!("GROUP_MUTED"), "{refused}");
+    let (status, _) = send_http(
+        &http,
+        gw,
+        &stack.token(OWNER, "http"),
+        TOPIC,
+        "admin-speaks",
+        "x",
+    )
+    .await;
+    assert_eq!(status, 202, "admins are not muted by mute-all");
+
+    // Bob leaves; his sends are refused once that is projected.
+    let (status, _) = call(
+        &stack,
+        gw,
+        BOB,
+        "DELETE",
+        &format!("/v1/groups/{TOPIC}/members/{BOB}"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(status, 202);
+    wait_for("bob gone", DELIVERY, || async {
+        match role_of(BOB).await {
+            None => Ok(()),
+            Some(r) => Err(r),
+        }
+    })
+    .await;
+    let (status, _) = send_http(
+        &http,
+        gw,
+        &stack.token(BOB, "http"),
+        TOPIC,
+        "after-leave",
+        "x",
+    )
+    .await;
+    assert_eq!(status, 403);
+    // Malformed and unknown targets get clear errors.
+    let (status, _) = call(
+        &stack,
+        gw,
+        ALICE,
+        "PUT",
+        &format!("/v1/groups/{TOPIC}/members/{BOB}/role"),
+        json!({"role": "emperor"}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    let (status, _) = call(
+        &stack,
+        gw,
+        ALICE,
+        "DELETE",
+        &format!("/v1/groups/{TOPIC}/members/999"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(status, 404);
+}
