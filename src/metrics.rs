@@ -38,6 +38,49 @@ pub const DELIVERY_DROPPED_TOTAL: &str = "imstream_delivery_dropped_total";
 pub const ENVELOPES_TOTAL: &str = "imstream_realtime_envelopes_total";
 pub const REGISTRY_REQUESTS_TOTAL: &str = "imstream_registry_requests_total";
 
+/// The names of seed 000 §11, verbatim.
+pub const SEED_000: &[&str] = &[
+    PERSIST_TOTAL,
+    PERSIST_LATENCY,
+    SHARD_MISSING_TOTAL,
+    QUERY_TABLES,
+    QUERY_LATENCY,
+    DEDUP_HIT_TOTAL,
+    ROUTE_MISS_TOTAL,
+    ROUTE_REBUILD_TOTAL,
+    ROUTE_REPAIR_BACKLOG,
+    DEAD_LETTER_TOTAL,
+];
+
+/// Every metric name the crate exports (dashboards and alerts may use only these).
+pub const ALL: &[&str] = &[
+    PERSIST_TOTAL,
+    PERSIST_LATENCY,
+    SHARD_MISSING_TOTAL,
+    QUERY_TABLES,
+    QUERY_LATENCY,
+    DEDUP_HIT_TOTAL,
+    ROUTE_MISS_TOTAL,
+    ROUTE_REBUILD_TOTAL,
+    ROUTE_REPAIR_BACKLOG,
+    DEAD_LETTER_TOTAL,
+    SEND_ACK_LATENCY,
+    SEND_TOTAL,
+    EVENTS_PRODUCED_TOTAL,
+    PIPELINE_EVENTS_TOTAL,
+    PIPELINE_RETRIES_TOTAL,
+    PIPELINE_DLQ_TOTAL,
+    PIPELINE_LAG,
+    DELIVERY_LATENCY,
+    HISTORY_FETCHES_TOTAL,
+    PROCESS_RESIDENT_BYTES,
+    GATEWAY_SESSIONS,
+    DELIVERIES_TOTAL,
+    DELIVERY_DROPPED_TOTAL,
+    ENVELOPES_TOTAL,
+    REGISTRY_REQUESTS_TOTAL,
+];
+
 /// Registers descriptions so `/metrics` explains each series.
 pub fn describe_all() {
     describe_counter!(
@@ -86,7 +129,10 @@ pub fn describe_all() {
     );
     describe_counter!(PIPELINE_RETRIES_TOTAL, "Retried pipeline batches");
     describe_counter!(PIPELINE_DLQ_TOTAL, "Events a pipeline sent to its DLQ");
-    describe_gauge!(PIPELINE_LAG, "Consumer lag of a pipeline, in records");
+    describe_gauge!(
+        PIPELINE_LAG,
+        "Records of a source partition a pipeline has not committed"
+    );
     describe_histogram!(
         DELIVERY_LATENCY,
         Unit::Seconds,
