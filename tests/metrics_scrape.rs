@@ -83,7 +83,7 @@ async fn a_small_run_moves_every_exported_metric() {
     let pool_ref = &pool;
     wait_for("5 rows stored", Duration::from_secs(30), || async move {
         let n: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(SUM(message_count), 0) FROM im_group_message_topic_shards WHERE topic = ?",
+            "SELECT CAST(COALESCE(SUM(message_count), 0) AS SIGNED) FROM im_group_message_topic_shards WHERE topic = ?",
         )
         .bind(topic)
         .fetch_one(pool_ref)
