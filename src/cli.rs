@@ -105,6 +105,36 @@ pub struct ShardsArgs {
     /// Use this instant (RFC 3339) instead of Redis TIME (tests, backfills).
     #[arg(long)]
     pub now: Option<String>,
+    /// Archive or drop one month instead of running the manager.
+    #[command(subcommand)]
+    pub action: Option<ShardsAction>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ShardsAction {
+    /// Export a sealed month as JSON lines plus a manifest (row count,
+    /// SHA-256) to <dir>/<tenant>/<YYYYMM>/. The table stays.
+    Archive {
+        tenant: String,
+        /// Month, YYYYMM.
+        month: String,
+        /// Archive root; defaults to shards.archive_dir from the config.
+        #[arg(long)]
+        to: Option<PathBuf>,
+    },
+    /// Verify a month's archive against its table, then drop the table and
+    /// mark the month archived. Refused without a verified archive.
+    Drop {
+        tenant: String,
+        /// Month, YYYYMM.
+        month: String,
+        /// Archive root; defaults to shards.archive_dir from the config.
+        #[arg(long)]
+        from: Option<PathBuf>,
+        /// Really drop the table.
+        #[arg(long)]
+        confirm: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -129,6 +129,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// `imstream shards`: one pass per tenant every `shards.interval_secs`.
 async fn shards(config: &Config, args: ShardsArgs) -> anyhow::Result<()> {
+    if let Some(action) = args.action {
+        return shards_action(config, action).await;
+    }
     let shutdown = Shutdown::new();
     shutdown.trigger_on_signals();
     let clock = crate::redis_util::Clock::from_override(
@@ -137,6 +140,13 @@ async fn shards(config: &Config, args: ShardsArgs) -> anyhow::Result<()> {
     let manager = crate::store::shards::ShardManager::connect(config, clock).await?;
     if args.once {
         for (tenant, pass) in manager.pass().await? {
+            for (month, holds) in &pass.held {
+                let why: Vec<String> = holds.iter().map(ToString::to_string).collect();
+                println!("{tenant}\t{month}\tsealing: {}", why.join("; "));
+            }
+            for month in &pass.sealed {
+                println!("{tenant}\t{month}\tsealed");
+            }
             println!(
                 "{tenant}\ttables={}\tactive_month={}",
                 pass.tables
@@ -156,6 +166,39 @@ async fn shards(config: &Config, args: ShardsArgs) -> anyhow::Result<()> {
         .await?;
     readiness.set_ready(true);
     manager.run(shutdown).await;
+    Ok(())
+}
+
+/// `imstream shards archive|drop <tenant> <YYYYMM>`.
+async fn shards_action(config: &Config, action: crate::cli::ShardsAction) -> anyhow::Result<()> {
+    use crate::cli::ShardsAction;
+    use crate::store::archive;
+    let (tenant, month, root, drop_confirmed) = match action {
+        ShardsAction::Archive { tenant, month, to } => (tenant, month, to, None),
+        ShardsAction::Drop {
+            tenant,
+            month,
+            from,
+            confirm,
+        } => (tenant, month, from, Some(confirm)),
+    };
+    let tenant = tenant.as_str();
+    let Some(t) = config.tenant(tenant) else {
+        bail!("unknown tenant {tenant:?}");
+    };
+    let month = crate::store::month::ShardMonth::parse(&month)?;
+    let root = root.unwrap_or_else(|| config.shards.archive_dir.clone().into());
+    let pool = crate::tenant::database_pool(&config.mysql, &t.database)?;
+    let manifest = match drop_confirmed {
+        None => archive::export(&pool, tenant, month, &root).await?,
+        Some(confirm) => archive::drop_month(&pool, tenant, month, &root, confirm).await?,
+    };
+    println!(
+        "{tenant}\t{month}\trows={}\tsha256={}\t{}",
+        manifest.row_count,
+        manifest.sha256,
+        archive::archive_dir(&root, tenant, month).display()
+    );
     Ok(())
 }
 

@@ -354,6 +354,8 @@ pub struct ShardsConfig {
     pub interval_secs: u64,
     /// Days a finished month stays `sealing` before it may be sealed.
     pub sealing_days: u32,
+    /// Root folder of month archives (`imstream shards archive` / `drop`).
+    pub archive_dir: String,
 }
 
 impl Default for ShardsConfig {
@@ -362,6 +364,7 @@ impl Default for ShardsConfig {
             clock_override: String::new(),
             interval_secs: 60,
             sealing_days: 7,
+            archive_dir: "archive".into(),
         }
     }
 }

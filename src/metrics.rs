@@ -47,6 +47,53 @@ pub const PUSH_TASKS_TOTAL: &str = "imstream_push_tasks_total";
 /// Push deliveries by the push sender, by status.
 pub const PUSH_SENT_TOTAL: &str = "imstream_push_sent_total";
 
+/// The names of seed 000 §11, verbatim.
+pub const SEED_000: &[&str] = &[
+    PERSIST_TOTAL,
+    PERSIST_LATENCY,
+    SHARD_MISSING_TOTAL,
+    QUERY_TABLES,
+    QUERY_LATENCY,
+    DEDUP_HIT_TOTAL,
+    ROUTE_MISS_TOTAL,
+    ROUTE_REBUILD_TOTAL,
+    ROUTE_REPAIR_BACKLOG,
+    DEAD_LETTER_TOTAL,
+];
+
+/// Every metric name the crate exports (dashboards and alerts may use only these).
+pub const ALL: &[&str] = &[
+    PERSIST_TOTAL,
+    PERSIST_LATENCY,
+    SHARD_MISSING_TOTAL,
+    QUERY_TABLES,
+    QUERY_LATENCY,
+    DEDUP_HIT_TOTAL,
+    ROUTE_MISS_TOTAL,
+    ROUTE_REBUILD_TOTAL,
+    ROUTE_REPAIR_BACKLOG,
+    DEAD_LETTER_TOTAL,
+    SEND_ACK_LATENCY,
+    SEND_TOTAL,
+    EVENTS_PRODUCED_TOTAL,
+    PIPELINE_EVENTS_TOTAL,
+    PIPELINE_RETRIES_TOTAL,
+    PIPELINE_DLQ_TOTAL,
+    PIPELINE_LAG,
+    DELIVERY_LATENCY,
+    HISTORY_FETCHES_TOTAL,
+    PROCESS_RESIDENT_BYTES,
+    GATEWAY_SESSIONS,
+    DELIVERIES_TOTAL,
+    DELIVERY_DROPPED_TOTAL,
+    ENVELOPES_TOTAL,
+    REGISTRY_REQUESTS_TOTAL,
+    REVISIONS_TOTAL,
+    ADMIN_COMMANDS_TOTAL,
+    PUSH_TASKS_TOTAL,
+    PUSH_SENT_TOTAL,
+];
+
 /// Registers descriptions so `/metrics` explains each series.
 pub fn describe_all() {
     describe_counter!(
@@ -95,7 +142,10 @@ pub fn describe_all() {
     );
     describe_counter!(PIPELINE_RETRIES_TOTAL, "Retried pipeline batches");
     describe_counter!(PIPELINE_DLQ_TOTAL, "Events a pipeline sent to its DLQ");
-    describe_gauge!(PIPELINE_LAG, "Consumer lag of a pipeline, in records");
+    describe_gauge!(
+        PIPELINE_LAG,
+        "Records of a source partition a pipeline has not committed"
+    );
     describe_histogram!(
         DELIVERY_LATENCY,
         Unit::Seconds,
@@ -104,6 +154,22 @@ pub fn describe_all() {
     describe_counter!(
         REGISTRY_REQUESTS_TOTAL,
         "Schema registry requests by route and status"
+    );
+    describe_counter!(
+        REVISIONS_TOTAL,
+        "Edits, recalls and deletes applied to stored messages (or skipped), by kind"
+    );
+    describe_counter!(
+        ADMIN_COMMANDS_TOTAL,
+        "Admin commands executed, by kind and status"
+    );
+    describe_counter!(
+        PUSH_TASKS_TOTAL,
+        "Offline push tasks produced, or skipped as already produced"
+    );
+    describe_counter!(
+        PUSH_SENT_TOTAL,
+        "Push deliveries by the push sender, by status"
     );
 }
 

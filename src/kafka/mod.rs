@@ -1,6 +1,8 @@
 //! Kafka clients: shared client settings, the idempotent event producer
-//! ([`producer`]), and the topics of the event log ([`topics`]).
+//! ([`producer`]), the topics of the event log ([`topics`]), and
+//! consumer-group backlogs ([`lag`]).
 
+pub mod lag;
 pub mod log_tail;
 pub mod producer;
 pub mod topics;

@@ -7,6 +7,7 @@ pub mod control;
 pub mod dlq;
 pub mod fanout;
 pub mod hot;
+pub mod lag;
 pub mod members;
 pub mod notify;
 pub mod push;

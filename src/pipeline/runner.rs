@@ -157,6 +157,13 @@ pub async fn run_on<H: Handler>(
         .create()?;
     consumer.subscribe(&[source])?;
     tracing::info!(pipeline = %topology.name, %source, %group, "pipeline started");
+    let lag_gauge = super::lag::spawn(
+        config.kafka.clone(),
+        topology.name.clone(),
+        source.to_string(),
+        group.to_string(),
+        shutdown.clone(),
+    );
     let worker = Worker {
         topology,
         handler,
@@ -201,6 +208,7 @@ pub async fn run_on<H: Handler>(
             let _ = consumer.commit_consumer_state(CommitMode::Sync);
         }
     }
+    lag_gauge.abort();
     tracing::info!(pipeline = %topology.name, "pipeline stopped");
     Ok(())
 }

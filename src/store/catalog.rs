@@ -96,6 +96,18 @@ pub async fn set_status(
     Ok(())
 }
 
+/// Marks a month `archived` and records how many rows its archive holds.
+pub async fn mark_archived(pool: &MySqlPool, month: ShardMonth, rows: i64) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE im_group_message_shards SET status = 'archived', row_count = ? WHERE shard_month = ?",
+    )
+    .bind(rows)
+    .bind(month.to_string())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
 /// Every catalog entry, oldest first.
 pub async fn list(pool: &MySqlPool) -> sqlx::Result<Vec<ShardEntry>> {
     let rows =

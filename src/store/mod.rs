@@ -1,10 +1,13 @@
 //! MySQL read models of group messages: month tables ([`month`]), the month
-//! catalog ([`catalog`]), the shard manager ([`shards`]), the batched writer
+//! catalog ([`catalog`]), the shard manager ([`shards`]) with its sealing
+//! check ([`sealing`]) and month archives ([`archive`]), the batched writer
 //! of the store pipeline ([`writer`]) and Redis routes ([`routes`]).
 
+pub mod archive;
 pub mod catalog;
 pub mod month;
 pub mod revisions;
 pub mod routes;
+pub mod sealing;
 pub mod shards;
 pub mod writer;

@@ -285,6 +285,89 @@ impl MonthTable {
     }
 }
 
+/// Every column of a month table as an archive exports it, in this order:
+/// JSON and time columns cast to text so both MySQL 8 and MariaDB hand back
+/// exactly what is stored.
+pub const ARCHIVE_COLUMNS: &[&str] = &[
+    "message_id",
+    "topic",
+    "group_id",
+    "seqid",
+    "from_user",
+    "client_msg_id",
+    "msg_type",
+    "status",
+    "content",
+    "head",
+    "mentioned_user_ids",
+    "mention_all",
+    "reply_seqid",
+    "root_seqid",
+    "file_count",
+    "content_size",
+    "has_risk",
+    "audit_status",
+    "version",
+    "recalled_at",
+    "recalled_by",
+    "deleted_at",
+    "expires_at",
+    "created_at",
+    "updated_at",
+];
+
+/// Columns of [`ARCHIVE_COLUMNS`] that are cast to text on export.
+const ARCHIVE_TEXT_CASTS: &[&str] = &[
+    "content",
+    "head",
+    "mentioned_user_ids",
+    "recalled_at",
+    "deleted_at",
+    "expires_at",
+    "created_at",
+    "updated_at",
+];
+
+impl MonthTable {
+    /// One page of an export in `(topic, seqid)` order, after the row
+    /// `(topic = ?, seqid > ?)` or any later topic (`topic > ?`), `LIMIT ?`.
+    pub fn export_page_sql(&self) -> String {
+        let columns: Vec<String> = ARCHIVE_COLUMNS
+            .iter()
+            .map(|c| {
+                if ARCHIVE_TEXT_CASTS.contains(c) {
+                    format!("CAST({c} AS CHAR CHARACTER SET utf8mb4)")
+                } else {
+                    (*c).to_string()
+                }
+            })
+            .collect();
+        format!(
+            "SELECT {} FROM `{}` WHERE topic > ? OR (topic = ? AND seqid > ?) \
+             ORDER BY topic, seqid LIMIT ?",
+            columns.join(", "),
+            self.name()
+        )
+    }
+
+    /// Per topic: `(topic, COUNT(*), MIN(seqid), MAX(seqid))`.
+    pub fn topic_summary_sql(&self) -> String {
+        format!(
+            "SELECT topic, COUNT(*), MIN(seqid), MAX(seqid) FROM `{}` GROUP BY topic ORDER BY topic",
+            self.name()
+        )
+    }
+
+    pub fn count_sql(&self) -> String {
+        format!("SELECT COUNT(*) FROM `{}`", self.name())
+    }
+
+    /// Drops the month's table: only after a verified archive.
+    pub fn drop_sql(&self) -> String {
+        format!("DROP TABLE IF EXISTS `{}`", self.name())
+    }
+}
+
 impl fmt::Display for MonthTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.name())

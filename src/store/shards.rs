@@ -2,7 +2,10 @@
 //! keeps the previous, current and next two months' tables (one template),
 //! registers them in the catalog with their status, and advances the
 //! tenant's `active_month` — under a Redis lock, and only after the new
-//! month's table exists.
+//! month's table exists. A `sealing` month becomes `sealed` once
+//! [`super::sealing`] finds nothing that holds it (sealing period, store
+//! lag, pending store dead letters); archiving and dropping a sealed month
+//! are explicit commands ([`super::archive`]).
 
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionManager;
@@ -15,6 +18,7 @@ use crate::shutdown::Shutdown;
 
 use super::catalog::{self, ShardStatus};
 use super::month::ShardMonth;
+use super::sealing::{Hold, SealError, SealGate, StoreBacklog};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
@@ -22,6 +26,8 @@ pub enum ShardError {
     Db(#[from] sqlx::Error),
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    #[error("sealing check: {0}")]
+    Seal(#[from] SealError),
 }
 
 /// What one pass did for one tenant.
@@ -30,6 +36,10 @@ pub struct ShardPass {
     pub tables: Vec<ShardMonth>,
     /// The active month after the pass (`None` if the lock was held elsewhere).
     pub active_month: Option<ShardMonth>,
+    /// Months this pass moved from `sealing` to `sealed`.
+    pub sealed: Vec<ShardMonth>,
+    /// Months still `sealing`, with what holds each.
+    pub held: Vec<(ShardMonth, Vec<Hold>)>,
 }
 
 /// The months the manager keeps ready around `now`.
@@ -69,6 +79,8 @@ pub async fn run_once(
         return Ok(ShardPass {
             tables: months.to_vec(),
             active_month: None,
+            sealed: Vec::new(),
+            held: Vec::new(),
         });
     };
     let result = async {
@@ -84,7 +96,73 @@ pub async fn run_once(
     Ok(ShardPass {
         tables: months.to_vec(),
         active_month: result?,
+        sealed: Vec::new(),
+        held: Vec::new(),
     })
+}
+
+/// Seals every `sealing` month of one tenant that nothing holds; returns
+/// the months sealed and the months held with their reasons. `backlog` is
+/// read only when some month is past its sealing period.
+pub async fn seal_ready(
+    tenant: &str,
+    pool: &MySqlPool,
+    now: DateTime<Utc>,
+    sealing_days: u32,
+    backlog: &mut LazyBacklog<'_>,
+) -> Result<(Vec<ShardMonth>, Vec<(ShardMonth, Vec<Hold>)>), ShardError> {
+    let (mut sealed, mut held) = (Vec::new(), Vec::new());
+    for entry in catalog::list(pool).await? {
+        if entry.status != ShardStatus::Sealing {
+            continue;
+        }
+        // The sealing period alone first: Kafka is read only past it.
+        let mut holds = StoreBacklog::default().holds(tenant, entry.month, now, sealing_days);
+        if holds.is_empty() {
+            holds = match backlog.get().await {
+                Ok(seen) => seen.holds(tenant, entry.month, now, sealing_days),
+                Err(reason) => vec![Hold::Unchecked { reason }],
+            };
+        }
+        if holds.is_empty() {
+            catalog::set_status(pool, entry.month, ShardStatus::Sealed).await?;
+            tracing::info!(tenant, month = %entry.month, "shard sealed");
+            sealed.push(entry.month);
+        } else {
+            let why: Vec<String> = holds.iter().map(ToString::to_string).collect();
+            tracing::info!(tenant, month = %entry.month, holds = ?why, "shard stays sealing");
+            held.push((entry.month, holds));
+        }
+    }
+    Ok((sealed, held))
+}
+
+/// The store backlog, read at most once per pass and only when needed. A
+/// failed read is kept too (as its message), so one pass does not retry it
+/// for every tenant.
+pub struct LazyBacklog<'a> {
+    gate: &'a SealGate,
+    seen: Option<Result<StoreBacklog, String>>,
+}
+
+impl<'a> LazyBacklog<'a> {
+    pub fn new(gate: &'a SealGate) -> Self {
+        Self { gate, seen: None }
+    }
+
+    async fn get(&mut self) -> Result<&StoreBacklog, String> {
+        if self.seen.is_none() {
+            let seen = self.gate.observe().await.map_err(|e| {
+                tracing::warn!(error = %e, "reading the store backlog failed; nothing sealed");
+                e.to_string()
+            });
+            self.seen = Some(seen);
+        }
+        match self.seen.as_ref().expect("just set") {
+            Ok(b) => Ok(b),
+            Err(e) => Err(e.clone()),
+        }
+    }
 }
 
 /// The shard manager of a deployment: every configured tenant.
@@ -93,6 +171,8 @@ pub struct ShardManager {
     redis: ConnectionManager,
     clock: Clock,
     interval: std::time::Duration,
+    gate: SealGate,
+    sealing_days: u32,
 }
 
 impl ShardManager {
@@ -110,6 +190,8 @@ impl ShardManager {
             redis,
             clock,
             interval: std::time::Duration::from_secs(config.shards.interval_secs.max(1)),
+            gate: SealGate::new(config)?,
+            sealing_days: config.shards.sealing_days,
         })
     }
 
@@ -117,12 +199,13 @@ impl ShardManager {
     pub async fn pass(&self) -> Result<Vec<(String, ShardPass)>, ShardError> {
         let mut redis = self.redis.clone();
         let now = self.clock.now(&mut redis).await?;
+        let mut backlog = LazyBacklog::new(&self.gate);
         let mut out = Vec::new();
         for (tenant, pool) in &self.tenants {
-            out.push((
-                tenant.clone(),
-                run_once(tenant, pool, &mut redis, now).await?,
-            ));
+            let mut pass = run_once(tenant, pool, &mut redis, now).await?;
+            (pass.sealed, pass.held) =
+                seal_ready(tenant, pool, now, self.sealing_days, &mut backlog).await?;
+            out.push((tenant.clone(), pass));
         }
         Ok(out)
     }

@@ -1,0 +1,372 @@
+//! docker/compose.yaml, checked without a container engine:
+//! `docker compose config` (a Compose v2 CLI, installed by
+//! `docker/local/compose-cli` when missing) must accept it and list every
+//! service; every imstream service's configuration (the mounted TOML plus
+//! its `IMSTREAM__…` environment) must load through imstream's own config
+//! loader; Prometheus must scrape every long-running imstream process at
+//! the address its config listens on; the Grafana dashboard must parse and
+//! use only metric names that `src/metrics.rs` exports — the seed 000 §11
+//! names, latency, lag and DLQ among them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use imstream::config::Config;
+use imstream::metrics as m;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The Compose v2 command, installing it when missing.
+fn compose_cli() -> Vec<String> {
+    let script = repo().join("docker/local/compose-cli");
+    let run = |what: &str| {
+        Command::new("bash")
+            .arg(&script)
+            .arg(what)
+            .output()
+            .expect("run docker/local/compose-cli")
+    };
+    let mut out = run("path");
+    if !out.status.success() {
+        out = run("install");
+    }
+    assert!(
+        out.status.success(),
+        "no Docker Compose v2 CLI and docker/local/compose-cli install failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .last()
+        .expect("a command")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// `docker compose -f docker/compose.yaml config --format json`, once.
+fn compose() -> &'static Value {
+    static CONFIG: OnceLock<Value> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        let cli = compose_cli();
+        let out = Command::new(&cli[0])
+            .args(&cli[1..])
+            .args(["-f", "docker/compose.yaml", "config", "--format", "json"])
+            .current_dir(repo())
+            .output()
+            .expect("run docker compose config");
+        assert!(
+            out.status.success(),
+            "docker compose config refused docker/compose.yaml:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("compose config prints JSON")
+    })
+}
+
+fn services() -> &'static serde_json::Map<String, Value> {
+    compose()["services"].as_object().expect("services")
+}
+
+/// Services built from docker/Dockerfile (every imstream process).
+fn imstream_services() -> BTreeMap<&'static str, &'static Value> {
+    services()
+        .iter()
+        .filter(|(_, s)| {
+            s["build"]["dockerfile"]
+                .as_str()
+                .is_some_and(|d| d.ends_with("docker/Dockerfile"))
+        })
+        .map(|(n, s)| (n.as_str(), s))
+        .collect()
+}
+
+/// Long-running imstream processes (everything but one-shot jobs).
+fn long_running() -> BTreeMap<&'static str, &'static Value> {
+    imstream_services()
+        .into_iter()
+        .filter(|(_, s)| s["restart"].as_str() != Some("no"))
+        .collect()
+}
+
+fn command(service: &Value) -> Vec<&str> {
+    service["command"]
+        .as_array()
+        .map(|c| c.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// The service's config as the process would load it: the host file bound
+/// at `IMSTREAM_CONFIG`, plus the environment.
+fn service_config(name: &str, service: &Value) -> Config {
+    let env: Vec<(String, String)> = service["environment"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{name} has no environment"))
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+        .collect();
+    let target = env
+        .iter()
+        .find(|(k, _)| k == "IMSTREAM_CONFIG")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("{name}: IMSTREAM_CONFIG is not set"));
+    let source = service["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["target"] == Value::String(target.clone()))
+        .and_then(|v| v["source"].as_str())
+        .unwrap_or_else(|| panic!("{name}: nothing is mounted at {target}"));
+    let text = std::fs::read_to_string(source)
+        .unwrap_or_else(|e| panic!("{name}: the mounted config {source}: {e}"));
+    Config::from_toml_with_env(&text, source, env)
+        .unwrap_or_else(|e| panic!("{name}: its configuration does not load: {e}"))
+}
+
+fn host_of(url: &str) -> &str {
+    let rest = url.split("://").last().unwrap_or(url);
+    let rest = rest.rsplit('@').next().unwrap_or(rest);
+    rest.split([':', '/']).next().unwrap_or(rest)
+}
+
+#[test]
+fn compose_config_accepts_the_file_and_lists_every_service() {
+    let names: BTreeSet<&str> = services().keys().map(String::as_str).collect();
+    let mut expected: BTreeSet<String> = [
+        "kafka",
+        "schema-registry",
+        "redis",
+        "mysql",
+        "setup",
+        "gateway",
+        "shards",
+        "prometheus",
+        "grafana",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect();
+    for p in imstream::pipeline::PIPELINES {
+        expected.insert(format!("project-{p}"));
+    }
+    for e in &expected {
+        assert!(
+            names.contains(e.as_str()),
+            "service {e} missing; have {names:?}"
+        );
+    }
+    let image = |n: &str| {
+        services()[n]["image"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        image("kafka").starts_with("apache/kafka:"),
+        "{}",
+        image("kafka")
+    );
+    assert!(image("schema-registry").starts_with("confluentinc/cp-schema-registry:"));
+    assert!(image("redis").starts_with("redis:7"));
+    assert!(image("mysql").starts_with("mysql:8"));
+    // KRaft: the broker is its own controller, no ZooKeeper.
+    let kafka_env = &services()["kafka"]["environment"];
+    assert_eq!(kafka_env["KAFKA_PROCESS_ROLES"], "broker,controller");
+    assert!(!names.iter().any(|n| n.contains("zookeeper")));
+
+    // Every imstream process runs the subcommand a user would run.
+    let imstream = imstream_services();
+    for p in imstream::pipeline::PIPELINES {
+        let s = imstream[format!("project-{p}").as_str()];
+        assert_eq!(command(s), vec!["project", p]);
+    }
+    assert_eq!(command(imstream["gateway"]), vec!["gateway"]);
+    assert_eq!(command(imstream["shards"]), vec!["shards"]);
+    // The image is a multi-stage build of this repository.
+    let dockerfile = std::fs::read_to_string(repo().join("docker/Dockerfile")).unwrap();
+    assert!(
+        dockerfile.matches("\nFROM ").count() >= 2,
+        "multi-stage Dockerfile"
+    );
+    assert!(dockerfile.contains("cargo build --release --locked"));
+}
+
+#[test]
+fn every_imstream_service_configuration_loads_with_imstream_keys() {
+    let names: BTreeSet<&str> = services().keys().map(String::as_str).collect();
+    let imstream = imstream_services();
+    assert!(imstream.len() >= 3 + imstream::pipeline::PIPELINES.len());
+    for (name, service) in imstream {
+        let config = service_config(name, service);
+        // Every address points at a service of this compose file.
+        for url in [
+            config.kafka.brokers.as_str(),
+            config.redis.url.as_str(),
+            config.mysql.url.as_str(),
+            config.registry.url.as_str(),
+        ] {
+            assert!(
+                names.contains(host_of(url)),
+                "{name}: {url} is not a compose service"
+            );
+        }
+        assert!(!config.tenants.is_empty(), "{name}: no tenants");
+        assert!(
+            config.telemetry.listen.ip().is_unspecified(),
+            "{name}: metrics must listen on all interfaces for Prometheus"
+        );
+    }
+    let gateway = service_config("gateway", imstream_services()["gateway"]);
+    assert!(gateway.gateway.listen.ip().is_unspecified());
+}
+
+/// `host:port` strings on the `targets:` lines of prometheus.yml.
+fn scrape_targets(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter(|l| {
+            l.trim_start().starts_with("- targets:") || l.trim_start().starts_with("targets:")
+        })
+        .flat_map(|l| l.split('"').skip(1).step_by(2).map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn prometheus_scrapes_every_imstream_process() {
+    let prometheus = &services()["prometheus"];
+    let mounted = prometheus["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["target"] == "/etc/prometheus/prometheus.yml")
+        .and_then(|v| v["source"].as_str())
+        .expect("prometheus.yml mounted");
+    assert_eq!(
+        Path::new(mounted),
+        repo().join("docker/prometheus/prometheus.yml")
+    );
+    let targets = scrape_targets(&std::fs::read_to_string(mounted).unwrap());
+    let running = long_running();
+    assert!(running.len() >= 2 + imstream::pipeline::PIPELINES.len());
+    for (name, service) in running {
+        let config = service_config(name, service);
+        let port = if name == "gateway" {
+            config.gateway.listen.port()
+        } else {
+            config.telemetry.listen.port()
+        };
+        let target = format!("{name}:{port}");
+        assert!(
+            targets.contains(&target),
+            "Prometheus does not scrape {target}; targets: {targets:?}"
+        );
+    }
+}
+
+/// Metric names (`group_message_…`, `imstream_…`) in a PromQL expression,
+/// without histogram sample suffixes.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .filter(|t| t.starts_with("group_message_") || t.starts_with("imstream_"))
+        .map(|t| {
+            ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| t.strip_suffix(s))
+                .filter(|base| m::ALL.contains(base))
+                .unwrap_or(t)
+                .to_string()
+        })
+        .collect()
+}
+
+fn exprs(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(o) => {
+            for (k, v) in o {
+                match (k.as_str(), v) {
+                    ("expr", Value::String(e)) => out.push(e.clone()),
+                    _ => exprs(v, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| exprs(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_grafana_dashboard_uses_exported_metrics_only_and_covers_the_seed() {
+    let path = repo().join("docker/grafana/dashboards/imstream.json");
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).expect("dashboard JSON");
+    let mut all = Vec::new();
+    exprs(&dashboard, &mut all);
+    assert!(!all.is_empty(), "no queries in the dashboard");
+    let used: BTreeSet<String> = all.iter().flat_map(|e| metric_names(e)).collect();
+    for name in &used {
+        assert!(
+            m::ALL.contains(&name.as_str()),
+            "the dashboard queries {name}, which src/metrics.rs does not export"
+        );
+    }
+    let wanted = m::SEED_000.iter().chain(&[
+        m::SEND_ACK_LATENCY,
+        m::DELIVERY_LATENCY,
+        m::PIPELINE_LAG,
+        m::PIPELINE_DLQ_TOTAL,
+    ]);
+    for name in wanted {
+        assert!(
+            used.contains(*name),
+            "the dashboard has no panel for {name}"
+        );
+    }
+    // Provisioned: Grafana mounts the folder its provider reads, and the
+    // panels use the provisioned data source.
+    let provider =
+        std::fs::read_to_string(repo().join("docker/grafana/provisioning/dashboards/imstream.yml"))
+            .unwrap();
+    let grafana_mounts: Vec<(String, String)> = services()["grafana"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["source"].as_str().unwrap_or_default().to_string(),
+                v["target"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let dashboards_dir = repo().join("docker/grafana/dashboards");
+    assert!(grafana_mounts.iter().any(|(source, target)| {
+        Path::new(source) == dashboards_dir && provider.contains(&format!("path: {target}"))
+    }));
+    let datasource = std::fs::read_to_string(
+        repo().join("docker/grafana/provisioning/datasources/prometheus.yml"),
+    )
+    .unwrap();
+    assert!(
+        datasource.contains("uid: prometheus") && datasource.contains("http://prometheus:9090")
+    );
+    assert!(dashboard.to_string().contains("\"uid\":\"prometheus\""));
+}
+
+#[test]
+fn metric_names_strip_histogram_suffixes_of_known_histograms_only() {
+    let names = metric_names(
+        "histogram_quantile(0.99, sum by (le) (rate(imstream_send_ack_latency_seconds_bucket[5m]))) + imstream_made_up_count",
+    );
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "imstream_send_ack_latency_seconds".to_string(),
+            "imstream_made_up_count".to_string()
+        ])
+    );
+}
