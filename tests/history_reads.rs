@@ -5,8 +5,9 @@
 //!
 //! Multi-month history is produced as MessageSent events straight into the
 //! event log (each with its month) and stored by the store pipeline; the
-//! shard pass at 2026-09-15 prepares 202608..202611. Those months are in the
-//! past of the machine clock, so the hot pipeline would not keep them.
+//! shard pass at 2026-09-05 prepares 202608..202611 (August still within
+//! its sealing period, so late August events are stored). Those months are
+//! in the past of the machine clock, so the hot pipeline would not keep them.
 
 mod common;
 
@@ -27,7 +28,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use common::{send_http, wait_for, Stack};
 
-const CLOCK: &str = "2026-09-15T12:00:00Z";
+const CLOCK: &str = "2026-09-05T12:00:00Z";
 const OWNER: i64 = 1;
 const ALICE: i64 = 2;
 const BOB: i64 = 3;
