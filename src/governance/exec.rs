@@ -134,14 +134,13 @@ impl Executor {
             Some(uid) => self.standing(tenant, topic, uid).await?,
             None => Standing::NotMember,
         };
-        if matches!(actor, Actor::Operator) && matches!(target, Standing::NoGroup) {
+        // An operator has no standing of their own: a group-wide action
+        // still needs the group to exist (uid 0 is the cache's placeholder).
+        if actor == Actor::Operator
+            && action.target().is_none()
+            && self.standing(tenant, topic, 0).await? == Standing::NoGroup
+        {
             return Err(Refused(404, "group not found".into()));
-        }
-        if matches!(actor, Actor::Operator) && action.target().is_none() {
-            // An operator's group-wide action still needs the group to exist.
-            if self.standing(tenant, topic, 0).await? == Standing::NoGroup {
-                return Err(Refused(404, "group not found".into()));
-            }
         }
         authorize(actor, action, target)?;
         let owner = match action {
