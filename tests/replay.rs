@@ -7,7 +7,8 @@
 //!   mirror and dedup identical (checksums), other tenants' events not
 //!   re-applied;
 //! - a reset is refused while the pipeline runs;
-//! - `--from <time>` starts at the first record at or after that time.
+//! - `--from <time>` starts at the first record at or after that time
+//!   (for a group that had handled everything before it).
 
 mod common;
 
@@ -255,7 +256,8 @@ async fn a_running_pipeline_refuses_a_reset() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replay_from_a_time_starts_there() {
-    let stack = Stack::prepared(None).await;
+    let mut stack = Stack::prepared(None).await;
+    stack.start_pipeline("hot").await;
     let tenant = stack.tenant().to_string();
     let month = ShardMonth::of(chrono::Utc::now());
     produce(&stack, messages(&tenant, "g", 1, 20, month)).await;
@@ -263,6 +265,9 @@ async fn replay_from_a_time_starts_there() {
     let from = now_ms();
     tokio::time::sleep(Duration::from_millis(20)).await;
     produce(&stack, messages(&tenant, "g", 21, 10, month)).await;
+    wait_hot(&stack, &tenant, 30).await;
+    stack.stop_pipeline("hot").await;
+    wipe(&stack, &tenant, &[":hot_msg_seqs"]).await;
     let mut a = args("hot");
     a.from = from.to_string();
     let report = replay(stack.config(), &a, stack.world.shutdown.child()).await.expect("replay");

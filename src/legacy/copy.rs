@@ -12,7 +12,7 @@
 //! at least 2^22 × (ms since 2024-01-01) — above 10^17 today — while an
 //! auto-increment id of the legacy table stays far below.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use chrono::NaiveDateTime;
@@ -29,7 +29,7 @@ use crate::store::routes;
 use crate::store::writer::MirrorRow;
 
 use super::state::{self, Batch};
-use super::table::{AFTER_CURSOR, COPY_COLUMNS, CURSOR_INDEX, ROW_HASH_SQL, TABLE, UP_TO_CURSOR};
+use super::table::{batch_range, row_hash_sql, AFTER_CURSOR, COPY_COLUMNS, CURSOR_INDEX, TABLE};
 
 /// Seed 000 §9: 1,000 to 5,000 rows per batch.
 pub const BATCH_MIN: usize = 1000;
@@ -97,13 +97,21 @@ pub enum CopyError {
     Redis(#[from] redis::RedisError),
 }
 
-/// One legacy row's key and content digest.
+/// One legacy row's cursor key (read from the cursor index alone).
 struct Key {
     id: i64,
     created_at: NaiveDateTime,
+}
+
+/// A legacy row as checked after its copy.
+struct Checked {
+    id: i64,
     topic: String,
     seq: i64,
+    created_at: NaiveDateTime,
     hash: String,
+    /// The copy's hash; `None` when the copy is missing.
+    copy: Option<String>,
 }
 
 /// Copies from the persisted cursor until the end, `max_batches`, or `shutdown`.
@@ -191,8 +199,9 @@ async fn copy_locked(
             }
         }
         match copy_batch(conn, &known, cursor, to, &keys).await {
-            Ok(inserted) => {
+            Ok((inserted, topics)) => {
                 out.rows_inserted += inserted;
+                touched.extend(topics);
             }
             Err(CopyError::Check { cursor, why }) => {
                 let batch = Batch {
@@ -210,7 +219,6 @@ async fn copy_locked(
         out.batches += 1;
         out.rows_read += keys.len() as i64;
         out.batch_times.push(batch_started.elapsed());
-        touched.extend(keys.iter().map(|k| k.topic.clone()));
         months.extend(keys.iter().map(|k| ShardMonth::of(k.created_at.and_utc())));
         progress.inc(keys.len() as u64);
         cursor = Some(to);
@@ -243,34 +251,22 @@ async fn copy_locked(
     Ok(out)
 }
 
-/// The next batch's keys and row digests after `cursor`.
+/// The next batch's cursor keys after `cursor` (an index-only scan).
 async fn batch_keys(
     conn: &mut MySqlConnection,
     cursor: Option<(NaiveDateTime, i64)>,
     limit: usize,
 ) -> Result<Vec<Key>, CopyError> {
     let sql = format!(
-        "SELECT id, created_at, topic, seqid, {ROW_HASH_SQL} FROM {TABLE} FORCE INDEX ({CURSOR_INDEX}) {} \
-         ORDER BY created_at, id LIMIT ?",
+        "SELECT id, created_at FROM {TABLE} FORCE INDEX ({CURSOR_INDEX}) {} ORDER BY created_at, id LIMIT ?",
         if cursor.is_some() { format!("WHERE {AFTER_CURSOR}") } else { String::new() }
     );
-    let mut q = sqlx::query(&sql);
+    let mut q = sqlx::query_as::<_, (i64, NaiveDateTime)>(&sql);
     if let Some((at, id)) = cursor {
         q = q.bind(at).bind(at).bind(id);
     }
     let rows = q.bind(limit as i64).fetch_all(&mut *conn).await?;
-    rows.iter()
-        .map(|r| {
-            Ok(Key {
-                id: r.try_get(0)?,
-                created_at: r.try_get(1)?,
-                topic: r.try_get(2)?,
-                seq: r.try_get(3)?,
-                hash: r.try_get(4)?,
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(Into::into)
+    Ok(rows.into_iter().map(|(id, created_at)| Key { id, created_at }).collect())
 }
 
 /// One batch in one transaction; returns the rows really inserted.
@@ -280,85 +276,74 @@ async fn copy_batch(
     from: Option<(NaiveDateTime, i64)>,
     to: (NaiveDateTime, i64),
     keys: &[Key],
-) -> Result<i64, CopyError> {
-    let mut by_month: BTreeMap<ShardMonth, Vec<&Key>> = BTreeMap::new();
+) -> Result<(i64, BTreeSet<String>), CopyError> {
+    let mut per_month: BTreeMap<ShardMonth, usize> = BTreeMap::new();
     for k in keys {
-        by_month.entry(ShardMonth::of(k.created_at.and_utc())).or_default().push(k);
+        *per_month.entry(ShardMonth::of(k.created_at.and_utc())).or_default() += 1;
     }
     let check = |why: String| CopyError::Check { cursor: from, why };
+    let filter = batch_range(from.is_none());
+    let (legacy_hash, copy_hash) = (row_hash_sql("l"), row_hash_sql("m"));
     let mut tx = conn.begin().await?;
     let mut inserted = 0i64;
-    let mut copied: HashMap<i64, String> = HashMap::with_capacity(keys.len());
-    let mut exact: Vec<(&MonthTable, &str)> = Vec::new();
-    for (month, rows) in &by_month {
+    let mut checked: Vec<Checked> = Vec::with_capacity(keys.len());
+    let mut exact: Vec<(&MonthTable, String)> = Vec::new();
+    for (month, expected) in &per_month {
         let table = &tables[month];
-        let filter = format!(
-            "{}{UP_TO_CURSOR} AND created_at >= ? AND created_at < ?",
-            if from.is_some() { format!("{AFTER_CURSOR} AND ") } else { String::new() }
-        );
+        let bind_range = |sql| range_query(sql, from, to, *month);
         let sql = table.copy_from_legacy_sql(TABLE, CURSOR_INDEX, COPY_COLUMNS, &filter);
-        let mut q = sqlx::query(&sql);
-        if let Some((at, id)) = from {
-            q = q.bind(at).bind(at).bind(id);
-        }
-        let done = q
-            .bind(to.0)
-            .bind(to.0)
-            .bind(to.1)
-            .bind(month.start().naive_utc())
-            .bind(month.end().naive_utc())
-            .execute(&mut *tx)
-            .await?;
-        let n = done.rows_affected() as i64;
-        if n > rows.len() as i64 {
-            return Err(check(format!("{n} rows inserted into {table} for {} keys (legacy rows appeared mid-batch)", rows.len())));
+        let n = bind_range(&sql).execute(&mut *tx).await?.rows_affected() as i64;
+        if n > *expected as i64 {
+            return Err(check(format!("{n} rows inserted into {table} for {expected} keys (legacy rows appeared mid-batch)")));
         }
         inserted += n;
-        // The month's copied rows, read back by id.
-        for chunk in rows.chunks(BATCH_MAX) {
-            let sql = table.row_hashes_by_id_sql(ROW_HASH_SQL, chunk.len());
-            let mut q = sqlx::query(&sql);
-            for k in chunk {
-                q = q.bind(k.id);
-            }
-            for r in q.fetch_all(&mut *tx).await? {
-                copied.insert(r.try_get(0)?, r.try_get(1)?);
-            }
+        // Every legacy row of the range next to its copy.
+        let sql = table.check_copied_sql(TABLE, CURSOR_INDEX, &legacy_hash, &copy_hash, &filter);
+        let start = checked.len();
+        for r in bind_range(&sql).fetch_all(&mut *tx).await? {
+            checked.push(Checked {
+                id: r.try_get(0)?,
+                topic: r.try_get(1)?,
+                seq: r.try_get(2)?,
+                created_at: r.try_get(3)?,
+                hash: r.try_get(4)?,
+                copy: r.try_get(5)?,
+            });
         }
-        if n == rows.len() as i64 {
+        let rows = &checked[start..];
+        if rows.len() != *expected {
+            return Err(check(format!("{} legacy rows in {month} for {expected} keys", rows.len())));
+        }
+        if n == *expected as i64 {
             upsert_mirror(&mut tx, *month, rows).await?;
         } else {
             // Some rows were there already (a re-run): recount exactly.
             let topics: BTreeSet<&str> = rows.iter().map(|k| k.topic.as_str()).collect();
-            exact.extend(topics.into_iter().map(|t| (table, t)));
+            exact.extend(topics.into_iter().map(|t| (table, t.to_string())));
         }
     }
     // Count and content: every key arrived, byte for byte.
+    checked.sort_by_key(|c| c.id);
     let mut source = Sha256::new();
     let mut target = Sha256::new();
-    let mut ids: Vec<&Key> = keys.iter().collect();
-    ids.sort_by_key(|k| k.id);
-    for k in &ids {
-        source.update(k.hash.as_bytes());
-        match copied.get(&k.id) {
+    for c in &checked {
+        source.update(c.hash.as_bytes());
+        match &c.copy {
             Some(h) => target.update(h.as_bytes()),
             None => {
                 return Err(check(format!(
                     "legacy id {} ({} seq {}) is not in its month table (seq taken by another message?)",
-                    k.id, k.topic, k.seq
+                    c.id, c.topic, c.seq
                 )))
             }
         }
     }
-    if copied.len() != keys.len() {
-        return Err(check(format!("{} keys, {} rows copied", keys.len(), copied.len())));
-    }
     let (source, target) = (hex::encode(source.finalize()), hex::encode(target.finalize()));
     if source != target {
-        let bad = ids.iter().find(|k| copied.get(&k.id) != Some(&k.hash)).map(|k| k.id);
+        let bad = checked.iter().find(|c| c.copy.as_ref() != Some(&c.hash)).map(|c| c.id);
         return Err(check(format!("content hash differs (first differing legacy id {bad:?})")));
     }
-    for (table, topic) in exact {
+    for (table, topic) in &exact {
         recount_mirror(&mut tx, table, topic).await?;
     }
     state::advance(
@@ -373,14 +358,32 @@ async fn copy_batch(
     )
     .await?;
     tx.commit().await?;
-    Ok(inserted)
+    Ok((inserted, checked.into_iter().map(|c| c.topic).collect()))
+}
+
+/// A query over one batch's range in one month (see `table::batch_range`).
+fn range_query(
+    sql: &str,
+    from: Option<(NaiveDateTime, i64)>,
+    to: (NaiveDateTime, i64),
+    month: ShardMonth,
+) -> sqlx::query::Query<'_, MySql, sqlx::mysql::MySqlArguments> {
+    let mut q = sqlx::query(sql);
+    if let Some((at, id)) = from {
+        q = q.bind(at).bind(at).bind(id);
+    }
+    q.bind(to.0)
+        .bind(to.0)
+        .bind(to.1)
+        .bind(month.start().naive_utc())
+        .bind(month.end().naive_utc())
 }
 
 /// Adds freshly inserted rows to the route mirror (as the store writer does).
 async fn upsert_mirror(
     tx: &mut sqlx::Transaction<'_, MySql>,
     month: ShardMonth,
-    rows: &[&Key],
+    rows: &[Checked],
 ) -> Result<(), CopyError> {
     struct Agg {
         min_seq: i64,

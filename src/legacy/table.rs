@@ -19,20 +19,25 @@ pub const COPY_COLUMNS: &str = "topic, group_id, seqid, from_user, client_msg_id
 
 /// Rows after the cursor `(created_at, id)`: binds `created_at, created_at, id`.
 pub const AFTER_CURSOR: &str = "(created_at > ? OR (created_at = ? AND id > ?))";
-/// Rows up to and including the cursor: binds `created_at, created_at, id`.
-pub const UP_TO_CURSOR: &str = "(created_at < ? OR (created_at = ? AND id <= ?))";
 
-/// The next batch's keys after a cursor (binds cursor ×3, limit).
-pub fn batch_keys_sql(first: bool) -> String {
+/// The copy range of a batch on legacy rows aliased `l`: after the cursor
+/// `from` (unless first), up to and including `to`, within one month.
+/// Binds: `from` ×3 (if any), `to` ×3, month start, month end.
+pub fn batch_range(first: bool) -> String {
     format!(
-        "SELECT id, created_at, topic, seqid FROM {TABLE} FORCE INDEX ({CURSOR_INDEX}) {} \
-         ORDER BY created_at, id LIMIT ?",
-        if first { String::new() } else { format!("WHERE {AFTER_CURSOR}") }
+        "{}(l.created_at < ? OR (l.created_at = ? AND l.id <= ?)) AND l.created_at >= ? AND l.created_at < ?",
+        if first { "" } else { "(l.created_at > ? OR (l.created_at = ? AND l.id > ?)) AND " }
     )
 }
 
-/// A row's digest in SQL, identical for legacy and month rows.
-pub const ROW_HASH_SQL: &str = "SHA2(CONCAT_WS('|', seqid, from_user, IFNULL(CAST(content AS CHAR CHARACTER SET utf8mb4), ''), status, version), 256)";
+/// A row's digest in SQL (`alias` = the table alias), identical for legacy
+/// and month rows.
+pub fn row_hash_sql(alias: &str) -> String {
+    format!(
+        "SHA2(CONCAT_WS('|', {alias}.seqid, {alias}.from_user, \
+         IFNULL(CAST({alias}.content AS CHAR CHARACTER SET utf8mb4), ''), {alias}.status, {alias}.version), 256)"
+    )
+}
 
 /// Columns a history read returns (as `history` reads month tables).
 pub const READ_COLUMNS: &str = "seqid, from_user, CAST(head AS CHAR CHARACTER SET utf8mb4), \

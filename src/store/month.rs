@@ -270,22 +270,29 @@ impl MonthTable {
 
 /// The legacy migration's writes and checks (`crate::legacy`).
 impl MonthTable {
-    /// `INSERT IGNORE … SELECT` of legacy rows into this month; the legacy
-    /// `id` becomes `message_id`. `filter` is the WHERE clause on the
-    /// legacy table (cursor range and month bounds).
+    /// `INSERT IGNORE … SELECT` of legacy rows (aliased `l`) into this
+    /// month; the legacy `id` becomes `message_id`. `filter` is the WHERE
+    /// clause on `l` (cursor range and month bounds).
     pub fn copy_from_legacy_sql(&self, legacy: &str, index: &str, columns: &str, filter: &str) -> String {
+        let select = columns
+            .split(',')
+            .map(|c| format!("l.{}", c.trim()))
+            .collect::<Vec<_>>()
+            .join(", ");
         format!(
-            "INSERT IGNORE INTO `{}` (message_id, {columns}) SELECT id, {columns} FROM `{legacy}` \
+            "INSERT IGNORE INTO `{}` (message_id, {columns}) SELECT l.id, {select} FROM `{legacy}` l \
              FORCE INDEX ({index}) WHERE {filter}",
             self.name()
         )
     }
 
-    /// `message_id, <row hash>` of `count` rows by id.
-    pub fn row_hashes_by_id_sql(&self, row_hash: &str, count: usize) -> String {
-        let marks = vec!["?"; count].join(",");
+    /// Each legacy row of `filter` with its copy in this month (aliased
+    /// `m`, joined on `message_id = l.id`): `id, topic, seqid, created_at,
+    /// legacy hash, copy hash (NULL when missing)`.
+    pub fn check_copied_sql(&self, legacy: &str, index: &str, legacy_hash: &str, copy_hash: &str, filter: &str) -> String {
         format!(
-            "SELECT message_id, {row_hash} FROM `{}` WHERE message_id IN ({marks})",
+            "SELECT l.id, l.topic, l.seqid, l.created_at, {legacy_hash}, {copy_hash} FROM `{legacy}` l \
+             FORCE INDEX ({index}) LEFT JOIN `{}` m ON m.message_id = l.id WHERE {filter}",
             self.name()
         )
     }
