@@ -337,3 +337,33 @@ async fn a_dropped_tenant_database_is_rebuilt_by_migrate_and_replay() {
     assert_eq!(projection::month_tables(&pool).await.unwrap(), rows_before);
     assert_eq!(mirror(&pool).await, mirror_before);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replay_into_a_fresh_database_matches_the_live_one() {
+    let mut stack = Stack::prepared(None).await;
+    stack.start_pipeline("store").await;
+    let tenant = stack.tenant().to_string();
+    let month = ShardMonth::of(chrono::Utc::now());
+    let mut events = messages(&tenant, "x1", 1, 70, month);
+    events.extend(messages(&tenant, "x2", 1, 30, month.prev()));
+    produce(&stack, events).await;
+    let pool = stack.pool();
+    wait_month_rows(&pool, 100).await;
+    let live = projection::month_tables(&pool).await.unwrap();
+    // The live pipeline keeps running: a fresh target needs no reset.
+    let fresh = format!("imx_{}", unique_id());
+    let mut a = args("store");
+    a.into = Some(format!("database:{fresh}"));
+    let report = replay(stack.config(), &a, stack.world.shutdown.child()).await.expect("replay into");
+    assert_ne!(report.group, format!("{}.store", stack.config().pipelines.group_prefix));
+    let tables = report.verifications.iter().find(|v| v.part == "month_tables").unwrap();
+    assert_eq!(tables.topics.len(), 2);
+    assert!(tables.topics.iter().all(|c| c.verdict == Verdict::Identical), "{tables:?}");
+    let rebuilt = imstream::tenant::database_pool(&stack.config().mysql, &fresh).unwrap();
+    assert_eq!(projection::month_tables(&rebuilt).await.unwrap(), live);
+    assert_eq!(mirror(&rebuilt).await, mirror(&pool).await);
+    let mut a = args("store");
+    a.into = Some(format!("database:{}", stack.config().tenants[0].database));
+    let err = replay(stack.config(), &a, stack.world.shutdown.child()).await.unwrap_err().to_string();
+    assert!(err.contains("live database"), "{err}");
+}
