@@ -52,6 +52,11 @@ pub enum Command {
     /// Redis topic routes.
     #[command(subcommand)]
     Routes(RoutesCommand),
+    /// Rebuild a projection from the event log (reset the pipeline's group, or --into a fresh target), then verify it.
+    Replay(crate::replay::ReplayArgs),
+    /// Move the legacy single table im_group_messages into the monthly tables.
+    #[command(subcommand)]
+    Legacy(crate::legacy::LegacyCommand),
     /// Run everything against local services in one process (laptop default).
     Dev(DevArgs),
     /// Benchmarks against a running deployment (start one with docker/local/run).
@@ -67,6 +72,8 @@ pub enum BenchCommand {
     Fanout(crate::bench::fanout::FanoutArgs),
     /// History page latency (hot path and MySQL across two months) and request coalescing.
     History(crate::bench::history::HistoryArgs),
+    /// Legacy-table copy throughput (rows/s) into monthly tables, on a scratch database.
+    LegacyCopy(crate::legacy::bench::LegacyCopyArgs),
 }
 
 #[derive(Debug, Args)]

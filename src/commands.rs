@@ -114,6 +114,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", issued.token);
             Ok(())
         }
+        Command::Replay(args) => crate::replay::run_cli(&config, args).await,
+        Command::Legacy(cmd) => crate::legacy::run_cli(&config, cmd).await,
         Command::Dev(args) => dev(&config, args).await,
         Command::Bench(crate::cli::BenchCommand::Send(args)) => {
             crate::bench::send::run(&config, args).await
@@ -123,6 +125,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench(crate::cli::BenchCommand::History(args)) => {
             crate::bench::history::run(&config, args).await
+        }
+        Command::Bench(crate::cli::BenchCommand::LegacyCopy(args)) => {
+            crate::legacy::bench::run(&config, args).await
         }
     }
 }

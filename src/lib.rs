@@ -27,6 +27,8 @@
 //! - [`gateway`] — the Tinode-compatible WebSocket and HTTP front end.
 //! - [`realtime`] — presence, the realtime bus envelope, local session hub, Pub/Sub.
 //! - [`history`] — the read path: hot messages, routes, month tables, dellog, coalescing.
+//! - [`replay`] — `imstream replay`: rebuild a projection from the log and verify it.
+//! - [`legacy`] — `imstream legacy`: move the legacy single table into month tables.
 //! - [`bench`] — `imstream bench …` load generators (latency percentiles, throughput).
 
 pub mod bench;
@@ -40,12 +42,14 @@ pub mod groups;
 pub mod history;
 pub mod kafka;
 pub mod keys;
+pub mod legacy;
 pub mod metrics;
 pub mod pipeline;
 pub mod realtime;
 pub mod redis_util;
 pub mod registry;
 pub mod relations;
+pub mod replay;
 pub mod send;
 pub mod shutdown;
 pub mod snowflake;

@@ -8,6 +8,7 @@
 pub mod coalesce;
 pub mod dellog;
 pub mod hot;
+pub mod legacy;
 pub mod route;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -178,6 +179,8 @@ pub struct History {
     coalescer: coalesce::Coalescer<(String, String, PageQuery), Result<Page, SharedFailure>>,
     /// Pages actually fetched (hot or MySQL), after coalescing.
     fetches: Arc<AtomicU64>,
+    /// Per-tenant switch: also read the legacy table (migration in progress).
+    dual_read: legacy::DualRead,
 }
 
 /// Refetches one read may do to fill a page the reader's deletes thinned.
@@ -190,6 +193,7 @@ impl History {
             redis,
             coalescer: coalesce::Coalescer::default(),
             fetches: Arc::new(AtomicU64::new(0)),
+            dual_read: legacy::DualRead::default(),
         }
     }
 
@@ -337,11 +341,18 @@ impl History {
             messages.extend(rows);
         }
         metrics::histogram!(m::QUERY_TABLES).record(tables as f64);
-        let source = if tables > 1 {
+        let mut source = if tables > 1 {
             "cross_month"
         } else {
             "single_month"
         };
+        if self.dual_read.enabled(pool, tenant).await? {
+            let old = legacy::page(pool, topic, &query).await?;
+            if !old.is_empty() {
+                messages = legacy::merge(messages, old, &query);
+                source = "dual_read";
+            }
+        }
         metrics::histogram!(m::QUERY_LATENCY, "source" => source)
             .record(started.elapsed().as_secs_f64());
         let next = messages.last().map(|m| m.seq);

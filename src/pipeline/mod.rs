@@ -107,98 +107,107 @@ pub async fn run_route(
 ) -> anyhow::Result<()> {
     let codec = EventCodec::new(&config.registry.url)?;
     let producer = EventProducer::new(&config.kafka, codec.clone())?;
+    let run = RunOn {
+        config,
+        topology,
+        route,
+        producer,
+        shutdown,
+    };
+    with_handler(config, &topology.name, codec, run).await??;
+    Ok(())
+}
+
+/// Something to do with a pipeline's handler, whatever its type: run it as
+/// a consumer group, or replay the log through it (`replay`).
+pub trait WithHandler {
+    type Output;
+    fn with<H: runner::Handler>(
+        self,
+        handler: H,
+    ) -> impl std::future::Future<Output = Self::Output> + Send;
+}
+
+/// Builds the handler of pipeline `name` (its sinks from `config`: tenant
+/// databases, Redis) and hands it to `then`. The one place that maps a
+/// pipeline name to its handler, so live runs and replays share the code.
+pub async fn with_handler<W: WithHandler>(
+    config: &Config,
+    name: &str,
+    codec: EventCodec,
+    then: W,
+) -> anyhow::Result<W::Output> {
     let pools = TenantPools::connect_lazy(config)?;
     let redis = crate::redis_util::connect(&config.redis.url).await?;
-    let (source, group, dlq) = (&route.source, &route.group, &route.dlq);
-    match topology.name.as_str() {
+    Ok(match name {
         "store" => {
-            let handler = store::StoreHandler::new(codec, pools, redis);
-            runner::run_on(
-                config, topology, source, group, dlq, handler, producer, shutdown,
-            )
-            .await?
+            then.with(store::StoreHandler::new(codec, pools, redis))
+                .await
         }
         "receipts" => {
-            let handler = receipts::ReceiptsHandler::new(codec, pools, redis);
-            runner::run_on(
-                config, topology, source, group, dlq, handler, producer, shutdown,
-            )
-            .await?
+            then.with(receipts::ReceiptsHandler::new(codec, pools, redis))
+                .await
         }
-        "control" => {
-            let handler = control::ControlHandler::new(codec, redis);
-            runner::run_on(
-                config, topology, source, group, dlq, handler, producer, shutdown,
-            )
-            .await?
-        }
-        "fanout" => {
-            let handler = fanout::FanoutHandler::new(codec, redis);
-            runner::run_on(
-                config, topology, source, group, dlq, handler, producer, shutdown,
-            )
-            .await?
-        }
-        "hot" => {
-            let handler = hot::HotHandler::new(codec, redis);
-            runner::run_on(
-                config, topology, source, group, dlq, handler, producer, shutdown,
-            )
-            .await?
-        }
+        "control" => then.with(control::ControlHandler::new(codec, redis)).await,
+        "fanout" => then.with(fanout::FanoutHandler::new(codec, redis)).await,
+        "hot" => then.with(hot::HotHandler::new(codec, redis)).await,
         "members" => {
-            let handler = members::MembersHandler::new(codec, pools, redis);
-            runner::run_on(
-                config, topology, source, group, dlq, handler, producer, shutdown,
-            )
-            .await?
+            then.with(members::MembersHandler::new(codec, pools, redis))
+                .await
         }
         "commands" => {
-            let handler = commands::CommandsHandler::new(
-                codec,
-                pools,
-                redis,
-                producer.clone(),
-                config.node.resolved_id(),
-            );
-            runner::run_on(
-                config, topology, source, group, dlq, handler, producer, shutdown,
-            )
-            .await?
+            let producer = EventProducer::new(&config.kafka, codec.clone())?;
+            let node = config.node.resolved_id();
+            then.with(commands::CommandsHandler::new(
+                codec, pools, redis, producer, node,
+            ))
+            .await
         }
         "relations" => {
-            let handler = relations::RelationsHandler::new(codec, pools, redis);
-            runner::run_on(
-                config, topology, source, group, dlq, handler, producer, shutdown,
-            )
-            .await?
+            then.with(relations::RelationsHandler::new(codec, pools, redis))
+                .await
         }
-        "notify" => {
-            let handler = notify::NotifyHandler::new(codec, redis);
-            runner::run_on(
-                config, topology, source, group, dlq, handler, producer, shutdown,
-            )
-            .await?
-        }
+        "notify" => then.with(notify::NotifyHandler::new(codec, redis)).await,
         "push" => {
-            let handler = push::PushHandler::new(codec, pools, redis, producer.clone());
-            runner::run_on(
-                config, topology, source, group, dlq, handler, producer, shutdown,
-            )
-            .await?
+            let producer = EventProducer::new(&config.kafka, codec.clone())?;
+            then.with(push::PushHandler::new(codec, pools, redis, producer))
+                .await
         }
         "pushsend" => {
             let sender = pushsend::PushSender::from_config(&config.push)?;
-            let handler = pushsend::PushSendHandler::new(codec, redis, sender);
-            runner::run_on(
-                config, topology, source, group, dlq, handler, producer, shutdown,
-            )
-            .await?
+            then.with(pushsend::PushSendHandler::new(codec, redis, sender))
+                .await
         }
         other => anyhow::bail!(
             "unknown pipeline {other:?}; known: {}",
             PIPELINES.join(", ")
         ),
+    })
+}
+
+/// [`run_route`]'s use of a handler: the consumer-group runner.
+struct RunOn<'a> {
+    config: &'a Config,
+    topology: &'a Topology,
+    route: &'a Route,
+    producer: EventProducer,
+    shutdown: Shutdown,
+}
+
+impl WithHandler for RunOn<'_> {
+    type Output = Result<(), runner::PipelineError>;
+    async fn with<H: runner::Handler>(self, handler: H) -> Self::Output {
+        let r = self.route;
+        runner::run_on(
+            self.config,
+            self.topology,
+            &r.source,
+            &r.group,
+            &r.dlq,
+            handler,
+            self.producer,
+            self.shutdown,
+        )
+        .await
     }
-    Ok(())
 }

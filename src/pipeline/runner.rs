@@ -213,7 +213,7 @@ pub async fn run_on<H: Handler>(
     Ok(())
 }
 
-fn detach<M: Message>(msg: &M) -> Record {
+pub(crate) fn detach<M: Message>(msg: &M) -> Record {
     let traceparent = msg.headers().and_then(|h| {
         h.iter()
             .find(|h| h.key == "traceparent")
@@ -232,7 +232,7 @@ fn detach<M: Message>(msg: &M) -> Record {
 }
 
 /// Commits the next offset of every partition in the batch.
-fn commit(consumer: &StreamConsumer, batch: &[Record], mode: CommitMode) {
+pub(crate) fn commit<C: Consumer>(consumer: &C, batch: &[Record], mode: CommitMode) {
     let mut next: HashMap<(&str, i32), i64> = HashMap::new();
     for r in batch {
         let e = next.entry((r.topic.as_str(), r.partition)).or_insert(0);
@@ -247,7 +247,9 @@ fn commit(consumer: &StreamConsumer, batch: &[Record], mode: CommitMode) {
     }
 }
 
-struct Worker<'a, H> {
+/// Handles batches for one pipeline: retries, then the DLQ. Shared by the
+/// consumer-group loop here and by replays (`crate::replay`).
+pub(crate) struct Worker<'a, H> {
     topology: &'a Topology,
     handler: H,
     producer: EventProducer,
@@ -255,10 +257,26 @@ struct Worker<'a, H> {
     shutdown: Shutdown,
 }
 
-impl<H: Handler> Worker<'_, H> {
+impl<'a, H: Handler> Worker<'a, H> {
+    pub(crate) fn new(
+        topology: &'a Topology,
+        handler: H,
+        producer: EventProducer,
+        dlq: String,
+        shutdown: Shutdown,
+    ) -> Self {
+        Self {
+            topology,
+            handler,
+            producer,
+            dlq,
+            shutdown,
+        }
+    }
+
     /// Handles a batch to completion (done or in the DLQ). `false` when
     /// shutdown interrupted it.
-    async fn process(&self, batch: &[Record]) -> bool {
+    pub(crate) async fn process(&self, batch: &[Record]) -> bool {
         let name = self.topology.name.as_str();
         let mut pending: Vec<usize> = (0..batch.len()).collect();
         let mut to_dlq: Vec<(usize, String)> = Vec::new();

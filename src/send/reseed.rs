@@ -170,8 +170,8 @@ async fn reseed_topic(sender: &Sender, tenant: &str, topic: &str) -> Result<(), 
 }
 
 /// The highest seq and month of a topic that any acked send can have: the
-/// MySQL mirror (stored) and the log tail the store pipeline has not
-/// committed yet.
+/// MySQL mirror (stored), the log tail the store pipeline has not
+/// committed yet, and — during a legacy migration — the legacy table.
 struct Recovered {
     seq: i64,
     month: Option<String>,
@@ -188,6 +188,10 @@ async fn recover(sender: &Sender, tenant: &str, topic: &str) -> Result<Recovered
     .fetch_one(pool)
     .await
     .map_err(|e| retry(&e))?;
+    // During a legacy migration, seqs not yet copied live only there.
+    let legacy_seq = crate::legacy::table::max_seq(pool, topic)
+        .await
+        .map_err(|e| retry(&e))?;
     let config = sender.config();
     let store_group = format!("{}.store", config.pipelines.group_prefix);
     let tail = crate::kafka::log_tail::max_in_tail(
@@ -200,7 +204,10 @@ async fn recover(sender: &Sender, tenant: &str, topic: &str) -> Result<Recovered
     .await
     .map_err(|e| retry(&e))?;
     Ok(Recovered {
-        seq: mirror_seq.unwrap_or(0).max(tail.seq.unwrap_or(0)),
+        seq: mirror_seq
+            .unwrap_or(0)
+            .max(tail.seq.unwrap_or(0))
+            .max(legacy_seq.unwrap_or(0)),
         month: mirror_month.into_iter().chain(tail.month).max(),
         scanned: tail.scanned,
     })

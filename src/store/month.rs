@@ -368,6 +368,100 @@ impl MonthTable {
     }
 }
 
+/// Verification reads (replay, legacy migration): every row's digest
+/// columns `topic, seqid, from_user, content, status, version`.
+impl MonthTable {
+    /// Every row of the month.
+    pub fn digest_rows_sql(&self) -> String {
+        format!(
+            "SELECT topic, seqid, from_user, CAST(content AS CHAR CHARACTER SET utf8mb4), status, version \
+             FROM `{}`",
+            self.name()
+        )
+    }
+
+    /// The rows copied from the legacy table `legacy` (joined on
+    /// `message_id = legacy.id`, the migration's id mapping).
+    pub fn digest_copied_rows_sql(&self, legacy: &str) -> String {
+        format!(
+            "SELECT m.topic, m.seqid, m.from_user, CAST(m.content AS CHAR CHARACTER SET utf8mb4), m.status, m.version \
+             FROM `{}` m JOIN `{legacy}` l ON l.id = m.message_id",
+            self.name()
+        )
+    }
+
+    /// Per topic: first and last seq, row count, first and last time.
+    pub fn topic_ranges_sql(&self) -> String {
+        format!(
+            "SELECT topic, MIN(seqid), MAX(seqid), COUNT(*), MIN(created_at), MAX(created_at) \
+             FROM `{}` GROUP BY topic",
+            self.name()
+        )
+    }
+}
+
+/// The legacy migration's writes and checks (`crate::legacy`).
+impl MonthTable {
+    /// `INSERT IGNORE … SELECT` of legacy rows (aliased `l`) into this
+    /// month; the legacy `id` becomes `message_id`. `filter` is the WHERE
+    /// clause on `l` (cursor range and month bounds).
+    pub fn copy_from_legacy_sql(
+        &self,
+        legacy: &str,
+        index: &str,
+        columns: &str,
+        filter: &str,
+    ) -> String {
+        let select = columns
+            .split(',')
+            .map(|c| format!("l.{}", c.trim()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "INSERT IGNORE INTO `{}` (message_id, {columns}) SELECT l.id, {select} FROM `{legacy}` l \
+             FORCE INDEX ({index}) WHERE {filter}",
+            self.name()
+        )
+    }
+
+    /// Each legacy row of `filter` with its copy in this month (aliased
+    /// `m`, joined on `message_id = l.id`): `id, topic, seqid, created_at,
+    /// legacy hash, copy hash (NULL when missing)`.
+    pub fn check_copied_sql(
+        &self,
+        legacy: &str,
+        index: &str,
+        legacy_hash: &str,
+        copy_hash: &str,
+        filter: &str,
+    ) -> String {
+        format!(
+            "SELECT l.id, l.topic, l.seqid, l.created_at, {legacy_hash}, {copy_hash} FROM `{legacy}` l \
+             FORCE INDEX ({index}) LEFT JOIN `{}` m ON m.message_id = l.id WHERE {filter}",
+            self.name()
+        )
+    }
+
+    /// One topic's first and last seq, count, first and last time.
+    pub fn topic_range_sql(&self) -> String {
+        format!(
+            "SELECT MIN(seqid), MAX(seqid), COUNT(*), MIN(created_at), MAX(created_at) FROM `{}` WHERE topic = ?",
+            self.name()
+        )
+    }
+
+    /// Rows not copied from `legacy` whose seq lies within the legacy seqs
+    /// of their topic (a seq used twice).
+    pub fn foreign_rows_in_legacy_range_sql(&self, legacy: &str) -> String {
+        format!(
+            "SELECT COUNT(*) FROM `{}` m JOIN (SELECT topic, MAX(seqid) mx FROM `{legacy}` GROUP BY topic) x \
+             ON x.topic = m.topic LEFT JOIN `{legacy}` l ON l.id = m.message_id \
+             WHERE l.id IS NULL AND m.seqid <= x.mx",
+            self.name()
+        )
+    }
+}
+
 impl fmt::Display for MonthTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.name())
