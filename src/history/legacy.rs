@@ -97,6 +97,7 @@ mod tests {
             content: Some(text.into()),
             status: "normal".into(),
             version: 1,
+            edit_seq: None,
         }
     }
 
