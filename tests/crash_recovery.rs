@@ -26,6 +26,7 @@ use imstream::events::{new_event_id, now_ms, EventCodec, GroupEvent, GroupEventB
 use imstream::kafka::producer::{Acked, EventProducer};
 use imstream::kafka::topics::{TopicKind, TopicNames};
 use imstream::keys::{TenantKeys, TopicKeys};
+use imstream::send::{IN_FLIGHT_WINDOW_MS, MARGIN_AFTER_LOSS};
 use imstream::store::month::ShardMonth;
 
 use common::{send_http, wait_for, write_config_file, Stack};
@@ -377,20 +378,35 @@ struct Outcome {
     cmid: String,
     seq: i64,
     /// Phase when the request started / got its answer:
-    /// 0 before the loss, 1 while keys are deleted, 2 after.
+    /// 0 before the loss, 1 while the keys are deleted, 2 after.
     started: u8,
     answered: u8,
+    /// Wall clock (epoch ms, the gateway's clock) when the answer came.
+    answered_at_ms: i64,
 }
 
-/// Deletes every Redis key of `tenant`: per-topic `im:{tenant:…}` and
-/// tenant-wide `im:{tenant}…` (only this test's tenant; the server is
-/// shared).
-async fn lose_tenant_data(redis: &mut redis::aio::ConnectionManager, tenant: &str) -> usize {
-    let mut deleted = 0;
+/// Every Redis key of `tenant`: per-topic `im:{tenant:…}` and tenant-wide
+/// `im:{tenant}…` (only this test's tenant; the server is shared), plus the
+/// keys the re-seed depends on by name. Deletes nothing: SCAN walks the
+/// whole shared keyspace, hundreds of thousands of keys, which takes tens
+/// of seconds on a loaded machine.
+async fn tenant_keys(
+    redis: &mut redis::aio::ConnectionManager,
+    tenant: &str,
+    topic: &str,
+) -> BTreeSet<String> {
+    let mut keys: BTreeSet<String> = [
+        TopicKeys::new(tenant, topic).seq(),
+        TopicKeys::new(tenant, topic).reseed_lock(),
+        TenantKeys::new(tenant).generation(),
+        TenantKeys::new(tenant).active_month(),
+    ]
+    .into_iter()
+    .collect();
     for pattern in [format!("im:{{{tenant}:*"), format!("im:{{{tenant}}}*")] {
         let mut cursor: u64 = 0;
         loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
@@ -399,21 +415,62 @@ async fn lose_tenant_data(redis: &mut redis::aio::ConnectionManager, tenant: &st
                 .query_async(redis)
                 .await
                 .unwrap();
-            if !keys.is_empty() {
-                let n: usize = redis::cmd("DEL")
-                    .arg(&keys)
-                    .query_async(redis)
-                    .await
-                    .unwrap();
-                deleted += n;
-            }
+            keys.extend(found);
             if next == 0 {
                 break;
             }
             cursor = next;
         }
     }
-    deleted
+    keys
+}
+
+/// What [`lose_tenant_data`] did.
+struct Loss {
+    /// Keys deleted.
+    deleted: usize,
+    /// The lost allocator's `last_seq`: every seq it handed out is at most
+    /// this.
+    last_seq: i64,
+}
+
+/// Loses `keys` (from [`tenant_keys`]) at one instant, as a Redis restart
+/// without persistence or a failover to an empty replica does: one MULTI
+/// reads the topic allocator's last seq and deletes them all. (Deleting
+/// while scanning spread the loss over the tens of seconds the scan takes,
+/// so a re-seed started when the seq key went could be done before the
+/// loss was over.)
+async fn lose_tenant_data(
+    redis: &mut redis::aio::ConnectionManager,
+    tenant: &str,
+    topic: &str,
+    keys: &BTreeSet<String>,
+) -> Loss {
+    let seq_key = TopicKeys::new(tenant, topic).seq();
+    let generation = TenantKeys::new(tenant).generation();
+    let (last_seq, deleted, seq_left, generation_left): (Option<i64>, usize, bool, bool) =
+        redis::pipe()
+            .atomic()
+            .cmd("HGET")
+            .arg(&seq_key)
+            .arg("last_seq")
+            .cmd("DEL")
+            .arg(keys.iter().collect::<Vec<_>>())
+            .cmd("EXISTS")
+            .arg(&seq_key)
+            .cmd("EXISTS")
+            .arg(&generation)
+            .query_async(redis)
+            .await
+            .unwrap();
+    assert!(
+        !seq_left && !generation_left,
+        "the allocator and the generation marker are gone"
+    );
+    Loss {
+        deleted,
+        last_seq: last_seq.expect("the topic had a seq allocator before the loss"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -458,7 +515,9 @@ async fn redis_losing_the_tenant_refuses_sends_until_reseeded_then_never_reuses_
                                     serde_json::json!(true),
                                     "a 503 says retry: {body}"
                                 );
-                                if phase.load(Ordering::SeqCst) == 2 {
+                                // Answered once the loss began: nothing
+                                // else refuses a send in this test.
+                                if phase.load(Ordering::SeqCst) >= 1 {
                                     refusals_after.fetch_add(1, Ordering::SeqCst);
                                 }
                                 Err(format!("503 {body}"))
@@ -474,6 +533,7 @@ async fn redis_losing_the_tenant_refuses_sends_until_reseeded_then_never_reuses_
                     seq,
                     started,
                     answered,
+                    answered_at_ms: now_ms(),
                 });
                 i += 1;
             }
@@ -496,22 +556,13 @@ async fn redis_losing_the_tenant_refuses_sends_until_reseeded_then_never_reuses_
     })
     .await;
 
-    phase.store(1, Ordering::SeqCst);
     let mut redis = stack.redis().await;
-    let deleted = lose_tenant_data(&mut redis, stack.tenant()).await;
-    assert!(deleted > 0);
-    let seq_key_left: bool = redis::cmd("EXISTS")
-        .arg(TopicKeys::new(stack.tenant(), topic).seq())
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    let month_left: bool = redis::cmd("EXISTS")
-        .arg(TenantKeys::new(stack.tenant()).active_month())
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    assert!(!seq_key_left || !month_left, "the tenant's data is gone");
+    let keys = tenant_keys(&mut redis, stack.tenant(), topic).await;
+    phase.store(1, Ordering::SeqCst);
+    let lost_at_ms = now_ms();
+    let loss = lose_tenant_data(&mut redis, stack.tenant(), topic, &keys).await;
     phase.store(2, Ordering::SeqCst);
+    assert!(loss.deleted > 0);
 
     let after = count_where(|o| o.started == 2);
     wait_for(
@@ -536,14 +587,48 @@ async fn redis_losing_the_tenant_refuses_sends_until_reseeded_then_never_reuses_
     let outcomes = outcomes.lock().unwrap().clone();
 
     // Refused (503, retry) after the loss while the allocator was being
-    // re-seeded (the re-seed waits out the in-flight window first).
+    // re-seeded: the first send to find it missing waits INLINE_WAIT, far
+    // less than the in-flight window the re-seed waits out, and the others
+    // are told to retry at once.
     assert!(
         refusals_after.load(Ordering::SeqCst) > 0,
         "sends after the loss were refused until the re-seed"
     );
-    // Each sender's first send after the loss was held back: its answer
-    // came only once the re-seed was done.
-    assert!(outcomes.iter().any(|o| o.started < 2 && o.answered == 2));
+    // The old allocator handed out seqs up to `loss.last_seq`; the
+    // re-seeded one only above. Sends started after the loss got seqs
+    // from the re-seeded allocator.
+    let (old, reseeded): (Vec<&Outcome>, Vec<&Outcome>) =
+        outcomes.iter().partition(|o| o.seq <= loss.last_seq);
+    assert!(
+        old.iter().all(|o| o.started < 2),
+        "a send started after the loss got a seq of the lost allocator (≤ {})",
+        loss.last_seq
+    );
+    assert!(reseeded.len() >= 100, "acks after the loss");
+    // No send was accepted from the re-seeded allocator before the
+    // in-flight window (counted from the loss) was waited out: they were
+    // held or refused until then.
+    let early: Vec<_> = reseeded
+        .iter()
+        .filter(|o| o.answered_at_ms < lost_at_ms + IN_FLIGHT_WINDOW_MS)
+        .map(|o| (&o.cmid, o.seq, o.answered_at_ms - lost_at_ms))
+        .collect();
+    assert!(
+        early.is_empty(),
+        "accepted within {IN_FLIGHT_WINDOW_MS} ms of the loss: {early:?}"
+    );
+    // The re-seed saw the loss: it started above everything acked before
+    // plus the safety margin.
+    let max_old = old
+        .iter()
+        .map(|o| o.seq)
+        .max()
+        .expect("acks before the loss");
+    let min_reseeded = reseeded.iter().map(|o| o.seq).min().unwrap();
+    assert!(
+        min_reseeded > max_old + MARGIN_AFTER_LOSS,
+        "re-seeded at {min_reseeded}, not above {max_old} + the {MARGIN_AFTER_LOSS} margin"
+    );
     // No seq handed out twice.
     let mut holders: HashMap<i64, Vec<&str>> = HashMap::new();
     for o in &outcomes {

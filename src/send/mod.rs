@@ -5,7 +5,9 @@
 
 mod reseed;
 
-pub use reseed::{establish_generation, establish_generations, IN_FLIGHT_WINDOW_MS};
+pub use reseed::{
+    establish_generation, establish_generations, IN_FLIGHT_WINDOW_MS, MARGIN_AFTER_LOSS,
+};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
