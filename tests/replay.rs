@@ -21,7 +21,7 @@ use imstream::events::{new_event_id, now_ms, EventCodec, GroupEvent, GroupEventB
 use imstream::kafka::producer::EventProducer;
 use imstream::kafka::topics::{TopicKind, TopicNames};
 use imstream::replay::digest::{Summary, Verdict};
-use imstream::replay::{offsets, projection, replay, ReplayArgs};
+use imstream::replay::{projection, replay, ReplayArgs};
 use imstream::store::month::ShardMonth;
 use sqlx::MySqlPool;
 
@@ -286,8 +286,8 @@ async fn wiped_hot_messages_and_routes_are_replayed_identically() {
         let source = TopicNames::new(&config.kafka).name(TopicKind::GroupEvents);
         let group = format!("{}.store", config.pipelines.group_prefix);
         (
-            offsets::watermarks(&config, &group, &source).unwrap(),
-            offsets::committed(&config, &group, &source).unwrap(),
+            imstream::kafka::lag::watermarks(&config.kafka, &group, &source).unwrap(),
+            imstream::kafka::lag::committed(&config.kafka, &group, &source).unwrap(),
         )
     })
     .await

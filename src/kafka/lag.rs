@@ -6,9 +6,11 @@
 //! Every function here makes blocking librdkafka calls: run it on
 //! `spawn_blocking`.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use crate::config::KafkaConfig;
@@ -38,42 +40,87 @@ pub fn total_lag(backlog: &[PartitionBacklog]) -> i64 {
     backlog.iter().map(PartitionBacklog::lag).sum()
 }
 
+/// A client that only reads `group`'s state: no subscription, no commits.
+pub fn group_probe(kafka: &KafkaConfig, group: &str) -> Result<BaseConsumer, KafkaError> {
+    crate::kafka::client_config(kafka)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+}
+
+/// The partition ids of `topic`.
+pub fn partitions(probe: &BaseConsumer, topic: &str) -> Result<Vec<i32>, KafkaError> {
+    let metadata = probe.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect())
+}
+
+/// partition → (low, high) watermarks of `topic` now.
+pub fn watermarks(
+    kafka: &KafkaConfig,
+    group: &str,
+    topic: &str,
+) -> Result<BTreeMap<i32, (i64, i64)>, KafkaError> {
+    watermarks_of(&group_probe(kafka, group)?, topic)
+}
+
+fn watermarks_of(
+    probe: &BaseConsumer,
+    topic: &str,
+) -> Result<BTreeMap<i32, (i64, i64)>, KafkaError> {
+    let mut out = BTreeMap::new();
+    for p in partitions(probe, topic)? {
+        out.insert(p, probe.fetch_watermarks(topic, p, REQUEST_TIMEOUT)?);
+    }
+    Ok(out)
+}
+
+/// partition → offset committed by `group` on `topic` (absent: never
+/// committed).
+pub fn committed(
+    kafka: &KafkaConfig,
+    group: &str,
+    topic: &str,
+) -> Result<BTreeMap<i32, i64>, KafkaError> {
+    committed_of(&group_probe(kafka, group)?, topic)
+}
+
+fn committed_of(probe: &BaseConsumer, topic: &str) -> Result<BTreeMap<i32, i64>, KafkaError> {
+    let mut wanted = TopicPartitionList::new();
+    for p in partitions(probe, topic)? {
+        wanted.add_partition(topic, p);
+    }
+    let committed = probe.committed_offsets(wanted, REQUEST_TIMEOUT)?;
+    Ok(committed
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect())
+}
+
 /// The backlog of `group` on every partition of `topic`. A group that never
 /// committed on a partition resumes at the log start, so all of it counts.
 pub fn backlog(
     kafka: &KafkaConfig,
     topic: &str,
     group: &str,
-) -> Result<Vec<PartitionBacklog>, rdkafka::error::KafkaError> {
-    let probe: BaseConsumer = crate::kafka::client_config(kafka)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let metadata = probe.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    let mut wanted = TopicPartitionList::new();
-    for p in &partitions {
-        wanted.add_partition(topic, *p);
-    }
-    let committed = probe.committed_offsets(wanted, REQUEST_TIMEOUT)?;
-    let mut out = Vec::with_capacity(partitions.len());
-    for p in partitions {
-        let (low, high) = probe.fetch_watermarks(topic, p, REQUEST_TIMEOUT)?;
-        let from = match committed.find_partition(topic, p).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o.max(low),
-            _ => low,
-        };
-        out.push(PartitionBacklog {
-            partition: p,
-            from,
+) -> Result<Vec<PartitionBacklog>, KafkaError> {
+    let probe = group_probe(kafka, group)?;
+    let committed = committed_of(&probe, topic)?;
+    Ok(watermarks_of(&probe, topic)?
+        .into_iter()
+        .map(|(partition, (low, high))| PartitionBacklog {
+            partition,
+            from: committed.get(&partition).map_or(low, |c| (*c).max(low)),
             high,
-        });
-    }
-    Ok(out)
+        })
+        .collect())
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -81,23 +81,8 @@ fn scan(
     deadline: Duration,
 ) -> Result<(Vec<Vec<u8>>, u64), TailError> {
     let started = Instant::now();
-    let timeout = Duration::from_secs(10);
-    let probe: BaseConsumer = crate::kafka::client_config(&config.kafka)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let metadata = probe.fetch_metadata(Some(topic), timeout)?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    let mut wanted = TopicPartitionList::new();
-    for p in &partitions {
-        wanted.add_partition(topic, *p);
-    }
-    let committed = probe.committed_offsets(wanted, timeout)?;
-
+    // Where the group resumes on each partition, up to the end now.
+    let backlog = super::lag::backlog(&config.kafka, topic, group)?;
     let reader: BaseConsumer = crate::kafka::client_config(&config.kafka)
         .set("group.id", format!("{group}.tail-scan"))
         .set("enable.auto.commit", "false")
@@ -105,16 +90,9 @@ fn scan(
         .create()?;
     let mut assignment = TopicPartitionList::new();
     let mut ends = std::collections::HashMap::new();
-    for p in &partitions {
-        let (low, high) = reader.fetch_watermarks(topic, *p, timeout)?;
-        let start = match committed.find_partition(topic, *p).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o.max(low),
-            _ => low,
-        };
-        if start < high {
-            assignment.add_partition_offset(topic, *p, Offset::Offset(start))?;
-            ends.insert(*p, high);
-        }
+    for b in backlog.iter().filter(|b| b.from < b.high) {
+        assignment.add_partition_offset(topic, b.partition, Offset::Offset(b.from))?;
+        ends.insert(b.partition, b.high);
     }
     let mut found = Vec::new();
     let mut scanned = 0u64;

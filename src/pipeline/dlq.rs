@@ -9,13 +9,11 @@
 //! nothing is dropped, and the next replay sees it again. Handlers are
 //! idempotent, so replaying a record that was already handled is harmless.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
-
 use crate::config::Config;
+use crate::kafka::lag;
 use crate::shutdown::Shutdown;
 
 use super::{load_topology, run_route, Route, Topology};
@@ -72,8 +70,10 @@ pub async fn replay_until_drained(
     let topology = load_topology(config, pipeline)?;
     let route = replay_route(config, &topology)?;
     let (cfg, r) = (config.clone(), route.clone());
-    let targets = tokio::task::spawn_blocking(move || end_offsets(&cfg, &r)).await??;
-    let waiting = pending(&targets, &HashMap::new());
+    let targets =
+        tokio::task::spawn_blocking(move || lag::watermarks(&cfg.kafka, &r.group, &r.source))
+            .await??;
+    let waiting = pending(&targets, &BTreeMap::new());
     if waiting == 0 {
         tracing::info!(pipeline, dlq = %route.source, "DLQ is empty; nothing to replay");
         return Ok(Drained::default());
@@ -94,7 +94,11 @@ pub async fn replay_until_drained(
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
         let (cfg, r) = (config.clone(), route.clone());
-        let committed = match tokio::task::spawn_blocking(move || committed(&cfg, &r)).await? {
+        let committed = match tokio::task::spawn_blocking(move || {
+            lag::committed(&cfg.kafka, &r.group, &r.source)
+        })
+        .await?
+        {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "reading the replay's committed offsets failed; retrying");
@@ -113,7 +117,7 @@ pub async fn replay_until_drained(
 }
 
 /// Records between `committed` (or the log start) and `targets`.
-fn pending(targets: &HashMap<i32, (i64, i64)>, committed: &HashMap<i32, i64>) -> i64 {
+fn pending(targets: &BTreeMap<i32, (i64, i64)>, committed: &BTreeMap<i32, i64>) -> i64 {
     targets
         .iter()
         .map(|(p, (low, high))| {
@@ -121,56 +125,6 @@ fn pending(targets: &HashMap<i32, (i64, i64)>, committed: &HashMap<i32, i64>) ->
             (high - from).max(0)
         })
         .sum()
-}
-
-fn probe(config: &Config, group: &str) -> Result<BaseConsumer, rdkafka::error::KafkaError> {
-    crate::kafka::client_config(&config.kafka)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-}
-
-/// partition → (low, high) watermarks of the DLQ now.
-fn end_offsets(
-    config: &Config,
-    route: &Route,
-) -> Result<HashMap<i32, (i64, i64)>, rdkafka::error::KafkaError> {
-    let timeout = Duration::from_secs(10);
-    let consumer = probe(config, &route.group)?;
-    let metadata = consumer.fetch_metadata(Some(&route.source), timeout)?;
-    let mut out = HashMap::new();
-    for t in metadata.topics() {
-        for p in t.partitions() {
-            let marks = consumer.fetch_watermarks(&route.source, p.id(), timeout)?;
-            out.insert(p.id(), marks);
-        }
-    }
-    Ok(out)
-}
-
-/// partition → offset committed by the replay group.
-fn committed(
-    config: &Config,
-    route: &Route,
-) -> Result<HashMap<i32, i64>, rdkafka::error::KafkaError> {
-    let timeout = Duration::from_secs(10);
-    let consumer = probe(config, &route.group)?;
-    let metadata = consumer.fetch_metadata(Some(&route.source), timeout)?;
-    let mut wanted = TopicPartitionList::new();
-    for t in metadata.topics() {
-        for p in t.partitions() {
-            wanted.add_partition(&route.source, p.id());
-        }
-    }
-    let committed = consumer.committed_offsets(wanted, timeout)?;
-    Ok(committed
-        .elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((e.partition(), o)),
-            _ => None,
-        })
-        .collect())
 }
 
 #[cfg(test)]
@@ -191,9 +145,9 @@ mod tests {
 
     #[test]
     fn pending_counts_from_the_committed_offset_or_the_log_start() {
-        let targets = HashMap::from([(0, (0, 5)), (1, (3, 4))]);
-        assert_eq!(pending(&targets, &HashMap::new()), 6);
-        assert_eq!(pending(&targets, &HashMap::from([(0, 5)])), 1);
-        assert_eq!(pending(&targets, &HashMap::from([(0, 5), (1, 4)])), 0);
+        let targets = BTreeMap::from([(0, (0, 5)), (1, (3, 4))]);
+        assert_eq!(pending(&targets, &BTreeMap::new()), 6);
+        assert_eq!(pending(&targets, &BTreeMap::from([(0, 5)])), 1);
+        assert_eq!(pending(&targets, &BTreeMap::from([(0, 5), (1, 4)])), 0);
     }
 }

@@ -235,13 +235,15 @@ pub async fn replay(
         let (cfg, r) = (config.clone(), route.clone());
         let reset = target.is_none();
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let marks = offsets::watermarks(&cfg, &r.group, &r.source)?;
+            let marks = crate::kafka::lag::watermarks(&cfg.kafka, &r.group, &r.source)?;
             let starts = match from {
                 Start::Earliest => BTreeMap::new(),
                 Start::Time(ms) => offsets::offsets_for_time(&cfg, &r.group, &r.source, ms)?,
             };
             let committed = if reset {
-                Some(offsets::committed(&cfg, &r.group, &r.source)?)
+                Some(crate::kafka::lag::committed(
+                    &cfg.kafka, &r.group, &r.source,
+                )?)
             } else {
                 None
             };

@@ -11,37 +11,12 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::Config;
+use crate::kafka::lag;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 fn probe(config: &Config, group: &str) -> Result<BaseConsumer, KafkaError> {
-    crate::kafka::client_config(&config.kafka)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-}
-
-fn partitions(consumer: &BaseConsumer, topic: &str) -> Result<Vec<i32>, KafkaError> {
-    let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT)?;
-    Ok(metadata
-        .topics()
-        .iter()
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect())
-}
-
-/// partition → (low, high) watermarks now.
-pub fn watermarks(
-    config: &Config,
-    group: &str,
-    topic: &str,
-) -> Result<BTreeMap<i32, (i64, i64)>, KafkaError> {
-    let consumer = probe(config, group)?;
-    let mut out = BTreeMap::new();
-    for p in partitions(&consumer, topic)? {
-        out.insert(p, consumer.fetch_watermarks(topic, p, TIMEOUT)?);
-    }
-    Ok(out)
+    lag::group_probe(&config.kafka, group)
 }
 
 /// partition → first offset whose timestamp is at or after `ts_ms`
@@ -54,7 +29,7 @@ pub fn offsets_for_time(
 ) -> Result<BTreeMap<i32, Option<i64>>, KafkaError> {
     let consumer = probe(config, group)?;
     let mut wanted = TopicPartitionList::new();
-    for p in partitions(&consumer, topic)? {
+    for p in lag::partitions(&consumer, topic)? {
         wanted.add_partition_offset(topic, p, Offset::Offset(ts_ms))?;
     }
     let found = consumer.offsets_for_times(wanted, TIMEOUT)?;
@@ -67,28 +42,6 @@ pub fn offsets_for_time(
                 _ => None,
             };
             (e.partition(), offset)
-        })
-        .collect())
-}
-
-/// partition → offset committed by `group` (absent: never committed).
-pub fn committed(
-    config: &Config,
-    group: &str,
-    topic: &str,
-) -> Result<BTreeMap<i32, i64>, KafkaError> {
-    let consumer = probe(config, group)?;
-    let mut wanted = TopicPartitionList::new();
-    for p in partitions(&consumer, topic)? {
-        wanted.add_partition(topic, p);
-    }
-    let committed = consumer.committed_offsets(wanted, TIMEOUT)?;
-    Ok(committed
-        .elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((e.partition(), o)),
-            _ => None,
         })
         .collect())
 }
