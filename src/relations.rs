@@ -42,6 +42,35 @@ impl Set {
             Set::Blocks => "SELECT blocked_uid FROM im_blocks WHERE uid = ?",
         }
     }
+
+    fn write_sql(self, present: bool) -> &'static str {
+        match (self, present) {
+            (Set::Friends, true) => "INSERT IGNORE INTO im_friends (uid, friend_uid) VALUES (?, ?)",
+            (Set::Friends, false) => "DELETE FROM im_friends WHERE uid = ? AND friend_uid = ?",
+            (Set::Blocks, true) => "INSERT IGNORE INTO im_blocks (uid, blocked_uid) VALUES (?, ?)",
+            (Set::Blocks, false) => "DELETE FROM im_blocks WHERE uid = ? AND blocked_uid = ?",
+        }
+    }
+}
+
+/// Puts `other` into (or takes it out of) `uid`'s `set`: MySQL first, then
+/// the Redis set if it is cached. Idempotent, so redelivery converges.
+pub async fn set_member(
+    pool: &MySqlPool,
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    set: Set,
+    uid: i64,
+    other: i64,
+    present: bool,
+) -> Result<(), RelationError> {
+    sqlx::query(set.write_sql(present))
+        .bind(uid)
+        .bind(other)
+        .execute(pool)
+        .await?;
+    update_cached(redis, tenant, set, uid, other, present).await?;
+    Ok(())
 }
 
 /// Whether `other` is in `uid`'s `set` (friends of, blocked by `uid`).
@@ -77,7 +106,7 @@ pub async fn contains(
 }
 
 /// Adds or removes `other` in `uid`'s cached `set`, if it is cached.
-pub async fn update_cached(
+async fn update_cached(
     redis: &mut ConnectionManager,
     tenant: &str,
     set: Set,

@@ -27,6 +27,18 @@ impl RelationsHandler {
         }
     }
 
+    /// A friend or block edge of the event's user.
+    async fn edge(&self, e: &UserEvent, set: Set, other: i64, present: bool) -> Result<(), String> {
+        let pool = self
+            .pools
+            .get(&e.tenant_id)
+            .map_err(|_| format!("unknown tenant {}", e.tenant_id))?;
+        let mut redis = self.redis.clone();
+        relations::set_member(pool, &mut redis, &e.tenant_id, set, e.uid, other, present)
+            .await
+            .map_err(|err| err.to_string())
+    }
+
     async fn apply(&self, e: &UserEvent) -> Result<(), String> {
         let pool = self
             .pools
@@ -58,77 +70,13 @@ impl RelationsHandler {
                 .await
                 .map_err(db)?;
             }
-            UserEventBody::FriendAdded(f) => {
-                sqlx::query("INSERT IGNORE INTO im_friends (uid, friend_uid) VALUES (?, ?)")
-                    .bind(e.uid)
-                    .bind(f.friend_uid)
-                    .execute(pool)
-                    .await
-                    .map_err(db)?;
-                relations::update_cached(
-                    &mut redis,
-                    &e.tenant_id,
-                    Set::Friends,
-                    e.uid,
-                    f.friend_uid,
-                    true,
-                )
-                .await
-                .map_err(rd)?;
-            }
+            UserEventBody::FriendAdded(f) => self.edge(e, Set::Friends, f.friend_uid, true).await?,
             UserEventBody::FriendRemoved(f) => {
-                sqlx::query("DELETE FROM im_friends WHERE uid = ? AND friend_uid = ?")
-                    .bind(e.uid)
-                    .bind(f.friend_uid)
-                    .execute(pool)
-                    .await
-                    .map_err(db)?;
-                relations::update_cached(
-                    &mut redis,
-                    &e.tenant_id,
-                    Set::Friends,
-                    e.uid,
-                    f.friend_uid,
-                    false,
-                )
-                .await
-                .map_err(rd)?;
+                self.edge(e, Set::Friends, f.friend_uid, false).await?
             }
-            UserEventBody::UserBlocked(b) => {
-                sqlx::query("INSERT IGNORE INTO im_blocks (uid, blocked_uid) VALUES (?, ?)")
-                    .bind(e.uid)
-                    .bind(b.blocked_uid)
-                    .execute(pool)
-                    .await
-                    .map_err(db)?;
-                relations::update_cached(
-                    &mut redis,
-                    &e.tenant_id,
-                    Set::Blocks,
-                    e.uid,
-                    b.blocked_uid,
-                    true,
-                )
-                .await
-                .map_err(rd)?;
-            }
+            UserEventBody::UserBlocked(b) => self.edge(e, Set::Blocks, b.blocked_uid, true).await?,
             UserEventBody::UserUnblocked(b) => {
-                sqlx::query("DELETE FROM im_blocks WHERE uid = ? AND blocked_uid = ?")
-                    .bind(e.uid)
-                    .bind(b.blocked_uid)
-                    .execute(pool)
-                    .await
-                    .map_err(db)?;
-                relations::update_cached(
-                    &mut redis,
-                    &e.tenant_id,
-                    Set::Blocks,
-                    e.uid,
-                    b.blocked_uid,
-                    false,
-                )
-                .await
-                .map_err(rd)?;
+                self.edge(e, Set::Blocks, b.blocked_uid, false).await?
             }
             UserEventBody::PushSettingsChanged(p) => {
                 let keys = TenantKeys::new(&e.tenant_id);
