@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use common::{read_events, send_http, wait_for, Stack};
+use common::{call, read_events, send_http, wait_for, Stack};
 use imstream::events::{AdminResult, GroupEvent, GroupEventBody};
 use imstream::kafka::topics::TopicKind;
 use realtime_support::{usr, Client, DELIVERY};
@@ -37,33 +37,6 @@ async fn command(stack: &Stack, addr: SocketAddr, id: &str, mut body: Value) {
         .unwrap();
     let status = resp.status().as_u16();
     assert_eq!(status, 202, "{}", resp.text().await.unwrap_or_default());
-}
-
-/// One governance call over HTTP as `uid`; the status and body.
-async fn call(
-    stack: &Stack,
-    addr: SocketAddr,
-    uid: i64,
-    method: &str,
-    path: &str,
-    body: Value,
-) -> (u16, Value) {
-    let client = reqwest::Client::new();
-    let url = format!("http://{addr}{path}");
-    let req = match method {
-        "POST" => client.post(url),
-        "PUT" => client.put(url),
-        "DELETE" => client.delete(url),
-        other => panic!("method {other}"),
-    };
-    let resp = req
-        .bearer_auth(stack.token(uid, "http"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
 }
 
 /// Results on the results topic until one for `id` has arrived.

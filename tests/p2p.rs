@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sqlx::MySqlPool;
 
-use common::{read_events, wait_for, Stack};
+use common::{call, read_events, wait_for, Stack};
 use imstream::events::PushTask;
 use imstream::gateway::proto::p2p_topic;
 use imstream::kafka::topics::TopicKind;
@@ -40,33 +40,6 @@ async fn send_p2p(
         .post(format!("http://{addr}/v1/users/{peer}/messages"))
         .bearer_auth(stack.token(uid, "http"))
         .json(&json!({"content": text, "client_msg_id": cmid}))
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
-/// An HTTP call as `uid`.
-async fn call(
-    stack: &Stack,
-    addr: SocketAddr,
-    uid: i64,
-    method: &str,
-    path: &str,
-    body: Value,
-) -> (u16, Value) {
-    let client = reqwest::Client::new();
-    let url = format!("http://{addr}{path}");
-    let req = match method {
-        "POST" => client.post(url),
-        "PUT" => client.put(url),
-        "DELETE" => client.delete(url),
-        other => panic!("{other}"),
-    };
-    let resp = req
-        .bearer_auth(stack.token(uid, "http"))
-        .json(&body)
         .send()
         .await
         .unwrap();

@@ -468,3 +468,31 @@ pub async fn read_topic<E: imstream::events::Event>(
     }
     events
 }
+
+/// One HTTP call (`POST`, `PUT`, `DELETE`, JSON body) as `uid` through
+/// gateway `addr`; the status and body.
+pub async fn call(
+    stack: &Stack,
+    addr: std::net::SocketAddr,
+    uid: i64,
+    method: &str,
+    path: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}{path}");
+    let req = match method {
+        "POST" => client.post(url),
+        "PUT" => client.put(url),
+        "DELETE" => client.delete(url),
+        other => panic!("method {other}"),
+    };
+    let resp = req
+        .bearer_auth(stack.token(uid, "http"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(serde_json::Value::Null))
+}
