@@ -17,10 +17,20 @@
 -- ARGV[4] pending claim TTL, ms
 -- ARGV[5] client message id ('' for none)
 -- ARGV[6] message id (Snowflake) to record in the claim
+-- ARGV[7] event id to record in the claim
+-- ARGV[8] created_at, epoch ms, to record in the claim
+-- ARGV[9] digest of the message (content, head, edit target)
+--
+-- A claim fixes the message's identity for good:
+--   status|seq|shard_month|message_id|event_id|created_at|digest
+-- status is 'pending' (allocated; the event may or may not be in the log)
+-- or 'done' (acknowledged). Every retry with the same client message id gets
+-- the same identity back and produces the same event again: a retry never
+-- takes a new seq.
 --
 -- Returns one of:
 --   {'OK', seq, shard_month, group_id}
---   {'DUP', status, seq, shard_month, message_id}   earlier pending/done claim
+--   {'DUP', claim, group_id}   an earlier claim of this client message id
 --   {'RESEED'}        seq state missing: new topic or Redis lost data
 --   {'NOGROUP'}       group facts not cached: load them, then retry
 --   {'NOMEMBERS'}     member set not cached: load it, then retry
@@ -61,12 +71,7 @@ local cmid = ARGV[5]
 if cmid ~= '' then
   local prev = redis.call('GET', KEYS[6])
   if prev then
-    -- status|seq|month|message_id
-    local status, seq, month, mid = string.match(prev, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
-    -- A failed send may be retried with the same id: it gets a new seq.
-    if status ~= 'failed' then
-      return {'DUP', status, seq, month, mid}
-    end
+    return {'DUP', prev, meta[1]}
   end
 end
 
@@ -80,7 +85,9 @@ elseif not floor or floor < month then
 end
 
 if cmid ~= '' then
-  redis.call('SET', KEYS[6], 'pending|' .. seq .. '|' .. month .. '|' .. ARGV[6], 'PX', ARGV[4])
+  redis.call('SET', KEYS[6],
+    'pending|' .. seq .. '|' .. month .. '|' .. ARGV[6] .. '|' .. ARGV[7] .. '|' .. ARGV[8] .. '|' .. ARGV[9],
+    'PX', ARGV[4])
 end
 
 return {'OK', seq, month, meta[1]}

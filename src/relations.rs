@@ -45,9 +45,9 @@ impl Set {
 
     fn write_sql(self, present: bool) -> &'static str {
         match (self, present) {
-            (Set::Friends, true) => "INSERT IGNORE INTO im_friends (uid, friend_uid) VALUES (?, ?)",
+            (Set::Friends, true) => "INSERT INTO im_friends (uid, friend_uid) VALUES (?, ?) ON DUPLICATE KEY UPDATE uid = uid",
             (Set::Friends, false) => "DELETE FROM im_friends WHERE uid = ? AND friend_uid = ?",
-            (Set::Blocks, true) => "INSERT IGNORE INTO im_blocks (uid, blocked_uid) VALUES (?, ?)",
+            (Set::Blocks, true) => "INSERT INTO im_blocks (uid, blocked_uid) VALUES (?, ?) ON DUPLICATE KEY UPDATE uid = uid",
             (Set::Blocks, false) => "DELETE FROM im_blocks WHERE uid = ? AND blocked_uid = ?",
         }
     }

@@ -9,6 +9,7 @@ pub mod control;
 pub mod edits;
 pub mod governance;
 pub mod http;
+mod lease;
 pub mod proto;
 pub mod reads;
 pub mod relations;
@@ -180,26 +181,62 @@ pub async fn start(
 }
 
 /// A second live gateway with the same node id would split its users'
-/// deliveries: refuse to start while another holds the id.
+/// deliveries, so a node id is leased. A gateway restarted after a crash
+/// takes its own stale lease over at once (same host, the old process is
+/// gone); a lease held by a live process elsewhere is waited for, never
+/// stolen. A second gateway in this very process is a configuration error.
 async fn lease_node_id(
     redis: &mut redis::aio::ConnectionManager,
     node: &str,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let key = format!("im:{{global}}:node:{node}");
-    let token = crate::events::new_event_id();
-    let got: Option<String> = redis::cmd("SET")
-        .arg(&key)
-        .arg(&token)
-        .arg("NX")
-        .arg("PX")
-        .arg(NODE_LEASE_MS)
-        .query_async(redis)
-        .await?;
-    anyhow::ensure!(
-        got.is_some(),
-        "node id {node:?} is already live against this Redis; give each gateway its own id (node.id, IM_NODE_ID or HOSTNAME)"
-    );
+    let token = lease::token();
+    let mut waiting_since: Option<std::time::Instant> = None;
+    loop {
+        let got: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(NODE_LEASE_MS)
+            .query_async(redis)
+            .await?;
+        if got.is_some() {
+            break;
+        }
+        let holder: Option<String> = redis::cmd("GET").arg(&key).query_async(redis).await?;
+        let Some(holder) = holder else { continue };
+        match lease::judge(&holder) {
+            lease::Holder::ThisProcess => anyhow::bail!(
+                "node id {node:?} is already live in this process; give each gateway its own id (node.id, IM_NODE_ID or HOSTNAME)"
+            ),
+            lease::Holder::Gone => {
+                let taken: i64 = redis::Script::new(TAKE_OVER_NODE_LEASE)
+                    .key(&key)
+                    .arg(&holder)
+                    .arg(&token)
+                    .arg(NODE_LEASE_MS)
+                    .invoke_async(redis)
+                    .await?;
+                if taken == 1 {
+                    tracing::warn!(%node, stale = %holder, "took over the node id lease of a crashed gateway");
+                    break;
+                }
+            }
+            lease::Holder::Elsewhere => {
+                let since = *waiting_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed().as_millis() % 15_000 < 1_000 {
+                    tracing::error!(%node, holder = %holder, "node id is leased by another live process; waiting for it to end (give each gateway its own id: node.id, IM_NODE_ID or HOSTNAME)");
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => anyhow::bail!("shut down while waiting for the node id lease"),
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    }
+    lease::hold(&token);
     let mut redis = redis.clone();
     let node = node.to_string();
     tokio::spawn(async move {
@@ -208,6 +245,7 @@ async fn lease_node_id(
                 _ = shutdown.cancelled() => {
                     let _: redis::RedisResult<i64> = redis::Script::new(include_str!("../../lua/release_lock.lua"))
                         .key(&key).arg(&token).invoke_async(&mut redis).await;
+                    lease::release(&token);
                     return;
                 }
                 _ = tokio::time::sleep(std::time::Duration::from_millis(NODE_LEASE_MS / 3)) => {}
@@ -233,6 +271,10 @@ async fn lease_node_id(
 }
 
 const NODE_LEASE_MS: u64 = 15_000;
+
+/// Replaces the lease only while it still holds the stale token.
+const TAKE_OVER_NODE_LEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end return 0";
 
 /// Extends the lease when it holds our token, takes it again when it has
 /// expired, and leaves it alone (returns 0) when another holder has it.

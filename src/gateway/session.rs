@@ -1094,6 +1094,11 @@ pub fn send_error_reply(e: &SendError) -> (u16, String, Option<Value>) {
             Some(json!({"code": "NOT_FRIENDS"})),
         ),
         SendError::TooLarge(_) => (413, "message too large".into(), None),
+        SendError::ClientIdReused => (
+            409,
+            "client_mid was already used for a different message".into(),
+            Some(json!({"code": "CLIENT_MID_REUSED"})),
+        ),
         SendError::BadRequest(why) => (400, format!("malformed: {why}"), None),
         SendError::Retryable(why) => (
             503,

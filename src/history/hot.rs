@@ -32,7 +32,15 @@ pub async fn put(
     let snapshot = serde_json::to_string(msg).unwrap_or_default();
     let member = format!("{}:{}", msg.seq, msg.ts);
     let mut pipe = redis::pipe();
-    pipe.set_ex(keys.hot_msg(msg.seq), snapshot, ttl as u64)
+    // NX: the seq is the message's identity. A second copy of its event
+    // (a re-produced retry, a redelivery) must not undo a later edit or
+    // recall of the snapshot.
+    pipe.cmd("SET")
+        .arg(keys.hot_msg(msg.seq))
+        .arg(snapshot)
+        .arg("NX")
+        .arg("EX")
+        .arg(ttl)
         .ignore();
     pipe.zadd(keys.hot_seqs(), member, msg.seq).ignore();
     pipe.expire(keys.hot_seqs(), HOT_TTL_SECS).ignore();

@@ -1,6 +1,6 @@
 //! `imstream legacy copy`: moves legacy rows into the month tables in
 //! batches along the `(created_at, id)` cursor (seed 000 §9). Each batch is
-//! one transaction: `INSERT IGNORE … SELECT` into each month it touches,
+//! one transaction: `INSERT … SELECT` (a duplicate key changes nothing) into each month it touches,
 //! a check that every row arrived with the same content (count and a
 //! per-row SHA-256, combined into the batch's hash), the route mirror, and
 //! the cursor with the batch log. A copy can stop after any batch (Ctrl-C,
@@ -308,12 +308,21 @@ async fn copy_batch(
     for (month, expected) in &per_month {
         let table = &tables[month];
         let bind_range = |sql| range_query(sql, from, to, *month);
-        let sql = table.copy_from_legacy_sql(TABLE, CURSOR_INDEX, COPY_COLUMNS, &filter);
-        let n = bind_range(&sql).execute(&mut *tx).await?.rows_affected() as i64;
-        if n > *expected as i64 {
-            return Err(check(format!("{n} rows inserted into {table} for {expected} keys (legacy rows appeared mid-batch)")));
+        // Copies already there (a re-run), by primary key: the insert's
+        // affected-rows count would count them too (found rows).
+        let ids: Vec<i64> = keys
+            .iter()
+            .filter(|k| ShardMonth::of(k.created_at.and_utc()) == *month)
+            .map(|k| k.id)
+            .collect();
+        let count_sql = table.count_message_ids_sql(ids.len());
+        let mut present = sqlx::query_scalar::<_, i64>(&count_sql);
+        for id in &ids {
+            present = present.bind(id);
         }
-        inserted += n;
+        let before = present.fetch_one(&mut *tx).await?;
+        let sql = table.copy_from_legacy_sql(TABLE, CURSOR_INDEX, COPY_COLUMNS, &filter);
+        bind_range(&sql).execute(&mut *tx).await?;
         // Every legacy row of the range next to its copy.
         let sql = table.check_copied_sql(TABLE, CURSOR_INDEX, &legacy_hash, &copy_hash, &filter);
         let start = checked.len();
@@ -334,6 +343,8 @@ async fn copy_batch(
                 rows.len()
             )));
         }
+        let n = rows.iter().filter(|c| c.copy.is_some()).count() as i64 - before;
+        inserted += n;
         if n == *expected as i64 {
             upsert_mirror(&mut tx, *month, rows).await?;
         } else {

@@ -92,7 +92,7 @@ pub async fn set_dual_read(pool: &MySqlPool, on: bool) -> sqlx::Result<bool> {
     Ok(done.rows_affected() > 0)
 }
 
-/// Starts the copy over from the first row (INSERT IGNORE makes it safe).
+/// Starts the copy over from the first row (copies already there are left as they are).
 pub async fn restart(pool: &MySqlPool) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE im_legacy_migration SET cursor_created_at = NULL, cursor_id = NULL, rows_copied = 0, \

@@ -82,7 +82,14 @@ pub fn dispatch(
         metrics::counter!(m::ENVELOPES_TOTAL, "outcome" => "foreign_tenant").increment(1);
         return 0;
     }
-    if !seen.first_time(&envelope.event_id) {
+    // A message is delivered once per identity (tenant, topic, seq), even
+    // when its event reached the log twice or the fan-out ran it again.
+    let identity = if envelope.dedup_key.is_empty() {
+        envelope.event_id.clone()
+    } else {
+        format!("{}:{}", envelope.tenant_id, envelope.dedup_key)
+    };
+    if !seen.first_time(&identity) {
         metrics::counter!(m::ENVELOPES_TOTAL, "outcome" => "duplicate").increment(1);
         return 0;
     }
@@ -271,5 +278,16 @@ mod tests {
         );
         assert!(rx1.try_recv().is_err());
         assert!(matches!(rx2.try_recv(), Ok(Outbound::Frame(_))));
+
+        // The same message under another event id (its event reached the
+        // log twice) is delivered once; the same seq of another tenant is
+        // another message.
+        let message = |id: &str| Envelope {
+            dedup_key: "msg:grpX:7".into(),
+            skip_sid: String::new(),
+            ..env(id, "a")
+        };
+        assert_eq!(dispatch(&hub, &tenants, &mut seen, message("e2")), 2);
+        assert_eq!(dispatch(&hub, &tenants, &mut seen, message("e3")), 0);
     }
 }

@@ -112,7 +112,8 @@ impl RegistryStore {
         let fp = fingerprint(normalized);
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "INSERT IGNORE INTO sr_schemas (schema_type, fingerprint, schema_text) VALUES ('AVRO', ?, ?)",
+            "INSERT INTO sr_schemas (schema_type, fingerprint, schema_text) VALUES ('AVRO', ?, ?) \
+             ON DUPLICATE KEY UPDATE fingerprint = fingerprint",
         )
         .bind(&fp)
         .bind(normalized)

@@ -1,9 +1,20 @@
 //! The send path (ARCHITECTURE.md §3), shared by the WebSocket and HTTP
-//! front ends: ACL and mute checks, seq and shard month from one Lua call,
-//! a Snowflake id, `MessageSent` produced with acks=all, then the claim is
-//! marked done and the seq returned.
+//! front ends: content checks, ACL and mute checks, seq and shard month from
+//! one Lua call, a Snowflake id, `MessageSent` produced with acks=all, then
+//! the claim is marked done and the seq returned.
+//!
+//! Idempotent by construction: a client message id's claim fixes the
+//! message's seq, shard month, message id, event id and time for good. A
+//! retry after any failure (a produce timeout, a broker error, a gateway
+//! crash between allocation and ack) produces that same event again, never
+//! a new seq; every projection treats `(tenant, topic, seq)` and the event id
+//! as the identity, so a second copy in the log changes nothing. A seq is a
+//! hole only when no event for it ever reaches the log.
 
+mod content;
 mod reseed;
+
+pub use content::{ContentError, MAX_JSON_DEPTH};
 
 pub use reseed::{
     establish_generation, establish_generations, IN_FLIGHT_WINDOW_MS, MARGIN_AFTER_LOSS,
@@ -30,12 +41,9 @@ use crate::tenant::TenantPools;
 static ALLOCATE: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/allocate_seq.lua")));
 
-/// A claim stays `pending` this long before a retry may take over.
-const PENDING_TTL_MS: u64 = 60_000;
-/// A `done` claim answers retries with the same seq for a day.
-const DONE_TTL_MS: u64 = 24 * 3600 * 1000;
-/// A `failed` claim is kept briefly; a retry then gets a new seq.
-const FAILED_TTL_MS: u64 = 5 * 60 * 1000;
+/// A claim (pending or done) answers retries with the same identity for a
+/// day. A pending claim never expires sooner: its event may be in the log.
+const CLAIM_TTL_MS: u64 = 24 * 3600 * 1000;
 /// How long the gateway trusts its copy of a tenant's active month.
 const ACTIVE_MONTH_CACHE: Duration = Duration::from_secs(1);
 
@@ -84,6 +92,9 @@ pub enum SendError {
     NotFriends,
     #[error("message too large ({0} bytes)")]
     TooLarge(usize),
+    /// The client message id was used before for a different message.
+    #[error("client_mid was already used for a different message")]
+    ClientIdReused,
     #[error("{0}")]
     BadRequest(String),
     /// Nothing was sent; the client may retry (with the same client_mid).
@@ -106,15 +117,102 @@ pub struct Allocation {
 
 #[derive(Debug)]
 enum Allocated {
-    /// A new seq: the message still has to be produced.
-    Fresh {
-        seq: i64,
-        month: String,
+    /// The message still has to be produced: a new seq, or a retry of a
+    /// claim whose event may not have reached the log (`again`).
+    Produce {
+        identity: Identity,
         group_id: i64,
-        message_id: i64,
+        again: bool,
     },
     /// A retry of a send that already succeeded.
     Answered(Sent),
+}
+
+/// What a claim fixes for good about one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Identity {
+    seq: i64,
+    month: String,
+    message_id: i64,
+    event_id: String,
+    created_at: i64,
+}
+
+/// A parsed claim: `status|seq|month|message_id|event_id|created_at|digest`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Claim {
+    done: bool,
+    identity: Identity,
+    digest: String,
+}
+
+impl Claim {
+    fn parse(text: &str) -> Option<Claim> {
+        let mut parts = text.split('|');
+        let status = parts.next()?;
+        let seq = parts.next()?.parse().ok()?;
+        let month = parts.next()?.to_string();
+        let message_id = parts.next()?.parse().ok()?;
+        let event_id = parts.next()?.to_string();
+        let created_at = parts.next()?.parse().ok()?;
+        let digest = parts.next()?.to_string();
+        if parts.next().is_some() || event_id.is_empty() {
+            return None;
+        }
+        Some(Claim {
+            done: match status {
+                "done" => true,
+                "pending" => false,
+                _ => return None,
+            },
+            identity: Identity {
+                seq,
+                month,
+                message_id,
+                event_id,
+                created_at,
+            },
+            digest,
+        })
+    }
+
+    fn text(&self) -> String {
+        let i = &self.identity;
+        format!(
+            "{}|{}|{}|{}|{}|{}|{}",
+            if self.done { "done" } else { "pending" },
+            i.seq,
+            i.month,
+            i.message_id,
+            i.event_id,
+            i.created_at,
+            self.digest
+        )
+    }
+}
+
+/// What makes two sends with one client message id the same message.
+fn digest(req: &SendRequest) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(req.content.as_bytes());
+    h.update([0]);
+    h.update(req.head.as_deref().unwrap_or("").as_bytes());
+    h.update([0]);
+    h.update(req.edit_of.map(|s| s.to_string()).unwrap_or_default());
+    let hash = h.finalize();
+    hash[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The id of the `MessageEdited` that follows an edit's `MessageSent`:
+/// derived from the replacement's event id, so a re-produced edit is the
+/// same event too.
+fn edit_event_id(sent_event_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let hash = Sha256::digest(format!("{sent_event_id}:edit").as_bytes());
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&hash[..16]);
+    uuid::Builder::from_custom_bytes(bytes).into_uuid().to_string()
 }
 
 /// Everything the send path needs; cheap to clone.
@@ -196,22 +294,24 @@ impl Sender {
         allocation: Allocation,
     ) -> Result<Sent, SendError> {
         let Allocation { started, result } = allocation;
+        let mut reproduced = false;
         let result = match result {
-            Ok(Allocated::Fresh {
-                seq,
-                month,
+            Ok(Allocated::Produce {
+                identity,
                 group_id,
-                message_id,
+                again,
             }) => {
+                reproduced = again;
                 let keys = TopicKeys::new(&req.tenant, &req.topic);
-                self.produce(req, &keys, seq, month, group_id, message_id)
-                    .await
+                self.produce(req, &keys, identity, group_id).await
             }
             Ok(Allocated::Answered(sent)) => Ok(sent),
             Err(e) => Err(e),
         };
         let outcome = match &result {
             Ok(s) if s.duplicate => "duplicate",
+            // A retry of a pending claim: its event produced once more.
+            Ok(_) if reproduced => "reproduced",
             Ok(_) => "ok",
             Err(SendError::Retryable(_)) => "retryable",
             Err(_) => "refused",
@@ -229,6 +329,8 @@ impl Sender {
         if size > max {
             return Err(SendError::TooLarge(size));
         }
+        content::check(&req.content, req.head.as_deref())
+            .map_err(|e| SendError::BadRequest(e.to_string()))?;
         if let Some(c) = &req.client_msg_id {
             if c.is_empty() || c.len() > 64 || c.contains('|') {
                 return Err(SendError::BadRequest(
@@ -248,9 +350,12 @@ impl Sender {
                 .await?;
         }
 
+        let digest = digest(req);
         for _ in 0..4 {
             let active = self.active_month(&req.tenant, pool).await?;
             let message_id = self.inner.snowflake.next_id().map_err(SendError::retry)?;
+            let event_id = crate::events::new_event_id();
+            let created_at = now_ms();
             let reply: Vec<String> = ALLOCATE
                 .key(keys.seq())
                 .key(keys.meta())
@@ -260,30 +365,34 @@ impl Sender {
                 .key(keys.uniq(req.uid, req.client_msg_id.as_deref().unwrap_or("-")))
                 .arg(req.uid)
                 .arg(active.to_string())
-                .arg(now_ms())
-                .arg(PENDING_TTL_MS)
+                .arg(created_at)
+                .arg(CLAIM_TTL_MS)
                 .arg(req.client_msg_id.as_deref().unwrap_or(""))
                 .arg(message_id)
+                .arg(&event_id)
+                .arg(created_at)
+                .arg(&digest)
                 .invoke_async(&mut redis)
                 .await
                 .map_err(|e| SendError::retry(format!("redis: {e}")))?;
             match reply.first().map(String::as_str) {
                 Some("OK") => {
-                    let seq = parse_i64(reply.get(1))?;
-                    let month = reply.get(2).cloned().unwrap_or_default();
-                    let group_id = parse_i64(reply.get(3))?;
-                    return Ok(Allocated::Fresh {
-                        seq,
-                        month,
-                        group_id,
+                    let identity = Identity {
+                        seq: parse_i64(reply.get(1))?,
+                        month: reply.get(2).cloned().unwrap_or_default(),
                         message_id,
+                        event_id,
+                        created_at,
+                    };
+                    return Ok(Allocated::Produce {
+                        identity,
+                        group_id: parse_i64(reply.get(3))?,
+                        again: false,
                     });
                 }
                 Some("DUP") => {
-                    return self
-                        .duplicate(req, &keys, &reply)
-                        .await
-                        .map(Allocated::Answered)
+                    let group_id = parse_i64(reply.get(2))?;
+                    return duplicate(reply.get(1), &digest, group_id);
                 }
                 Some("RESEED") => {
                     self.inner
@@ -314,17 +423,24 @@ impl Sender {
         Err(SendError::retry("send state kept changing; retry"))
     }
 
+    /// Produces the message's event (the same event for every attempt of
+    /// one claim) and marks the claim done once the log has it.
     async fn produce(
         &self,
         req: &SendRequest,
         keys: &TopicKeys,
-        seq: i64,
-        month: String,
+        identity: Identity,
         group_id: i64,
-        message_id: i64,
     ) -> Result<Sent, SendError> {
-        let created_at = now_ms();
+        let Identity {
+            seq,
+            ref month,
+            message_id,
+            ref event_id,
+            created_at,
+        } = identity;
         let event = GroupEvent {
+            event_id: event_id.clone(),
             occurred_at: created_at,
             actor_device: req.device.clone(),
             source_sid: req.sid.clone(),
@@ -338,7 +454,7 @@ impl Sender {
                     message_id,
                     group_id,
                     seq,
-                    shard_month: month.clone(),
+                    shard_month: month.to_string(),
                     client_msg_id: req.client_msg_id.clone(),
                     from_user: req.uid,
                     msg_type: "text".into(),
@@ -377,7 +493,7 @@ impl Sender {
                         content: Some(req.content.clone()),
                         edited_at: created_at,
                     }),
-                    event_id: crate::events::new_event_id(),
+                    event_id: edit_event_id(event_id),
                     ..event.clone()
                 };
                 match producer
@@ -389,41 +505,36 @@ impl Sender {
                 }
             }
         };
-        let mut redis = self.inner.redis.clone();
-        let claim = req.client_msg_id.as_deref().map(|c| keys.uniq(req.uid, c));
         match result {
             Ok(_) => {
-                if let Some(claim) = claim {
-                    let value = format!("done|{seq}|{month}|{message_id}");
-                    // Best effort: a lost "done" leaves "pending", whose
-                    // retries wait and then get the same seq from MySQL dedup.
+                if let Some(cmid) = req.client_msg_id.as_deref() {
+                    let claim = Claim {
+                        done: true,
+                        identity: identity.clone(),
+                        digest: digest(req),
+                    };
+                    // Best effort: a claim left pending answers a retry by
+                    // producing this same event again, which changes nothing.
+                    let mut redis = self.inner.redis.clone();
                     let _: redis::RedisResult<()> = redis::cmd("SET")
-                        .arg(claim)
-                        .arg(value)
+                        .arg(keys.uniq(req.uid, cmid))
+                        .arg(claim.text())
                         .arg("PX")
-                        .arg(DONE_TTL_MS)
+                        .arg(CLAIM_TTL_MS)
                         .query_async(&mut redis)
                         .await;
                 }
                 Ok(Sent {
                     seq,
-                    shard_month: month,
+                    shard_month: identity.month,
                     message_id,
                     duplicate: false,
                 })
             }
             Err(e) => {
-                if let Some(claim) = claim {
-                    let value = format!("failed|{seq}|{month}|{message_id}");
-                    let _: redis::RedisResult<()> = redis::cmd("SET")
-                        .arg(claim)
-                        .arg(value)
-                        .arg("PX")
-                        .arg(FAILED_TTL_MS)
-                        .query_async(&mut redis)
-                        .await;
-                }
-                tracing::warn!(tenant = %req.tenant, topic = %req.topic, seq, error = %e, "produce failed; seq left as a hole");
+                // The claim stays pending: the event may still reach the log,
+                // and a retry with the same client_mid produces it again.
+                tracing::warn!(tenant = %req.tenant, topic = %req.topic, seq, error = %e, "produce failed; a retry with the same client_mid produces the same event");
                 Err(SendError::retry("message log unavailable"))
             }
         }
@@ -454,51 +565,6 @@ impl Sender {
             return Err(SendError::NotFriends);
         }
         Ok(())
-    }
-
-    /// A retry of a claimed client message id: the same seq once done; a
-    /// short wait while the first attempt is still pending.
-    async fn duplicate(
-        &self,
-        req: &SendRequest,
-        keys: &TopicKeys,
-        reply: &[String],
-    ) -> Result<Sent, SendError> {
-        let mut reply = reply.to_vec();
-        let claim = keys.uniq(req.uid, req.client_msg_id.as_deref().unwrap_or("-"));
-        let mut redis = self.inner.redis.clone();
-        let deadline = Instant::now() + Duration::from_secs(3);
-        loop {
-            if reply.get(1).map(String::as_str) == Some("done") {
-                metrics::counter!(m::DEDUP_HIT_TOTAL).increment(1);
-                return Ok(Sent {
-                    seq: parse_i64(reply.get(2))?,
-                    shard_month: reply.get(3).cloned().unwrap_or_default(),
-                    message_id: parse_i64(reply.get(4))?,
-                    duplicate: true,
-                });
-            }
-            if Instant::now() > deadline {
-                return Err(SendError::retry(
-                    "an earlier send with this client_mid is still in progress",
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let value: Option<String> = redis::cmd("GET")
-                .arg(&claim)
-                .query_async(&mut redis)
-                .await
-                .map_err(|e| SendError::retry(format!("redis: {e}")))?;
-            let Some(value) = value else {
-                return Err(SendError::retry("earlier send expired; retry"));
-            };
-            let mut parts: Vec<String> = vec!["DUP".into()];
-            parts.extend(value.split('|').map(String::from));
-            if parts.get(1).map(String::as_str) == Some("failed") {
-                return Err(SendError::retry("earlier send failed; retry"));
-            }
-            reply = parts;
-        }
     }
 
     /// The tenant's active month (cached ≤ 1 s). When Redis lost it, the
@@ -553,7 +619,116 @@ fn edited_head(head: Option<&str>) -> Option<String> {
     (!map.is_empty()).then(|| serde_json::Value::Object(map).to_string())
 }
 
+/// A retry of a claimed client message id: answered with the same seq once
+/// done; while pending, the same event is produced again (the first attempt
+/// may have failed, timed out, or died with its gateway).
+fn duplicate(claim: Option<&String>, digest: &str, group_id: i64) -> Result<Allocated, SendError> {
+    let Some(claim) = claim.and_then(|c| Claim::parse(c)) else {
+        // A claim written by an older gateway (`status|seq|month|id`): a
+        // done one still answers; a pending one settles within a minute.
+        let parts: Vec<&str> = claim.map(|c| c.split('|').collect()).unwrap_or_default();
+        if let ["done", seq, month, id] = parts[..] {
+            if let (Ok(seq), Ok(message_id)) = (seq.parse(), id.parse()) {
+                return Ok(Allocated::Answered(Sent {
+                    seq,
+                    shard_month: month.to_string(),
+                    message_id,
+                    duplicate: true,
+                }));
+            }
+        }
+        return Err(SendError::retry(
+            "an earlier send with this client_mid is still in progress",
+        ));
+    };
+    if claim.digest != digest {
+        return Err(SendError::ClientIdReused);
+    }
+    if claim.done {
+        metrics::counter!(m::DEDUP_HIT_TOTAL).increment(1);
+        let i = claim.identity;
+        return Ok(Allocated::Answered(Sent {
+            seq: i.seq,
+            shard_month: i.month,
+            message_id: i.message_id,
+            duplicate: true,
+        }));
+    }
+    Ok(Allocated::Produce {
+        identity: claim.identity,
+        group_id,
+        again: true,
+    })
+}
+
 fn parse_i64(v: Option<&String>) -> Result<i64, SendError> {
     v.and_then(|s| s.parse().ok())
         .ok_or_else(|| SendError::retry("malformed allocator reply"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_round_trips_and_refuses_what_it_cannot_read() {
+        let claim = Claim {
+            done: false,
+            identity: Identity {
+                seq: 42,
+                month: "202612".into(),
+                message_id: 7,
+                event_id: "0190-ab".into(),
+                created_at: 1_700_000_000_000,
+            },
+            digest: "00ff".into(),
+        };
+        assert_eq!(Claim::parse(&claim.text()), Some(claim.clone()));
+        assert_eq!(claim.text(), "pending|42|202612|7|0190-ab|1700000000000|00ff");
+        assert_eq!(Claim::parse("done|42|202612|7"), None);
+        assert_eq!(Claim::parse("failed|42|202612|7|e|1|d"), None);
+    }
+
+    #[test]
+    fn a_retry_is_answered_or_produced_again_but_never_given_a_new_seq() {
+        let req = |content: &str| SendRequest {
+            tenant: "t".into(),
+            topic: "grpX".into(),
+            uid: 1,
+            device: "d".into(),
+            sid: String::new(),
+            client_msg_id: Some("c".into()),
+            head: None,
+            content: content.into(),
+            traceparent: None,
+            edit_of: None,
+        };
+        let d = digest(&req("\"hi\""));
+        let pending = format!("pending|5|202612|9|ev|1|{d}");
+        match duplicate(Some(&pending), &d, 3) {
+            Ok(Allocated::Produce { identity, group_id, again }) => {
+                assert_eq!((identity.seq, identity.event_id.as_str(), group_id, again), (5, "ev", 3, true));
+            }
+            other => panic!("{other:?}"),
+        }
+        let done = pending.replacen("pending", "done", 1);
+        assert!(matches!(
+            duplicate(Some(&done), &d, 3),
+            Ok(Allocated::Answered(Sent { seq: 5, duplicate: true, .. }))
+        ));
+        let other = digest(&req("\"something else\""));
+        assert_eq!(duplicate(Some(&done), &other, 3).err(), Some(SendError::ClientIdReused));
+        // Written by an older gateway.
+        assert!(matches!(
+            duplicate(Some(&"done|5|202612|9".to_string()), &d, 3),
+            Ok(Allocated::Answered(Sent { seq: 5, .. }))
+        ));
+    }
+
+    #[test]
+    fn an_edit_event_id_is_derived_from_its_message() {
+        assert_eq!(edit_event_id("a"), edit_event_id("a"));
+        assert_ne!(edit_event_id("a"), edit_event_id("b"));
+        assert!(uuid::Uuid::parse_str(&edit_event_id("a")).is_ok());
+    }
 }

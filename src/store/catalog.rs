@@ -71,8 +71,8 @@ pub struct ShardEntry {
 pub async fn register(pool: &MySqlPool, month: ShardMonth) -> sqlx::Result<()> {
     let table = MonthTable::new(month);
     sqlx::query(
-        "INSERT IGNORE INTO im_group_message_shards (shard_month, table_name, shard_start, shard_end, status) \
-         VALUES (?, ?, ?, ?, 'prepared')",
+        "INSERT INTO im_group_message_shards (shard_month, table_name, shard_start, shard_end, status) \
+         VALUES (?, ?, ?, ?, 'prepared') ON DUPLICATE KEY UPDATE shard_month = shard_month",
     )
     .bind(month.to_string())
     .bind(table.name())

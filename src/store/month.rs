@@ -226,15 +226,26 @@ impl MonthTable {
         )
     }
 
-    /// Multi-row insert of `rows` messages; duplicates (redelivery) ignored.
-    pub fn insert_ignore_sql(&self, rows: usize) -> String {
+    /// Multi-row insert of `rows` messages. A duplicate key (redelivery)
+    /// leaves the stored row as it is; any other refusal (a CHECK, a value
+    /// out of range) is an error, never a warning.
+    pub fn insert_sql(&self, rows: usize) -> String {
         let one = "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
         let values = vec![one; rows].join(",");
         format!(
-            "INSERT IGNORE INTO `{}` (message_id, topic, group_id, seqid, from_user, client_msg_id, \
+            "INSERT INTO `{}` (message_id, topic, group_id, seqid, from_user, client_msg_id, \
              msg_type, status, content, head, mentioned_user_ids, mention_all, reply_seqid, root_seqid, \
              file_count, content_size, has_risk, audit_status, version, expires_at, created_at, updated_at) \
-             VALUES {values}",
+             VALUES {values} ON DUPLICATE KEY UPDATE seqid = seqid",
+            self.name()
+        )
+    }
+
+    /// How many of `count` message ids have a row.
+    pub fn count_message_ids_sql(&self, count: usize) -> String {
+        let marks = vec!["?"; count].join(",");
+        format!(
+            "SELECT COUNT(*) FROM `{}` WHERE message_id IN ({marks})",
             self.name()
         )
     }
@@ -402,8 +413,8 @@ impl MonthTable {
 
 /// The legacy migration's writes and checks (`crate::legacy`).
 impl MonthTable {
-    /// `INSERT IGNORE … SELECT` of legacy rows (aliased `l`) into this
-    /// month; the legacy `id` becomes `message_id`. `filter` is the WHERE
+    /// `INSERT … SELECT` of legacy rows (aliased `l`) into this month (a
+    /// row already copied stays as it is; anything else refused fails); the legacy `id` becomes `message_id`. `filter` is the WHERE
     /// clause on `l` (cursor range and month bounds).
     pub fn copy_from_legacy_sql(
         &self,
@@ -418,8 +429,8 @@ impl MonthTable {
             .collect::<Vec<_>>()
             .join(", ");
         format!(
-            "INSERT IGNORE INTO `{}` (message_id, {columns}) SELECT l.id, {select} FROM `{legacy}` l \
-             FORCE INDEX ({index}) WHERE {filter}",
+            "INSERT INTO `{}` (message_id, {columns}) SELECT l.id, {select} FROM `{legacy}` l \
+             FORCE INDEX ({index}) WHERE {filter} ON DUPLICATE KEY UPDATE message_id = message_id",
             self.name()
         )
     }

@@ -309,7 +309,8 @@ async fn write_dellog(
 ) -> Result<(), RevisionError> {
     for r in ranges {
         sqlx::query(
-            "INSERT IGNORE INTO im_dellog (topic, deletedfor, delid, low, hi, event_id) VALUES (?, 0, ?, ?, ?, ?)",
+            "INSERT INTO im_dellog (topic, deletedfor, delid, low, hi, event_id) VALUES (?, 0, ?, ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE low = low",
         )
         .bind(&event.topic)
         .bind(del_id)

@@ -1,6 +1,7 @@
 //! The store pipeline's transaction (seed 000 §5.2): for one tenant and one
-//! shard month, in one transaction, the cross-month dedup rows, `INSERT
-//! IGNORE` into the month table, and the route-mirror upsert that counts only
+//! shard month, in one transaction, the cross-month dedup rows, the insert
+//! into the month table (a duplicate key leaves the stored row; any other
+//! refusal fails the write), and the route-mirror upsert that counts only
 //! rows really inserted. Correct under any order and under redelivery.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -165,19 +166,21 @@ async fn write_in_tx(
         .collect();
     outcome.already_stored = candidates.len() - fresh.len();
 
-    // 3. Insert; count what really went in.
-    let mut affected = 0u64;
+    // 3. Insert; count what really went in. (The affected-rows count says
+    //    nothing here: the connection reports found rows.) Message ids are
+    //    unique, so a fresh message whose id has a row now is ours.
+    let mut ours = 0usize;
     for chunk in fresh.chunks(INSERT_CHUNK) {
-        affected += insert_messages(tx, table, chunk).await?;
+        insert_messages(tx, table, chunk).await?;
+        ours += count_message_ids(tx, table, chunk).await?;
     }
-    let inserted: Vec<&StoredMessage<'_>> = if affected as usize == fresh.len() {
+    let inserted: Vec<&StoredMessage<'_>> = if ours == fresh.len() {
         fresh
     } else {
-        // Some rows were ignored (a client id stored under another seq
-        // without a dedup row): keep only rows that are now ours.
+        // Some rows were kept out by another unique key (a client id stored
+        // under another seq without a dedup row): keep only rows now ours.
         let after = rows_present(tx, table, &fresh).await?;
-        let ignored = fresh.len() - affected as usize;
-        outcome.dedup_hits += ignored;
+        outcome.dedup_hits += fresh.len() - ours;
         fresh
             .into_iter()
             .filter(|m| after.get(&(m.topic.to_string(), m.msg.seq)) == Some(&m.msg.message_id))
@@ -276,7 +279,7 @@ async fn insert_dedup(
     let month = month.to_string();
     for chunk in rows.chunks(INSERT_CHUNK) {
         let mut q: QueryBuilder<MySql> = QueryBuilder::new(
-            "INSERT IGNORE INTO im_group_message_dedup (topic, from_user, client_msg_id, seqid, shard_month, message_id, status, expires_at) ",
+            "INSERT INTO im_group_message_dedup (topic, from_user, client_msg_id, seqid, shard_month, message_id, status, expires_at) ",
         );
         q.push_values(chunk, |mut b, m| {
             b.push_bind(m.topic)
@@ -288,6 +291,8 @@ async fn insert_dedup(
                 .push_bind("done")
                 .push_bind(expires.naive_utc());
         });
+        // The first seq stored for a client id stays its seq.
+        q.push(" ON DUPLICATE KEY UPDATE seqid = seqid");
         q.build().execute(&mut **tx).await?;
     }
     Ok(())
@@ -332,12 +337,26 @@ fn datetime(ms: i64) -> chrono::NaiveDateTime {
         .naive_utc()
 }
 
+/// How many of these messages have their row (by message id).
+async fn count_message_ids(
+    tx: &mut Transaction<'_, MySql>,
+    table: &MonthTable,
+    rows: &[&StoredMessage<'_>],
+) -> Result<usize, StoreError> {
+    let sql = table.count_message_ids_sql(rows.len());
+    let mut q = sqlx::query_scalar::<_, i64>(&sql);
+    for m in rows {
+        q = q.bind(m.msg.message_id);
+    }
+    Ok(q.fetch_one(&mut **tx).await? as usize)
+}
+
 async fn insert_messages(
     tx: &mut Transaction<'_, MySql>,
     table: &MonthTable,
     rows: &[&StoredMessage<'_>],
 ) -> Result<u64, StoreError> {
-    let sql = table.insert_ignore_sql(rows.len());
+    let sql = table.insert_sql(rows.len());
     let mut q = sqlx::query(&sql);
     for m in rows {
         let msg = m.msg;
