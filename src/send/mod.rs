@@ -44,6 +44,9 @@ static ALLOCATE: std::sync::LazyLock<Script> =
 /// A claim (pending or done) answers retries with the same identity for a
 /// day. A pending claim never expires sooner: its event may be in the log.
 const CLAIM_TTL_MS: u64 = 24 * 3600 * 1000;
+/// How long a send keeps producing its event again after a failed attempt
+/// (each attempt waits up to the producer's `message.timeout.ms`).
+const PRODUCE_RETRY_BUDGET: Duration = Duration::from_secs(5);
 /// How long the gateway trusts its copy of a tenant's active month.
 const ACTIVE_MONTH_CACHE: Duration = Duration::from_secs(1);
 
@@ -476,33 +479,35 @@ impl Sender {
         let key = format!("{}:{}", req.tenant, req.topic);
         let producer = &self.inner.producer;
         let tp = req.traceparent.as_deref();
-        let result = match req.edit_of {
-            None => {
-                producer
-                    .send(TopicKind::GroupEvents, &key, &event, tp)
-                    .await
+        // The edit that follows a replacement (same partition, produced
+        // after it, so the replacement is in the log first).
+        let edit = req.edit_of.map(|target| GroupEvent {
+            body: GroupEventBody::MessageEdited(MessageEdited {
+                seq: target,
+                edit_seq: Some(seq),
+                head: edited_head(req.head.as_deref()),
+                content: Some(req.content.clone()),
+                edited_at: created_at,
+            }),
+            event_id: edit_event_id(event_id),
+            ..event.clone()
+        });
+        // The gateway's own retries send the very same events, so they are
+        // safe with or without a client message id; past the budget the
+        // client gets a retryable error (and its retry, with the same
+        // client_mid, produces them again).
+        let deadline = Instant::now() + PRODUCE_RETRY_BUDGET;
+        let result = loop {
+            let mut attempt = producer.send(TopicKind::GroupEvents, &key, &event, tp).await;
+            if let (Ok(_), Some(edit)) = (&attempt, &edit) {
+                attempt = producer.send(TopicKind::GroupEvents, &key, edit, tp).await;
             }
-            Some(target) => {
-                // Same partition, produced in order: the replacement is in
-                // the log before the edit that points at it.
-                let edit = GroupEvent {
-                    body: GroupEventBody::MessageEdited(MessageEdited {
-                        seq: target,
-                        edit_seq: Some(seq),
-                        head: edited_head(req.head.as_deref()),
-                        content: Some(req.content.clone()),
-                        edited_at: created_at,
-                    }),
-                    event_id: edit_event_id(event_id),
-                    ..event.clone()
-                };
-                match producer
-                    .send(TopicKind::GroupEvents, &key, &event, tp)
-                    .await
-                {
-                    Ok(_) => producer.send(TopicKind::GroupEvents, &key, &edit, tp).await,
-                    Err(e) => Err(e),
+            match attempt {
+                Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                    tracing::warn!(tenant = %req.tenant, topic = %req.topic, seq, error = %e, "produce failed; producing the same event again");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
                 }
+                other => break other,
             }
         };
         match result {
