@@ -81,6 +81,10 @@ pub struct GatewayArgs {
     /// Address to listen on; defaults to gateway.listen from the config.
     #[arg(long)]
     pub listen: Option<SocketAddr>,
+    /// Start even with a published default or short auth.jwt_secret /
+    /// auth.admin_token (local testing only; never in production).
+    #[arg(long)]
+    pub insecure_dev_secrets: bool,
 }
 
 #[derive(Debug, Args)]

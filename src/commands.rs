@@ -47,6 +47,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Gateway(args) => {
+            refuse_weak_secrets(&config, args.insecure_dev_secrets)?;
             let shutdown = Shutdown::new();
             shutdown.trigger_on_signals();
             let addr = args.listen.unwrap_or(config.gateway.listen);
@@ -106,6 +107,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             uid,
             device,
         }) => {
+            if uid <= 0 {
+                bail!("--uid must be a positive integer");
+            }
             if config.tenant(&tenant).is_none() {
                 bail!("unknown tenant {tenant:?}");
             }
@@ -392,4 +396,22 @@ async fn seed_demo(config: &Config) -> anyhow::Result<()> {
             .await?;
     }
     Ok(())
+}
+
+/// A gateway outside `imstream dev` starts only with secrets of its own:
+/// a published default or a short secret would let anyone mint tokens or
+/// call the admin API.
+fn refuse_weak_secrets(config: &Config, insecure_dev_secrets: bool) -> anyhow::Result<()> {
+    let problems = config.auth.secret_problems();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    if insecure_dev_secrets {
+        tracing::warn!(?problems, "starting with development secrets (--insecure-dev-secrets)");
+        return Ok(());
+    }
+    bail!(
+        "refusing to start with weak secrets: {}. Set them in the config or as IMSTREAM__AUTH__JWT_SECRET / IMSTREAM__AUTH__ADMIN_TOKEN (for a local test only: --insecure-dev-secrets)",
+        problems.join("; ")
+    )
 }

@@ -335,6 +335,43 @@ impl Default for AuthConfig {
     }
 }
 
+/// Shortest accepted `auth.jwt_secret` / `auth.admin_token` outside dev.
+pub const MIN_SECRET_BYTES: usize = 32;
+
+/// Secrets published with imstream (built-in defaults, the local config,
+/// the compose file's old fallbacks): they protect nothing.
+const PUBLISHED_SECRETS: &[&str] = &[
+    "dev-secret-change-me",
+    "dev-admin-token-change-me",
+    "local-dev-secret-change-me",
+    "local-dev-admin-token-change-me",
+    "compose-dev-secret-change-me",
+    "compose-admin-token-change-me",
+];
+
+impl AuthConfig {
+    /// Why these secrets must not guard a real deployment (empty: fine).
+    pub fn secret_problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (name, value) in [
+            ("auth.jwt_secret", &self.jwt_secret),
+            ("auth.admin_token", &self.admin_token),
+        ] {
+            if PUBLISHED_SECRETS.contains(&value.as_str()) || value.contains("change-me") {
+                out.push(format!("{name} is a published default"));
+            } else if value.len() < MIN_SECRET_BYTES {
+                out.push(format!(
+                    "{name} is shorter than {MIN_SECRET_BYTES} bytes"
+                ));
+            }
+        }
+        if !self.jwt_secret.is_empty() && self.jwt_secret == self.admin_token {
+            out.push("auth.jwt_secret and auth.admin_token are the same".into());
+        }
+        out
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DevUser {
@@ -489,6 +526,12 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "auth.jwt_secret must be at least 16 bytes".into(),
             ));
+        }
+        if let Some(u) = self.auth.dev_users.iter().find(|u| u.uid <= 0) {
+            return Err(ConfigError::Invalid(format!(
+                "auth.dev_users: {:?} has uid {}; uids are positive",
+                u.login, u.uid
+            )));
         }
         if !self.shards.clock_override.is_empty() {
             chrono::DateTime::parse_from_rfc3339(&self.shards.clock_override).map_err(|e| {

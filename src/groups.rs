@@ -103,6 +103,9 @@ pub async fn read_group(pool: &MySqlPool, topic: &str) -> Result<GroupRecord, Gr
     })
 }
 
+/// The member of every cached member set that is not a user.
+pub const MEMBERS_PLACEHOLDER: &str = "-";
+
 /// Replaces the Redis cache of one group with `group`, atomically.
 pub async fn cache_group(
     redis: &mut ConnectionManager,
@@ -117,8 +120,9 @@ pub async fn cache_group(
     pipe.del(keys.roles()).ignore();
     pipe.del(keys.mutes()).ignore();
     pipe.del(keys.meta()).ignore();
-    // A placeholder keeps an empty member set distinguishable from "not cached".
-    pipe.sadd(keys.members(), 0i64).ignore();
+    // A placeholder keeps an empty member set distinguishable from "not
+    // cached"; it is no uid, so no caller can ever match it.
+    pipe.sadd(keys.members(), MEMBERS_PLACEHOLDER).ignore();
     for chunk in group.members.chunks(1000) {
         let uids: Vec<i64> = chunk.iter().map(|m| m.0).collect();
         pipe.sadd(keys.members(), uids).ignore();

@@ -51,17 +51,35 @@ fn compose_cli() -> Vec<String> {
         .collect()
 }
 
+/// What an operator must set; the file has no defaults for these.
+const DEPLOYMENT_SECRETS: &[(&str, &str)] = &[
+    ("IMSTREAM_JWT_SECRET", "a-deployment-jwt-secret-of-40-bytes-xxxxx"),
+    ("IMSTREAM_ADMIN_TOKEN", "a-deployment-admin-token-of-40-bytes-xxxx"),
+    ("IMSTREAM_MYSQL_PASSWORD", "mysql-password"),
+    ("IMSTREAM_MYSQL_ROOT_PASSWORD", "mysql-root-password"),
+    ("GRAFANA_ADMIN_PASSWORD", "grafana-password"),
+];
+
+/// `docker compose -f docker/compose.yaml config --format json` with only
+/// `env` of the deployment secrets set.
+fn compose_config(cli: &[String], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(&cli[0]);
+    cmd.args(&cli[1..])
+        .args(["-f", "docker/compose.yaml", "config", "--format", "json"])
+        .current_dir(repo());
+    for (name, _) in DEPLOYMENT_SECRETS {
+        cmd.env_remove(name);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("run docker compose config")
+}
+
 /// `docker compose -f docker/compose.yaml config --format json`, once.
 fn compose() -> &'static Value {
     static CONFIG: OnceLock<Value> = OnceLock::new();
     CONFIG.get_or_init(|| {
         let cli = compose_cli();
-        let out = Command::new(&cli[0])
-            .args(&cli[1..])
-            .args(["-f", "docker/compose.yaml", "config", "--format", "json"])
-            .current_dir(repo())
-            .output()
-            .expect("run docker compose config");
+        let out = compose_config(&cli, DEPLOYMENT_SECRETS);
         assert!(
             out.status.success(),
             "docker compose config refused docker/compose.yaml:\n{}",
@@ -369,4 +387,36 @@ fn metric_names_strip_histogram_suffixes_of_known_histograms_only() {
             "imstream_made_up_count".to_string()
         ])
     );
+}
+
+#[test]
+fn compose_refuses_to_run_without_the_deployment_secrets() {
+    let cli = compose_cli();
+    for missing in DEPLOYMENT_SECRETS.iter().map(|(name, _)| *name) {
+        let env: Vec<(&str, &str)> = DEPLOYMENT_SECRETS
+            .iter()
+            .copied()
+            .filter(|(name, _)| *name != missing)
+            .collect();
+        let out = compose_config(&cli, &env);
+        assert!(!out.status.success(), "compose config ran without {missing}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(missing), "{missing}: {stderr}");
+    }
+}
+
+#[test]
+fn only_the_gateway_is_published_beyond_loopback() {
+    for (name, service) in services() {
+        for port in service["ports"].as_array().into_iter().flatten() {
+            let host_ip = port["host_ip"].as_str().unwrap_or("");
+            assert!(
+                name == "gateway" || host_ip == "127.0.0.1",
+                "{name} publishes {port} beyond loopback"
+            );
+        }
+    }
+    assert!(services()["schema-registry"]["ports"].is_null(), "the registry is published");
+    let grafana = &services()["grafana"]["environment"];
+    assert_eq!(grafana["GF_AUTH_ANONYMOUS_ENABLED"], "false");
 }

@@ -34,11 +34,8 @@ fn refuse(code: StatusCode, text: &str) -> Response {
 }
 
 fn authorized(gw: &Gateway, headers: &HeaderMap) -> bool {
-    headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t == gw.config.auth.admin_token)
+    super::auth::bearer(headers)
+        .is_some_and(|t| super::auth::is_admin_token(t, &gw.config.auth.admin_token))
 }
 
 async fn produce(
@@ -54,8 +51,8 @@ async fn produce(
     if gw.config.tenant(tenant).is_none() {
         return refuse(StatusCode::NOT_FOUND, "unknown tenant");
     }
-    let Ok(uid) = uid.parse::<i64>() else {
-        return refuse(StatusCode::BAD_REQUEST, "malformed: uid");
+    let Some(uid) = uid.parse::<i64>().ok().filter(|u| *u > 0) else {
+        return refuse(StatusCode::BAD_REQUEST, "malformed: uid must be a positive integer");
     };
     let mut redis = gw.sender.redis();
     let current: Option<i64> = redis::cmd("GET")

@@ -82,18 +82,42 @@ impl Tokens {
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
         let mut validation = Validation::default();
         validation.leeway = 5;
-        if let Ok(data) = decode::<Claims>(token, &self.decoding, &validation) {
-            return Ok(data.claims);
+        let claims = match decode::<Claims>(token, &self.decoding, &validation) {
+            Ok(data) => data.claims,
+            Err(_) => {
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(token)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or(AuthError::Failed)?;
+                decode::<Claims>(&decoded, &self.decoding, &validation)
+                    .map(|d| d.claims)
+                    .map_err(|_| AuthError::Failed)?
+            }
+        };
+        // Users are positive ids; nothing else is anyone.
+        if claims.uid <= 0 || claims.ten.is_empty() {
+            return Err(AuthError::Failed);
         }
-        let decoded = base64::engine::general_purpose::STANDARD
-            .decode(token)
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok())
-            .ok_or(AuthError::Failed)?;
-        decode::<Claims>(&decoded, &self.decoding, &validation)
-            .map(|d| d.claims)
-            .map_err(|_| AuthError::Failed)
+        Ok(claims)
     }
+}
+
+/// Whether `presented` is the admin token, in time that does not depend
+/// on where the two differ (both are hashed to one length first).
+pub fn is_admin_token(presented: &str, admin_token: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    let (a, b) = (Sha256::digest(presented.as_bytes()), Sha256::digest(admin_token.as_bytes()));
+    let diff = a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0 && !admin_token.is_empty()
+}
+
+/// The bearer token of an `Authorization` header.
+pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
 }
 
 /// Checks `basic` credentials (base64 of `login:password`) against the

@@ -276,11 +276,8 @@ pub async fn mute_topic(
 }
 
 fn admin(gw: &Gateway, headers: &HeaderMap) -> Result<(), ApiError> {
-    let ok = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t == gw.config.auth.admin_token);
+    let ok = super::auth::bearer(headers)
+        .is_some_and(|t| super::auth::is_admin_token(t, &gw.config.auth.admin_token));
     if ok {
         Ok(())
     } else {

@@ -55,11 +55,13 @@ impl PushHandler {
         let pool = self.pools.get(&e.tenant_id).map_err(|e| e.to_string())?;
         let mut redis = self.redis.clone();
         let keys = TopicKeys::new(&e.tenant_id, &e.topic);
-        let mut members: Vec<i64> = redis::cmd("SMEMBERS")
+        let cached: Vec<String> = redis::cmd("SMEMBERS")
             .arg(keys.members())
             .query_async(&mut redis)
             .await
             .map_err(|e| e.to_string())?;
+        // Skips the cache's placeholder (not a uid).
+        let mut members: Vec<i64> = cached.iter().filter_map(|u| u.parse().ok()).collect();
         if members.is_empty() {
             members = crate::groups::load(pool, &mut redis, &e.tenant_id, &e.topic)
                 .await

@@ -109,6 +109,9 @@ impl World {
         config.registry.database = format!("imsr_{id}");
         config.pipelines.group_prefix = format!("t{id}");
         config.telemetry.listen = "127.0.0.1:0".parse().unwrap();
+        // Secrets of this world only (a gateway process refuses the defaults).
+        config.auth.jwt_secret = format!("jwt-{}", uuid::Uuid::new_v4().simple());
+        config.auth.admin_token = format!("admin-{}", uuid::Uuid::new_v4().simple());
         config.tenants = vec![TenantConfig {
             id: format!("t{id}"),
             database: format!("imt_{id}"),

@@ -1,0 +1,148 @@
+//! Identity and secrets, tried against the real services:
+//!
+//! - a gateway process refuses to start with a published default or a
+//!   short secret, and starts with strong ones;
+//! - tokens for uid 0 or a negative uid are refused over HTTP and
+//!   WebSocket, even when correctly signed; the cached member set holds no
+//!   uid as its placeholder;
+//! - an admin token that differs from the real one is refused.
+
+mod common;
+mod realtime_support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+
+use common::{write_config_file, Stack};
+use realtime_support::Client;
+
+/// Runs `imstream gateway` with `config`; its exit status and stderr if it
+/// ended within `wait`, else `None` (it is killed).
+async fn run_gateway(
+    config: &imstream::config::Config,
+    name: &str,
+    wait: Duration,
+) -> Option<(bool, String)> {
+    let file = write_config_file(config, name);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
+        .arg("--config")
+        .arg(&file)
+        .args(["gateway", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn imstream gateway");
+    match tokio::time::timeout(wait, child.wait()).await {
+        Ok(status) => {
+            let out = child.wait_with_output().await.expect("output");
+            Some((
+                status.expect("status").success(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ))
+        }
+        Err(_) => {
+            let _ = child.kill().await;
+            None
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_gateway_refuses_published_or_short_secrets() {
+    let stack = Stack::prepared(None).await;
+    let defaults = imstream::config::AuthConfig::default();
+    for (label, jwt, admin) in [
+        ("built-in defaults", defaults.jwt_secret.clone(), defaults.admin_token.clone()),
+        ("local config's", "local-dev-secret-change-me".to_string(), "x".repeat(40)),
+        ("short admin token", "s".repeat(40), "short-admin-token".to_string()),
+    ] {
+        let mut config = stack.config().clone();
+        config.node.id = format!("weak-{}", stack.world.id);
+        config.auth.jwt_secret = jwt;
+        config.auth.admin_token = admin;
+        let ended = run_gateway(&config, &format!("weak-{}", stack.world.id), Duration::from_secs(20)).await;
+        let (ok, stderr) = ended.unwrap_or_else(|| panic!("{label}: the gateway kept running"));
+        assert!(!ok, "{label}: exited successfully");
+        assert!(stderr.contains("weak secrets"), "{label}: {stderr}");
+    }
+    // The world's own secrets are strong: it starts (and keeps running).
+    let mut config = stack.config().clone();
+    config.node.id = format!("strong-{}", stack.world.id);
+    let ended = run_gateway(&config, &format!("strong-{}", stack.world.id), Duration::from_secs(5)).await;
+    assert!(ended.is_none(), "a gateway with strong secrets ended: {ended:?}");
+}
+
+#[tokio::test]
+async fn tokens_of_no_user_are_refused_and_the_member_placeholder_is_no_uid() {
+    let mut stack = Stack::prepared(None).await;
+    stack.start_pipeline("store").await;
+    stack.start_pipeline("members").await;
+    let addr = stack.start_gateway("node-a").await;
+    let topic = "grpIdentity";
+    stack.create_group(topic, 1, &[2]).await;
+    let http = reqwest::Client::new();
+
+    // Make the group's facts cached (a send loads them).
+    let (status, body) =
+        common::send_http(&http, addr, &stack.token(1, "web"), topic, "m1", "hello").await;
+    assert_eq!(status, 202, "{body}");
+    let mut redis = stack.redis().await;
+    let members: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(imstream::keys::TopicKeys::new(stack.tenant(), topic).members())
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(members.contains(&"1".to_string()), "{members:?}");
+    assert!(
+        members.iter().all(|m| m.parse::<i64>().map_or(true, |u| u > 0)),
+        "a non-positive uid is a member: {members:?}"
+    );
+
+    for uid in [0, -1] {
+        let token = stack.token(uid, "web");
+        let status = http
+            .get(format!("http://{addr}/v1/groups/{topic}/messages"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        assert_eq!(status, 401, "uid {uid} read the group");
+        let (status, body) = common::send_http(&http, addr, &token, topic, "x", "intruder").await;
+        assert_eq!(status, 401, "uid {uid} sent: {body}");
+        let mut ws = Client::connect(addr, &format!("uid{uid}")).await;
+        let ctrl = ws.login(&token).await;
+        assert_eq!(ctrl["code"], json!(401), "uid {uid} logged in: {ctrl}");
+    }
+}
+
+#[tokio::test]
+async fn an_admin_token_that_differs_is_refused() {
+    let mut stack = Stack::prepared(None).await;
+    let addr = stack.start_gateway("node-a").await;
+    let real = stack.config().auth.admin_token.clone();
+    let mut near = real.clone().into_bytes();
+    let last = near.len() - 1;
+    near[last] ^= 1;
+    let near = String::from_utf8(near).unwrap();
+    for (token, expected) in [(near.as_str(), 401), ("", 401), (real.as_str(), 202)] {
+        let status = http_admin(addr, token, stack.tenant()).await;
+        assert_eq!(status, expected, "admin token {token:?}");
+    }
+}
+
+async fn http_admin(addr: std::net::SocketAddr, token: &str, tenant: &str) -> u16 {
+    reqwest::Client::new()
+        .post(format!("http://{addr}/v1/admin/notifications"))
+        .bearer_auth(token)
+        .json(&json!({"tenant": tenant, "uid": 5, "title": "t", "text": "x"}))
+        .send()
+        .await
+        .expect("gateway reachable")
+        .status()
+        .as_u16()
+}
