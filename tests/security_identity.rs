@@ -146,3 +146,71 @@ async fn http_admin(addr: std::net::SocketAddr, token: &str, tenant: &str) -> u1
         .status()
         .as_u16()
 }
+
+#[tokio::test]
+async fn internal_failures_are_not_echoed_and_bad_traceparents_are_not_copied() {
+    let mut stack = Stack::prepared(None).await;
+    // A tenant whose database does not exist: every query of it fails.
+    let broken = format!("b{}", stack.world.id);
+    stack.world.config.tenants.push(imstream::config::TenantConfig {
+        id: broken.clone(),
+        database: format!("imt_missing_{}", stack.world.id),
+    });
+    stack.start_pipeline("members").await;
+    let addr = stack.start_gateway("node-a").await;
+    let token = imstream::gateway::auth::Tokens::new(&stack.config().auth)
+        .issue(&broken, 7, "web", 0)
+        .token;
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/groups"))
+        .bearer_auth(&token)
+        .json(&json!({"topic": "grpBroken", "name": "x", "members": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 503);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    let text = body.to_string();
+    assert!(!text.contains("imt_missing") && !text.to_lowercase().contains("database"), "{text}");
+    assert!(body["params"]["request_id"].is_string(), "{text}");
+
+    // A traceparent that is not W3C is dropped; a valid one is kept.
+    let topic = "grpTrace";
+    stack.create_group(topic, 1, &[]).await;
+    let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for (cmid, header) in [("bad", "x-injected\r"), ("bad2", "not-a-trace"), ("good", good)] {
+        let status = reqwest::Client::new()
+            .post(format!("http://{addr}/v1/groups/{topic}/messages"))
+            .bearer_auth(stack.token(1, "web"))
+            .header("traceparent", header.trim_end())
+            .json(&json!({"content": "hi", "client_msg_id": cmid}))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status.as_u16(), 202);
+    }
+    let events = common::read_events::<imstream::events::GroupEvent>(
+        stack.config(),
+        imstream::kafka::topics::TopicKind::GroupEvents,
+        |events| events.iter().filter(|e| e.topic == topic).count() >= 4,
+    )
+    .await;
+    let traces: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match &e.body {
+            imstream::events::GroupEventBody::MessageSent(m) => {
+                Some((m.client_msg_id.clone().unwrap_or_default(), e.traceparent.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        traces,
+        vec![
+            ("bad".to_string(), String::new()),
+            ("bad2".to_string(), String::new()),
+            ("good".to_string(), good.to_string())
+        ]
+    );
+}

@@ -85,7 +85,7 @@ async fn produce(
             Json(json!({"event_id": event.event_id})),
         )
             .into_response(),
-        Err(e) => refuse(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+        Err(e) => super::http::unavailable(e).into_response(),
     }
 }
 
@@ -264,6 +264,6 @@ pub async fn submit_command(
             Json(json!({"command_id": command.command_id})),
         )
             .into_response(),
-        Err(e) => refuse(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+        Err(e) => super::http::unavailable(e).into_response(),
     }
 }

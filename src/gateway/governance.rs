@@ -39,11 +39,7 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 fn origin(claims: &Claims, headers: &HeaderMap) -> Origin {
     Origin {
         device: claims.dev.clone(),
-        traceparent: headers
-            .get("traceparent")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string(),
+        traceparent: super::proto::traceparent(headers).unwrap_or_default(),
         ..Default::default()
     }
 }

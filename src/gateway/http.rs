@@ -31,6 +31,18 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// An internal failure (a database, Redis or the broker): the detail goes
+/// to the log under a request id; the client gets a generic answer with
+/// that id, never the internal text.
+pub(super) fn unavailable(e: impl std::fmt::Display) -> ApiError {
+    let request_id = super::log_internal(&e);
+    ApiError(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "service unavailable, retry".into(),
+        Some(json!({"retry": true, "request_id": request_id})),
+    )
+}
+
 pub(super) fn error(code: u16, text: impl Into<String>) -> ApiError {
     ApiError(
         StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
@@ -114,10 +126,7 @@ pub(super) async fn send_as(
         head = Some(Value::Object(map).to_string());
     }
     let edit_of = super::edits::replace_target(head.as_deref()).map_err(refused)?;
-    let traceparent = headers
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .map(String::from);
+    let traceparent = proto::traceparent(headers);
     if let Some(target) = edit_of {
         let caller = super::edits::Caller {
             tenant: &claims.ten,
@@ -185,7 +194,7 @@ pub async fn create_group(
     let group_id = gw
         .snowflake
         .next_id()
-        .map_err(|e| error(503, e.to_string()))?;
+        .map_err(unavailable)?;
     let topic = body.topic.unwrap_or_else(|| format!("grp{group_id:x}"));
     if !proto::is_group_topic(&topic) {
         return Err(error(
@@ -203,12 +212,12 @@ pub async fn create_group(
         .sender
         .pools()
         .get(&claims.ten)
-        .map_err(|e| error(500, e.to_string()))?;
+        .map_err(unavailable)?;
     let exists: Option<i64> = sqlx::query_scalar("SELECT group_id FROM im_groups WHERE topic = ?")
         .bind(&topic)
         .fetch_optional(pool)
         .await
-        .map_err(|e| error(503, e.to_string()))?;
+        .map_err(unavailable)?;
     if exists.is_some() {
         return Err(error(409, "topic already exists"));
     }
@@ -236,7 +245,7 @@ pub async fn create_group(
             None,
         )
         .await
-        .map_err(|e| error(503, e.to_string()))?;
+        .map_err(unavailable)?;
     Ok((
         StatusCode::CREATED,
         Json(json!({"topic": topic, "group_id": group_id})),

@@ -270,6 +270,14 @@ async fn lease_node_id(
     Ok(())
 }
 
+/// Logs an internal failure under a fresh request id and returns the id:
+/// what a client is told instead of the detail.
+pub(crate) fn log_internal(e: &dyn std::fmt::Display) -> String {
+    let request_id = crate::events::new_event_id();
+    tracing::warn!(%request_id, error = %e, "request failed");
+    request_id
+}
+
 const NODE_LEASE_MS: u64 = 15_000;
 
 /// Replaces the lease only while it still holds the stale token.

@@ -70,7 +70,7 @@ async fn related(
         .sender
         .pools()
         .get(tenant)
-        .map_err(|e| error(500, e.to_string()))?;
+        .map_err(super::http::unavailable)?;
     let mut redis = gw.sender.redis();
     contains(pool, &mut redis, tenant, set, uid, other)
         .await
@@ -126,7 +126,7 @@ pub async fn accept_friend(
         .sender
         .pools()
         .get(&me.ten)
-        .map_err(|e| error(500, e.to_string()))?;
+        .map_err(super::http::unavailable)?;
     let pending: Option<String> = sqlx::query_scalar(
         "SELECT status FROM im_friend_requests WHERE from_uid = ? AND to_uid = ?",
     )

@@ -1103,7 +1103,7 @@ pub fn send_error_reply(e: &SendError) -> (u16, String, Option<Value>) {
         SendError::Retryable(why) => (
             503,
             "service unavailable, retry".into(),
-            Some(json!({"retry": true, "reason": why})),
+            Some(json!({"retry": true, "request_id": super::log_internal(why)})),
         ),
     }
 }
