@@ -179,6 +179,9 @@ pub struct RegistryArgs {
     /// Address to listen on; defaults to registry.listen from the config.
     #[arg(long)]
     pub listen: Option<SocketAddr>,
+    /// Start without a registry.write_token (local testing only).
+    #[arg(long)]
+    pub insecure_dev_secrets: bool,
 }
 
 #[derive(Debug, Subcommand)]

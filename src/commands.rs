@@ -16,6 +16,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     telemetry::init_tracing(&config.telemetry);
     match cli.command {
         Command::Registry(args) => {
+            refuse_open_registry(&config, args.insecure_dev_secrets)?;
             let shutdown = Shutdown::new();
             shutdown.trigger_on_signals();
             let addr = args.listen.unwrap_or(config.registry.listen);
@@ -225,7 +226,9 @@ async fn dlq_replay(config: &Config, pipeline: &str, follow: bool) -> anyhow::Re
 
 async fn schemas_register(config: &Config) -> anyhow::Result<()> {
     let names = TopicNames::new(&config.kafka);
-    let reports = catalog::register_all(&config.registry.url, &names).await?;
+    let client = catalog::RegistryClient::new(&config.registry.url)
+        .with_token(&config.registry.write_token);
+    let reports = catalog::register_all_with(client, &names).await?;
     for r in reports {
         println!("{}\tid={}", r.subject, r.id.unwrap_or_default());
     }
@@ -413,5 +416,18 @@ fn refuse_weak_secrets(config: &Config, insecure_dev_secrets: bool) -> anyhow::R
     bail!(
         "refusing to start with weak secrets: {}. Set them in the config or as IMSTREAM__AUTH__JWT_SECRET / IMSTREAM__AUTH__ADMIN_TOKEN (for a local test only: --insecure-dev-secrets)",
         problems.join("; ")
+    )
+}
+
+/// `imstream registry` outside dev needs a write token: anyone who can
+/// reach an open registry can delete the schemas every event needs.
+fn refuse_open_registry(config: &Config, insecure_dev_secrets: bool) -> anyhow::Result<()> {
+    let token = &config.registry.write_token;
+    if token.len() >= crate::config::MIN_SECRET_BYTES || insecure_dev_secrets {
+        return Ok(());
+    }
+    bail!(
+        "refusing to start the registry without registry.write_token of at least {} bytes (set it, or IMSTREAM__REGISTRY__WRITE_TOKEN; for a local test only: --insecure-dev-secrets)",
+        crate::config::MIN_SECRET_BYTES
     )
 }

@@ -219,6 +219,11 @@ pub struct RegistryConfig {
     pub listen: SocketAddr,
     /// Database on the MySQL server that holds the embedded registry's schemas.
     pub database: String,
+    /// Bearer token the embedded registry requires for every change (a new
+    /// schema version, deletes, compatibility settings); `imstream schemas
+    /// register` sends it. Empty: no token (only `imstream dev` and
+    /// `imstream registry --insecure-dev-secrets` accept that).
+    pub write_token: String,
 }
 
 impl Default for RegistryConfig {
@@ -227,6 +232,7 @@ impl Default for RegistryConfig {
             url: "http://127.0.0.1:18081".into(),
             listen: "127.0.0.1:18081".parse().expect("static address"),
             database: "imstream_registry".into(),
+            write_token: String::new(),
         }
     }
 }

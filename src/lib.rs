@@ -11,6 +11,7 @@
 //! - [`cli`] — the command line (one subcommand per process role).
 //! - [`commands`] — what each subcommand does, wired from the parts below.
 //! - [`config`] — the TOML configuration with environment overrides.
+//! - [`bearer`] — operator bearer tokens, compared in constant time.
 //! - [`telemetry`], [`metrics`] — tracing, Prometheus metrics, health endpoints.
 //! - [`shutdown`] — the graceful-shutdown signal handed to every task.
 //! - [`events`] — the Avro event contract, the wire-format codec, schema registration.
@@ -31,6 +32,7 @@
 //! - [`legacy`] — `imstream legacy`: move the legacy single table into month tables.
 //! - [`bench`] — `imstream bench …` load generators (latency percentiles, throughput).
 
+pub mod bearer;
 pub mod bench;
 pub mod cli;
 pub mod commands;

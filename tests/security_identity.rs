@@ -214,3 +214,79 @@ async fn internal_failures_are_not_echoed_and_bad_traceparents_are_not_copied() 
         ]
     );
 }
+
+/// The embedded registry with a write token: changes need it; looking up a
+/// schema's id (a register call of a schema already there) does not.
+#[tokio::test]
+async fn registry_changes_need_the_write_token() {
+    use imstream::events::catalog::{self, RegistryClient};
+    let mut world = common::World::config_only();
+    world.config.registry.write_token = format!("w-{}", uuid::Uuid::new_v4().simple());
+    let running = imstream::registry::start(
+        &world.config,
+        "127.0.0.1:0".parse().unwrap(),
+        imstream::telemetry::Readiness::default(),
+        world.shutdown.clone(),
+    )
+    .await
+    .expect("registry");
+    let base = format!("http://{}", running.addr);
+    let names = imstream::kafka::topics::TopicNames::new(&world.config.kafka);
+    let token = world.config.registry.write_token.clone();
+
+    // Without the token nothing new is registered.
+    let refused = catalog::register_all(&base, &names).await;
+    assert!(refused.is_err(), "registered without the token");
+    let first = catalog::register_all_with(RegistryClient::new(&base).with_token(&token), &names)
+        .await
+        .expect("register with the token");
+    // The same schemas again: a lookup, fine without the token, same ids.
+    let again = catalog::register_all(&base, &names).await.expect("lookup");
+    assert_eq!(
+        first.iter().map(|r| r.id).collect::<Vec<_>>(),
+        again.iter().map(|r| r.id).collect::<Vec<_>>()
+    );
+
+    let http = reqwest::Client::new();
+    let subject = &first[0].subject;
+    for (method, path, body) in [
+        (reqwest::Method::DELETE, format!("/subjects/{subject}?permanent=true"), None),
+        (reqwest::Method::DELETE, format!("/subjects/{subject}/versions/1"), None),
+        (reqwest::Method::PUT, "/config".to_string(), Some(json!({"compatibility": "NONE"}))),
+        (reqwest::Method::PUT, format!("/config/{subject}"), Some(json!({"compatibility": "NONE"}))),
+        (reqwest::Method::DELETE, format!("/config/{subject}"), None),
+    ] {
+        for bearer in [None, Some("wrong-token")] {
+            let mut req = http.request(method.clone(), format!("{base}{path}"));
+            if let Some(b) = &body {
+                req = req
+                    .header("content-type", "application/vnd.schemaregistry.v1+json")
+                    .body(b.to_string());
+            }
+            if let Some(t) = bearer {
+                req = req.bearer_auth(t);
+            }
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status().as_u16(), 401, "{method} {path} with {bearer:?}");
+        }
+    }
+    // Nothing changed: the subject still answers, at its level.
+    let versions: serde_json::Value = http
+        .get(format!("{base}/subjects/{subject}/versions"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(versions, json!([1]));
+    let resp = http
+        .put(format!("{base}/config/{subject}"))
+        .bearer_auth(&token)
+        .header("content-type", "application/vnd.schemaregistry.v1+json")
+        .body(json!({"compatibility": "FULL"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200, "with the token");
+}

@@ -52,6 +52,8 @@ pub struct SubjectReport {
 pub struct RegistryClient {
     base: String,
     http: reqwest::Client,
+    /// Bearer token for changes (the embedded registry's `registry.write_token`).
+    token: Option<String>,
 }
 
 impl RegistryClient {
@@ -59,7 +61,14 @@ impl RegistryClient {
         Self {
             base: base.trim_end_matches('/').to_string(),
             http: reqwest::Client::new(),
+            token: None,
         }
+    }
+
+    /// Sends `token` (when not empty) as the bearer of every request.
+    pub fn with_token(mut self, token: &str) -> Self {
+        self.token = (!token.is_empty()).then(|| token.to_string());
+        self
     }
 
     async fn post(
@@ -69,11 +78,15 @@ impl RegistryClient {
         schema: &str,
     ) -> Result<serde_json::Value, CatalogError> {
         let url = format!("{}{}", self.base, path);
-        let resp = self
+        let mut request = self
             .http
             .post(&url)
             .header("content-type", "application/vnd.schemaregistry.v1+json")
-            .body(json!({"schema": schema}).to_string())
+            .body(json!({"schema": schema}).to_string());
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let resp = request
             .send()
             .await
             .map_err(|source| CatalogError::Unreachable {
@@ -157,7 +170,14 @@ pub async fn register_all(
     registry_url: &str,
     names: &TopicNames,
 ) -> Result<Vec<SubjectReport>, CatalogError> {
-    let client = RegistryClient::new(registry_url);
+    register_all_with(RegistryClient::new(registry_url), names).await
+}
+
+/// [`register_all`] through `client` (e.g. one that carries the write token).
+pub async fn register_all_with(
+    client: RegistryClient,
+    names: &TopicNames,
+) -> Result<Vec<SubjectReport>, CatalogError> {
     let mut out = Vec::new();
     for (subject, schema) in subjects(names) {
         validate(&subject, schema)?;

@@ -34,8 +34,7 @@ fn refuse(code: StatusCode, text: &str) -> Response {
 }
 
 fn authorized(gw: &Gateway, headers: &HeaderMap) -> bool {
-    super::auth::bearer(headers)
-        .is_some_and(|t| super::auth::is_admin_token(t, &gw.config.auth.admin_token))
+    crate::bearer::presented(headers, &gw.config.auth.admin_token)
 }
 
 async fn produce(

@@ -103,23 +103,6 @@ impl Tokens {
     }
 }
 
-/// Whether `presented` is the admin token, in time that does not depend
-/// on where the two differ (both are hashed to one length first).
-pub fn is_admin_token(presented: &str, admin_token: &str) -> bool {
-    use sha2::{Digest, Sha256};
-    let (a, b) = (Sha256::digest(presented.as_bytes()), Sha256::digest(admin_token.as_bytes()));
-    let diff = a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0 && !admin_token.is_empty()
-}
-
-/// The bearer token of an `Authorization` header.
-pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
-    headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-}
-
 /// Checks `basic` credentials (base64 of `login:password`) against the
 /// development users; returns (tenant, uid).
 pub fn check_basic(config: &AuthConfig, secret_b64: &str) -> Result<(String, i64), AuthError> {

@@ -276,8 +276,7 @@ pub async fn mute_topic(
 }
 
 fn admin(gw: &Gateway, headers: &HeaderMap) -> Result<(), ApiError> {
-    let ok = super::auth::bearer(headers)
-        .is_some_and(|t| super::auth::is_admin_token(t, &gw.config.auth.admin_token));
+    let ok = crate::bearer::presented(headers, &gw.config.auth.admin_token);
     if ok {
         Ok(())
     } else {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use apache_avro::Schema;
 use axum::body::Bytes;
 use axum::extract::{MatchedPath, Path, Query, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -26,13 +26,31 @@ pub struct AppState {
     store: RegistryStore,
     /// Serialises writes so compatibility is checked against a stable history.
     write_lock: Arc<Mutex<()>>,
+    /// Bearer token every change needs (`registry.write_token`); `None`
+    /// leaves the registry open (development only).
+    write_token: Option<Arc<str>>,
 }
 
 impl AppState {
-    pub fn new(store: RegistryStore) -> Self {
+    pub fn new(store: RegistryStore, write_token: &str) -> Self {
         Self {
             store,
             write_lock: Arc::new(Mutex::new(())),
+            write_token: (!write_token.is_empty()).then(|| Arc::from(write_token)),
+        }
+    }
+
+    /// Changes (a new schema version, deletes, compatibility settings)
+    /// need the write token. Looking up an id, even through a register call
+    /// of a schema the subject already has, does not.
+    fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(token) = &self.write_token else {
+            return Ok(());
+        };
+        if crate::bearer::presented(headers, token) {
+            Ok(())
+        } else {
+            Err(ApiError::new(40101, "Unauthorized: this change needs the registry write token"))
         }
     }
 }
@@ -286,6 +304,7 @@ fn reply_raw(schema: String) -> Response {
 async fn register(
     State(state): State<AppState>,
     Path(subject): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let parsed = parse_request(&body)?;
@@ -295,6 +314,7 @@ async fn register(
     if let Some(existing) = versions.iter().find(|v| fingerprint(&v.schema) == fp) {
         return Ok(reply(json!({"id": existing.id})));
     }
+    state.authorize(&headers)?;
     let level = state.store.effective_level(&subject).await?;
     let problems = incompatibilities(level, &parsed.schema, &versions);
     if !problems.is_empty() {
@@ -347,7 +367,9 @@ async fn delete_subject(
     State(state): State<AppState>,
     Path(subject): Path<String>,
     Query(params): Query<DeleteParams>,
+    headers: HeaderMap,
 ) -> ApiResult {
+    state.authorize(&headers)?;
     let _guard = state.write_lock.lock().await;
     let deleted = state
         .store
@@ -362,7 +384,9 @@ async fn delete_subject(
 async fn delete_version(
     State(state): State<AppState>,
     Path((subject, version)): Path<(String, String)>,
+    headers: HeaderMap,
 ) -> ApiResult {
+    state.authorize(&headers)?;
     let _guard = state.write_lock.lock().await;
     let v = find_version(&state, &subject, &version).await?;
     state.store.delete_version(&subject, v.version).await?;
@@ -485,7 +509,12 @@ async fn get_global_config(State(state): State<AppState>) -> ApiResult {
     Ok(reply(json!({"compatibilityLevel": level.as_str()})))
 }
 
-async fn put_global_config(State(state): State<AppState>, body: Bytes) -> ApiResult {
+async fn put_global_config(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    state.authorize(&headers)?;
     let level = parse_config_body(&body)?;
     state.store.set_level(None, level).await?;
     Ok(reply(json!({"compatibility": level.as_str()})))
@@ -519,8 +548,10 @@ async fn get_subject_config(
 async fn put_subject_config(
     State(state): State<AppState>,
     Path(subject): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
+    state.authorize(&headers)?;
     let level = parse_config_body(&body)?;
     state.store.set_level(Some(&subject), level).await?;
     Ok(reply(json!({"compatibility": level.as_str()})))
@@ -529,7 +560,9 @@ async fn put_subject_config(
 async fn delete_subject_config(
     State(state): State<AppState>,
     Path(subject): Path<String>,
+    headers: HeaderMap,
 ) -> ApiResult {
+    state.authorize(&headers)?;
     match state.store.clear_level(&subject).await? {
         Some(old) => Ok(reply(json!({"compatibilityLevel": old.as_str()}))),
         None => Err(ApiError::subject_not_found(&subject)),

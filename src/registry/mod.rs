@@ -56,7 +56,7 @@ pub async fn start(
     let bound = listener
         .local_addr()
         .map_err(|source| RegistryError::Bind { addr, source })?;
-    let app = api::router(api::AppState::new(store))
+    let app = api::router(api::AppState::new(store, &config.registry.write_token))
         .merge(crate::telemetry::ops_router(readiness.clone()));
     readiness.set_ready(true);
     tracing::info!(%bound, "schema registry listening");
