@@ -28,6 +28,13 @@ pub const EVENTS_PRODUCED_TOTAL: &str = "imstream_events_produced_total";
 pub const PIPELINE_EVENTS_TOTAL: &str = "imstream_pipeline_events_total";
 pub const PIPELINE_RETRIES_TOTAL: &str = "imstream_pipeline_retries_total";
 pub const PIPELINE_DLQ_TOTAL: &str = "imstream_pipeline_dlq_total";
+/// 1 while a pipeline waits out an outage (its records are retried, none
+/// goes to the DLQ), else 0.
+pub const PIPELINE_DEGRADED: &str = "imstream_pipeline_degraded";
+/// Handler attempts that failed for an outage and were retried.
+pub const PIPELINE_OUTAGE_RETRIES_TOTAL: &str = "imstream_pipeline_outage_retries_total";
+/// Records that failed as poison in a batch and were re-handled alone.
+pub const PIPELINE_ISOLATED_TOTAL: &str = "imstream_pipeline_isolated_total";
 pub const PIPELINE_LAG: &str = "imstream_pipeline_consumer_lag";
 pub const DELIVERY_LATENCY: &str = "imstream_delivery_latency_seconds";
 pub const HISTORY_FETCHES_TOTAL: &str = "imstream_history_fetches_total";
@@ -79,6 +86,9 @@ pub const ALL: &[&str] = &[
     PIPELINE_EVENTS_TOTAL,
     PIPELINE_RETRIES_TOTAL,
     PIPELINE_DLQ_TOTAL,
+    PIPELINE_DEGRADED,
+    PIPELINE_OUTAGE_RETRIES_TOTAL,
+    PIPELINE_ISOLATED_TOTAL,
     PIPELINE_LAG,
     DELIVERY_LATENCY,
     HISTORY_FETCHES_TOTAL,
@@ -142,6 +152,18 @@ pub fn describe_all() {
     );
     describe_counter!(PIPELINE_RETRIES_TOTAL, "Retried pipeline batches");
     describe_counter!(PIPELINE_DLQ_TOTAL, "Events a pipeline sent to its DLQ");
+    describe_gauge!(
+        PIPELINE_DEGRADED,
+        "1 while a pipeline waits out an outage (database, Redis, registry or broker unreachable)"
+    );
+    describe_counter!(
+        PIPELINE_OUTAGE_RETRIES_TOTAL,
+        "Handler attempts that failed for an outage and were retried"
+    );
+    describe_counter!(
+        PIPELINE_ISOLATED_TOTAL,
+        "Records refused in a batch and re-handled alone"
+    );
     describe_gauge!(
         PIPELINE_LAG,
         "Records of a source partition a pipeline has not committed"

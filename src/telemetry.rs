@@ -1,10 +1,13 @@
 //! Telemetry: `tracing` (pretty for a terminal, JSON for services), the
 //! `metrics` recorder with its Prometheus endpoint, and `/healthz` +
-//! `/readyz` for every long-running subcommand.
+//! `/readyz` for every long-running subcommand. `/readyz` also says when a
+//! pipeline of the process is degraded (waiting out an outage, see
+//! [`Degraded`]).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -76,11 +79,72 @@ pub fn ops_router(readiness: Readiness) -> Router {
         .with_state(readiness)
 }
 
-async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, &'static str) {
-    if readiness.is_ready() {
-        (StatusCode::OK, "ready")
+async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, String) {
+    if !readiness.is_ready() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready".into());
+    }
+    let degraded = Degraded::list();
+    if degraded.is_empty() {
+        (StatusCode::OK, "ready".into())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+        let lines: Vec<String> = degraded
+            .iter()
+            .map(|(pipeline, reason)| format!("degraded: {pipeline}: {reason}"))
+            .collect();
+        (StatusCode::SERVICE_UNAVAILABLE, lines.join("\n"))
+    }
+}
+
+/// The pipelines of this process that are waiting out an outage (a
+/// database, Redis, the registry or the broker unreachable): while any is,
+/// `/readyz` answers 503 `degraded: <pipeline>: <reason>`. Process-wide, so
+/// every ops endpoint of the process sees every pipeline it runs.
+pub struct Degraded;
+
+/// Consumer group → (pipeline, reason). Keyed by group, so a pipeline and
+/// its DLQ replay (or tests' pipelines) in one process are told apart.
+fn degraded_registry() -> &'static Mutex<BTreeMap<String, (String, String)>> {
+    static REGISTRY: OnceLock<Mutex<BTreeMap<String, (String, String)>>> = OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
+impl Degraded {
+    /// Marks the pipeline consuming as `group` degraded, for `reason`.
+    pub fn set(group: &str, pipeline: &str, reason: &str) {
+        degraded_registry()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                group.to_string(),
+                (pipeline.to_string(), reason.to_string()),
+            );
+    }
+
+    /// The pipeline consuming as `group` is healthy again.
+    pub fn clear(group: &str) {
+        degraded_registry()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(group);
+    }
+
+    /// The reason `group` is degraded, if it is.
+    pub fn reason(group: &str) -> Option<String> {
+        degraded_registry()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(group)
+            .map(|(_, reason)| reason.clone())
+    }
+
+    /// `(pipeline, reason)` of every degraded pipeline.
+    pub fn list() -> Vec<(String, String)> {
+        degraded_registry()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 }
 

@@ -10,6 +10,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 
 use crate::config::{Config, MysqlConfig, TenantConfig};
+pub use crate::pipeline::failure::FailureKind;
 
 /// Migrations applied to every tenant database.
 pub static TENANT_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/tenant");
@@ -29,27 +30,78 @@ impl TenantError {
     pub fn is_retryable(&self) -> bool {
         match self {
             TenantError::Unknown(_) => false,
-            TenantError::Db(e) => is_retryable_db_error(e),
+            TenantError::Db(e) => db_failure(e).is_outage(),
             TenantError::Migrate(_) => false,
         }
     }
 }
 
 /// Whether a database error is transient (connection lost, pool timeout,
-/// deadlock, lock wait) rather than a fault in the statement or data.
+/// deadlock, lock wait, failover) rather than a fault in the statement or
+/// data. Same answer as [`db_failure`].
 pub fn is_retryable_db_error(e: &sqlx::Error) -> bool {
+    db_failure(e).is_outage()
+}
+
+/// Outage or poison, for any database error (the one classifier every
+/// pipeline uses): the connection and the pool (I/O, TLS, protocol, pool
+/// timeout or closed, a crashed worker) are outages; a server error is
+/// classified by its number ([`mysql_error_kind`]); anything else (a row
+/// that does not decode, an argument that does not encode) is poison.
+pub fn db_failure(e: &sqlx::Error) -> FailureKind {
     match e {
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
-        sqlx::Error::Database(db) => {
-            // 1205 lock wait timeout, 1213 deadlock, 2006/2013 server gone/lost.
-            matches!(
-                db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                    .map(|m| m.number()),
-                Some(1205 | 1213 | 2006 | 2013 | 1040)
-            )
-        }
-        _ => false,
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => FailureKind::Outage,
+        sqlx::Error::Database(db) => match db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+        {
+            Some(m) => mysql_error_kind(m.number()),
+            None => FailureKind::Poison,
+        },
+        _ => FailureKind::Poison,
     }
+}
+
+/// Outage or poison by MySQL/MariaDB error number. Outages: the server
+/// unreachable, gone or shutting down, out of connections, killed
+/// connections, lock waits and deadlocks, read-only or not yet writable
+/// during a failover, a table or database that does not exist yet (the
+/// shard manager or a migration will make it), out of disk or memory,
+/// access briefly refused (grants being restored). Every other number (a
+/// constraint, a duplicate, data too long or of the wrong type, invalid
+/// JSON, a NOT NULL or foreign key refusal, a syntax error) is poison.
+pub fn mysql_error_kind(number: u16) -> FailureKind {
+    let transient = matches!(
+        number,
+        // Server resources: disk full, out of memory, record file full,
+        // too many connections, out of threads.
+        1021 | 1037 | 1038 | 1040 | 1041 | 1114 | 1135
+        // Access refused for now (grants restored during a failover),
+        // unknown database (not created yet).
+        | 1044 | 1045 | 1049
+        // Unknown table: not created yet by the shard manager / migration.
+        | 1146
+        // Server shutting down, connection killed, query interrupted.
+        | 1053 | 1927 | 1317 | 3024 | 1969
+        // Network errors while reading/writing the packet.
+        | 1152
+            ..=1161
+        // Replication / cluster: commit or rollback errors from a node,
+        // read-only (super_read_only, --read-only, during failover).
+        | 1180 | 1181 | 1290 | 1836 | 1792 | 1637 | 4031
+        // Too many user connections, user resource limits.
+        | 1203 | 1226
+        // Lock wait timeout, deadlock.
+        | 1205 | 1213
+        // Client-side connection errors (CR_*).
+        | 2002 | 2003 | 2005 | 2006 | 2013 | 2026 | 2055
+        // Galera: WSREP has not yet prepared the node for application use.
+        | 1047
+    );
+    FailureKind::from_transient(transient)
 }
 
 /// Checks a tenant id: 1–32 characters of `[a-z0-9_]`. Tenant ids appear in
@@ -181,6 +233,48 @@ mod tests {
         assert!(validate_tenant_id("Acme").is_err());
         assert!(validate_tenant_id("a:b").is_err());
         assert!(validate_tenant_id(&"a".repeat(33)).is_err());
+    }
+
+    #[test]
+    fn unreachable_or_busy_databases_are_outages() {
+        for e in [
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+            sqlx::Error::WorkerCrashed,
+            sqlx::Error::Protocol("packet out of order".into()),
+            sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                "refused",
+            )),
+        ] {
+            assert_eq!(db_failure(&e), FailureKind::Outage, "{e}");
+            assert!(is_retryable_db_error(&e));
+        }
+        for n in [
+            1205, 1213, 2002, 2003, 2006, 2013, 1040, 1053, 1927, 1290, 1836, 1792, 1146, 1317,
+            1152, 1161, 4031, 1969, 3024, 1203, 1226, 1041, 1021, 1114, 1637, 1180, 1181, 1045,
+            1044, 1049,
+        ] {
+            assert_eq!(mysql_error_kind(n), FailureKind::Outage, "error {n}");
+        }
+    }
+
+    #[test]
+    fn refused_records_are_poison() {
+        // CHECK (MariaDB 4025, MySQL 3819), duplicate, data too long,
+        // incorrect value, invalid JSON, NOT NULL, foreign key, syntax.
+        for n in [
+            4025, 3819, 1062, 1406, 1366, 3140, 1048, 1452, 1064, 1264, 1292,
+        ] {
+            assert_eq!(mysql_error_kind(n), FailureKind::Poison, "error {n}");
+        }
+        for e in [
+            sqlx::Error::RowNotFound,
+            sqlx::Error::ColumnNotFound("x".into()),
+            sqlx::Error::Decode("bad".into()),
+        ] {
+            assert_eq!(db_failure(&e), FailureKind::Poison, "{e}");
+        }
     }
 
     #[test]

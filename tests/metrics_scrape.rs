@@ -112,8 +112,9 @@ async fn a_small_run_moves_every_exported_metric() {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
 
-    // Two events the store pipeline gives up on: undecodable bytes, and a
-    // message for a month that has no table.
+    // Undecodable bytes (poison: the store gives up on them, to the DLQ),
+    // then a message for a month that has no table (an outage: retried
+    // without a limit, each attempt counted as a missing shard).
     let codec = EventCodec::new(&stack.config().registry.url).unwrap();
     let producer = EventProducer::new(&stack.config().kafka, codec).unwrap();
     let events_topic = TopicNames::new(&stack.config().kafka).name(TopicKind::GroupEvents);

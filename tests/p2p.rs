@@ -497,8 +497,8 @@ async fn the_webhook_sender_retries_delivers_each_task_once_and_gives_up_to_the_
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
 
-    // A push provider that fails each task's first two calls, and always
-    // fails recipient 666.
+    // A push provider that fails each task's first two calls (503), and
+    // always refuses recipient 666 (410).
     let calls: Arc<Mutex<HashMap<String, (u32, u32)>>> = Arc::default();
     let seen = calls.clone();
     let app = axum::Router::new().route(
@@ -510,7 +510,11 @@ async fn the_webhook_sender_retries_delivers_each_task_once_and_gives_up_to_the_
                 let mut calls = seen.lock().unwrap();
                 let entry = calls.entry(id).or_default();
                 entry.0 += 1;
-                if task["recipient"] == json!(666) || entry.0 <= 2 {
+                if task["recipient"] == json!(666) {
+                    // This recipient's device token is gone: refused for good.
+                    axum::http::StatusCode::GONE
+                } else if entry.0 <= 2 {
+                    // Overloaded: an outage, waited out.
                     axum::http::StatusCode::SERVICE_UNAVAILABLE
                 } else {
                     entry.1 += 1;

@@ -22,13 +22,14 @@ use crate::events::{
 };
 use crate::governance::exec::{derived_event_id, Origin};
 use crate::governance::{Action, Actor, Executor, Refused};
-use crate::kafka::producer::EventProducer;
+use crate::kafka::producer::{EventProducer, ProduceError};
 use crate::kafka::topics::TopicKind;
 use crate::keys::TenantKeys;
 use crate::metrics as m;
-use crate::tenant::TenantPools;
+use crate::tenant::{db_failure, TenantPools};
 
-use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+use super::failure::produce_failure;
+use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct CommandsHandler {
     codec: EventCodec,
@@ -90,26 +91,33 @@ fn at(ms: i64) -> chrono::NaiveDateTime {
 impl Handler for CommandsHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
-        for (i, cmd) in decode_all::<AdminCommand>(&self.codec, records, &mut failures).await {
+        let commands = decode_all::<AdminCommand>(&self.codec, records, &mut failures).await;
+        // Commands of one key run in log order: after a failed one, wait.
+        let mut gate = KeyGate::new(records, failures);
+        for (i, cmd) in commands {
+            if !gate.admit(i) {
+                continue;
+            }
             if let Err(f) = self.run(i, &cmd).await {
-                failures.push(f);
+                gate.fail(f);
             }
         }
-        outcome(failures)
+        gate.outcome()
     }
 }
 
 impl CommandsHandler {
     async fn run(&self, i: usize, cmd: &AdminCommand) -> Result<(), RecordFailure> {
         let kind = kind_name(&cmd.body);
-        let retry = |e: &dyn std::fmt::Display| RecordFailure::new(i, true, e.to_string());
+        let db = |e: sqlx::Error| RecordFailure::new(i, db_failure(&e), format!("mysql: {e}"));
+        let produce = |e: ProduceError| RecordFailure::new(i, produce_failure(&e), e.to_string());
         if cmd.command_id.is_empty() || cmd.command_id.len() > 64 {
             let verdict = Verdict {
                 status: "rejected",
                 message: "command_id must be 1-64 characters".into(),
                 event_ids: Vec::new(),
             };
-            return self.publish(cmd, &verdict).await.map_err(|e| retry(&e));
+            return self.publish(cmd, &verdict).await.map_err(produce);
         }
         let Ok(pool) = self.pools.get(&cmd.tenant_id) else {
             let verdict = Verdict {
@@ -117,12 +125,12 @@ impl CommandsHandler {
                 message: format!("unknown tenant {}", cmd.tenant_id),
                 event_ids: Vec::new(),
             };
-            return self.publish(cmd, &verdict).await.map_err(|e| retry(&e));
+            return self.publish(cmd, &verdict).await.map_err(produce);
         };
         // Claim the command id; a finished command is not run again.
         sqlx::query(
-            "INSERT IGNORE INTO im_admin_commands (command_id, kind, operator, status, issued_at) \
-             VALUES (?, ?, ?, 'running', ?)",
+            "INSERT INTO im_admin_commands (command_id, kind, operator, status, issued_at) \
+             VALUES (?, ?, ?, 'running', ?) ON DUPLICATE KEY UPDATE command_id = command_id",
         )
         .bind(&cmd.command_id)
         .bind(kind)
@@ -130,13 +138,13 @@ impl CommandsHandler {
         .bind(at(cmd.issued_at))
         .execute(pool)
         .await
-        .map_err(|e| retry(&e))?;
+        .map_err(db)?;
         let status: String =
             sqlx::query_scalar("SELECT status FROM im_admin_commands WHERE command_id = ?")
                 .bind(&cmd.command_id)
                 .fetch_one(pool)
                 .await
-                .map_err(|e| retry(&e))?;
+                .map_err(db)?;
         if status != "running" {
             metrics::counter!(m::ADMIN_COMMANDS_TOTAL, "kind" => kind, "status" => "duplicate")
                 .increment(1);
@@ -149,7 +157,7 @@ impl CommandsHandler {
                 message: String::new(),
                 event_ids,
             },
-            Err(Refused(503, why)) => return Err(RecordFailure::new(i, true, why)),
+            Err(Refused(503, why)) => return Err(RecordFailure::outage(i, why)),
             Err(Refused(409, why)) => Verdict {
                 status: "ok",
                 message: format!("no change: {why}"),
@@ -161,7 +169,7 @@ impl CommandsHandler {
                 event_ids: Vec::new(),
             },
         };
-        self.publish(cmd, &verdict).await.map_err(|e| retry(&e))?;
+        self.publish(cmd, &verdict).await.map_err(produce)?;
         sqlx::query(
             "UPDATE im_admin_commands SET status = ?, message = ?, event_ids = ?, completed_at = ? \
              WHERE command_id = ?",
@@ -173,18 +181,14 @@ impl CommandsHandler {
         .bind(&cmd.command_id)
         .execute(pool)
         .await
-        .map_err(|e| retry(&e))?;
+        .map_err(db)?;
         metrics::counter!(m::ADMIN_COMMANDS_TOTAL, "kind" => kind, "status" => verdict.status)
             .increment(1);
         tracing::info!(command_id = %cmd.command_id, kind, status = verdict.status, message = %verdict.message, "admin command executed");
         Ok(())
     }
 
-    async fn publish(
-        &self,
-        cmd: &AdminCommand,
-        verdict: &Verdict,
-    ) -> Result<(), crate::kafka::producer::ProduceError> {
+    async fn publish(&self, cmd: &AdminCommand, verdict: &Verdict) -> Result<(), ProduceError> {
         let result = AdminResult {
             command_id: cmd.command_id.clone(),
             tenant_id: cmd.tenant_id.clone(),

@@ -9,7 +9,8 @@ use crate::events::{EventCodec, SessionControlBody, SessionControlEvent};
 use crate::keys::TenantKeys;
 use crate::realtime::{bus, Envelope, Kind, TargetType};
 
-use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+use super::failure::redis_failure;
+use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 /// Sets a key to a number unless it already holds a larger one.
 const SET_MAX: &str = "local cur = tonumber(redis.call('GET', KEYS[1]) or '0') \
@@ -89,13 +90,23 @@ impl ControlHandler {
 impl Handler for ControlHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
-        for (i, event) in
-            decode_all::<SessionControlEvent>(&self.codec, records, &mut failures).await
-        {
+        let events = decode_all::<SessionControlEvent>(&self.codec, records, &mut failures).await;
+        // A user's control events apply in log order (a retried
+        // `UserDisabled` must not land after the `UserEnabled` that
+        // followed it): after a failed one, the user's later ones wait.
+        let mut gate = KeyGate::new(records, failures);
+        for (i, event) in events {
+            if !gate.admit(i) {
+                continue;
+            }
             if let Err(e) = self.apply(&event).await {
-                failures.push(RecordFailure::new(i, true, e.to_string()));
+                gate.fail(RecordFailure::new(
+                    i,
+                    redis_failure(&e),
+                    format!("redis: {e}"),
+                ));
             }
         }
-        outcome(failures)
+        gate.outcome()
     }
 }

@@ -4,8 +4,9 @@
 //!
 //! The replay is an ordinary run of the pipeline (same handler, same
 //! retries) whose source is the DLQ topic `<topic>.<pipeline>.dlq`, read as
-//! consumer group `<group_prefix>.<pipeline>.dlq-replay`. A record that
-//! fails again goes back to the end of the same DLQ, with the new reason:
+//! consumer group `<group_prefix>.<pipeline>.dlq-replay`. An outage during
+//! the replay is waited out like in the live pipeline; a record refused
+//! again goes back to the end of the same DLQ, with the new reason:
 //! nothing is dropped, and the next replay sees it again. Handlers are
 //! idempotent, so replaying a record that was already handled is harmless.
 

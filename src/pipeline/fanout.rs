@@ -4,8 +4,8 @@
 //! what="del"}`; membership, role and mute changes `{pres what="acs"}` to
 //! the topic and to the user's `me`; a removed member's sessions and every
 //! session of a dissolved group are evicted. Realtime only: a lost copy is
-//! caught up by seq (or on the next attach), so failures are retried
-//! briefly and then dropped to the DLQ.
+//! caught up by seq (or on the next attach). Redis unreachable is an
+//! outage, waited out like any other.
 
 use std::collections::HashMap;
 
@@ -20,7 +20,8 @@ use crate::realtime::{
     TargetType,
 };
 
-use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+use super::failure::redis_failure;
+use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct FanoutHandler {
     codec: EventCodec,
@@ -48,9 +49,12 @@ impl Handler for FanoutHandler {
         let mut nodes_of: HashMap<(String, String), Option<Vec<String>>> = HashMap::new();
         let mut pipe = redis::pipe();
         let mut queued: Vec<usize> = Vec::new();
-        for (i, event) in decode_all::<GroupEvent>(&self.codec, records, &mut failures).await {
+        let events = decode_all::<GroupEvent>(&self.codec, records, &mut failures).await;
+        // A topic's frames go out in log order: after a failed one, wait.
+        let mut gate = KeyGate::new(records, failures);
+        for (i, event) in events {
             let outgoing = envelopes(&event);
-            if outgoing.is_empty() {
+            if outgoing.is_empty() || !gate.admit(i) {
                 continue;
             }
             let key = (event.tenant_id.clone(), event.topic.clone());
@@ -60,7 +64,11 @@ impl Handler for FanoutHandler {
                         nodes_of.insert(key.clone(), n);
                     }
                     Err(e) => {
-                        failures.push(RecordFailure::new(i, true, e.to_string()));
+                        gate.fail(RecordFailure::new(
+                            i,
+                            redis_failure(&e),
+                            format!("redis: {e}"),
+                        ));
                         continue;
                     }
                 }
@@ -83,14 +91,14 @@ impl Handler for FanoutHandler {
         }
         if !queued.is_empty() {
             if let Err(e) = pipe.query_async::<()>(&mut redis).await {
-                failures.extend(
-                    queued
-                        .into_iter()
-                        .map(|i| RecordFailure::new(i, true, e.to_string())),
-                );
+                // Published together, failed together.
+                let kind = redis_failure(&e);
+                for i in queued {
+                    gate.fail(RecordFailure::new(i, kind, format!("redis: {e}")));
+                }
             }
         }
-        outcome(failures)
+        gate.outcome()
     }
 }
 

@@ -1,18 +1,20 @@
 //! The members pipeline's handler: membership events into MySQL
 //! (`im_groups`, `im_group_members`) and the cached group facts in Redis.
-//! Events are applied in log order; every write is an upsert or a delete,
-//! so redelivery and replay converge to the same state.
+//! Events are applied in log order (a topic's events after a failed one
+//! wait for it); every write is an upsert or a delete, so redelivery and
+//! replay converge to the same state.
 
 use chrono::{TimeZone, Utc};
 use redis::aio::ConnectionManager;
 use sqlx::mysql::MySqlPool;
 
-use crate::events::{CodecError, EventCodec, GroupEvent, GroupEventBody};
+use crate::events::{EventCodec, GroupEvent, GroupEventBody};
 use crate::groups::{self, GroupError, Role};
 use crate::keys::TopicKeys;
 use crate::tenant::TenantPools;
 
-use super::runner::{Handler, Record, RecordFailure};
+use super::failure::group_failure;
+use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct MembersHandler {
     codec: EventCodec,
@@ -39,22 +41,21 @@ fn at(ms: i64) -> chrono::NaiveDateTime {
 
 impl Handler for MembersHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
-        for (i, r) in records.iter().enumerate() {
-            let event = match self.codec.decode::<GroupEvent>(r.payload.as_deref()).await {
-                Ok(e) => e,
-                Err(CodecError::UnknownKind { .. }) => continue,
-                Err(e) => return Err(vec![RecordFailure::new(i, e.is_retryable(), e.to_string())]),
-            };
+        let mut failures = Vec::new();
+        let events = decode_all::<GroupEvent>(&self.codec, records, &mut failures).await;
+        // In log order; a topic's events after a failed one wait for it.
+        let mut gate = KeyGate::new(records, failures);
+        for (i, event) in events {
+            if !gate.admit(i) {
+                continue;
+            }
             if let Err(e) = self.apply(&event).await {
-                // Later records of the same topic must wait for this one:
-                // fail it and everything after it in the batch.
-                let retryable = !matches!(e, GroupError::NotFound(_));
-                return Err((i..records.len())
-                    .map(|j| RecordFailure::new(j, retryable && j >= i, e.to_string()))
-                    .collect());
+                let kind = group_failure(&e);
+                tracing::warn!(tenant = %event.tenant_id, topic = %event.topic, kind = event.body.name(), error = %e, failure = ?kind, "membership event not applied");
+                gate.fail(RecordFailure::new(i, kind, e.to_string()));
             }
         }
-        Ok(())
+        gate.outcome()
     }
 }
 
@@ -106,7 +107,7 @@ async fn apply_mysql(pool: &MySqlPool, event: &GroupEvent) -> Result<(), sqlx::E
             }
             for chunk in all.chunks(1000) {
                 let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
-                    "INSERT IGNORE INTO im_group_members (topic, uid, role, joined_at) ",
+                    "INSERT INTO im_group_members (topic, uid, role, joined_at) ",
                 );
                 q.push_values(chunk, |mut b, uid| {
                     let role = if *uid == g.owner_uid {
@@ -119,6 +120,9 @@ async fn apply_mysql(pool: &MySqlPool, event: &GroupEvent) -> Result<(), sqlx::E
                         .push_bind(role)
                         .push_bind(when);
                 });
+                // A member already there (redelivery) is kept as is; any
+                // other refusal fails the event.
+                q.push(" ON DUPLICATE KEY UPDATE uid = uid");
                 q.build().execute(&mut *tx).await?;
             }
             tx.commit().await?;

@@ -5,6 +5,7 @@
 pub mod commands;
 pub mod control;
 pub mod dlq;
+pub mod failure;
 pub mod fanout;
 pub mod hot;
 pub mod lag;

@@ -12,7 +12,8 @@ use crate::events::{EventCodec, UserEvent, UserEventBody};
 use crate::gateway::proto;
 use crate::realtime::{bus, Envelope, Kind, TargetType};
 
-use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+use super::failure::redis_failure;
+use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct NotifyHandler {
     codec: EventCodec,
@@ -68,7 +69,13 @@ impl Handler for NotifyHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
         let mut redis = self.redis.clone();
-        for (i, e) in decode_all::<UserEvent>(&self.codec, records, &mut failures).await {
+        let events = decode_all::<UserEvent>(&self.codec, records, &mut failures).await;
+        // A user's frames go out in log order.
+        let mut gate = KeyGate::new(records, failures);
+        for (i, e) in events {
+            if !gate.admit(i) {
+                continue;
+            }
             let envelope = Envelope {
                 event_id: e.event_id.clone(),
                 tenant_id: e.tenant_id.clone(),
@@ -82,9 +89,13 @@ impl Handler for NotifyHandler {
             };
             // A user's sessions may be on any gateway.
             if let Err(err) = bus::publish(&mut redis, None, &envelope).await {
-                failures.push(RecordFailure::new(i, true, err.to_string()));
+                gate.fail(RecordFailure::new(
+                    i,
+                    redis_failure(&err),
+                    format!("redis: {err}"),
+                ));
             }
         }
-        outcome(failures)
+        gate.outcome()
     }
 }

@@ -18,7 +18,8 @@ use crate::keys::{TenantKeys, TopicKeys};
 use crate::metrics as m;
 use crate::tenant::TenantPools;
 
-use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+use super::failure::{group_failure, produce_failure, redis_failure, FailureKind};
+use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 /// How long a message's push claim is kept.
 const CLAIM_TTL_SECS: u64 = 7 * 24 * 3600;
@@ -48,24 +49,27 @@ impl PushHandler {
     }
 
     /// Members of the topic other than the sender.
-    async fn recipients(&self, e: &GroupEvent, m: &MessageSent) -> Result<Vec<i64>, String> {
+    async fn recipients(&self, e: &GroupEvent, m: &MessageSent) -> Result<Vec<i64>, Failed> {
         if let Some(peer) = proto::p2p_peer(&e.topic, m.from_user) {
             return Ok(vec![peer]);
         }
-        let pool = self.pools.get(&e.tenant_id).map_err(|e| e.to_string())?;
+        let pool = self
+            .pools
+            .get(&e.tenant_id)
+            .map_err(|e| (FailureKind::Poison, e.to_string()))?;
         let mut redis = self.redis.clone();
         let keys = TopicKeys::new(&e.tenant_id, &e.topic);
         let cached: Vec<String> = redis::cmd("SMEMBERS")
             .arg(keys.members())
             .query_async(&mut redis)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(rd)?;
         // Skips the cache's placeholder (not a uid).
         let mut members: Vec<i64> = cached.iter().filter_map(|u| u.parse().ok()).collect();
         if members.is_empty() {
             members = crate::groups::load(pool, &mut redis, &e.tenant_id, &e.topic)
                 .await
-                .map_err(|e| e.to_string())?
+                .map_err(|e| (group_failure(&e), e.to_string()))?
                 .members
                 .iter()
                 .map(|m| m.0)
@@ -78,7 +82,7 @@ impl PushHandler {
     /// Recipients with no online session, not in do-not-disturb and not
     /// muting the topic. Presence first (one probe per member); settings
     /// only for those offline.
-    async fn offline(&self, tenant: &str, topic: &str, uids: &[i64]) -> Result<Vec<i64>, String> {
+    async fn offline(&self, tenant: &str, topic: &str, uids: &[i64]) -> Result<Vec<i64>, Failed> {
         let keys = TenantKeys::new(tenant);
         let mut redis = self.redis.clone();
         let mut offline = Vec::new();
@@ -87,10 +91,7 @@ impl PushHandler {
             for uid in chunk {
                 pipe.scard(keys.presence_sessions(*uid));
             }
-            let sessions: Vec<i64> = pipe
-                .query_async(&mut redis)
-                .await
-                .map_err(|e| e.to_string())?;
+            let sessions: Vec<i64> = pipe.query_async(&mut redis).await.map_err(rd)?;
             offline.extend(
                 chunk
                     .iter()
@@ -106,10 +107,7 @@ impl PushHandler {
                 pipe.exists(keys.dnd(*uid))
                     .sismember(keys.push_muted(*uid), topic);
             }
-            let quiet: Vec<bool> = pipe
-                .query_async(&mut redis)
-                .await
-                .map_err(|e| e.to_string())?;
+            let quiet: Vec<bool> = pipe.query_async(&mut redis).await.map_err(rd)?;
             out.extend(
                 chunk
                     .iter()
@@ -121,7 +119,7 @@ impl PushHandler {
         Ok(out)
     }
 
-    async fn push(&self, e: &GroupEvent, m: &MessageSent) -> Result<usize, String> {
+    async fn push(&self, e: &GroupEvent, m: &MessageSent) -> Result<usize, Failed> {
         let mut redis = self.redis.clone();
         let claim = TopicKeys::new(&e.tenant_id, &e.topic).push_claim(m.seq);
         let claimed: Option<String> = redis::cmd("SET")
@@ -132,13 +130,13 @@ impl PushHandler {
             .arg(CLAIM_TTL_SECS)
             .query_async(&mut redis)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(rd)?;
         if claimed.is_none() {
             let state: Option<String> = redis::cmd("GET")
                 .arg(&claim)
                 .query_async(&mut redis)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(rd)?;
             if state.as_deref() == Some("done") {
                 metrics::counter!(m::PUSH_TASKS_TOTAL, "status" => "duplicate").increment(1);
                 return Ok(0);
@@ -169,7 +167,7 @@ impl PushHandler {
             }
         });
         for r in join_all(sends).await {
-            r.map_err(|e| e.to_string())?;
+            r.map_err(|e| (produce_failure(&e), e.to_string()))?;
         }
         let _: () = redis::cmd("SET")
             .arg(&claim)
@@ -178,24 +176,37 @@ impl PushHandler {
             .arg(CLAIM_TTL_SECS)
             .query_async(&mut redis)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(rd)?;
         metrics::counter!(m::PUSH_TASKS_TOTAL, "status" => "produced")
             .increment(tasks.len() as u64);
         Ok(tasks.len())
     }
 }
 
+/// Why a message's push tasks were not all produced.
+type Failed = (FailureKind, String);
+
+fn rd(e: redis::RedisError) -> Failed {
+    (redis_failure(&e), format!("redis: {e}"))
+}
+
 impl Handler for PushHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
-        for (i, e) in decode_all::<GroupEvent>(&self.codec, records, &mut failures).await {
+        let events = decode_all::<GroupEvent>(&self.codec, records, &mut failures).await;
+        // A topic's pushes go out in log order: after a failed one, wait.
+        let mut gate = KeyGate::new(records, failures);
+        for (i, e) in events {
             let GroupEventBody::MessageSent(m) = &e.body else {
                 continue;
             };
-            if let Err(why) = self.push(&e, m).await {
-                failures.push(RecordFailure::new(i, true, why));
+            if !gate.admit(i) {
+                continue;
+            }
+            if let Err((kind, why)) = self.push(&e, m).await {
+                gate.fail(RecordFailure::new(i, kind, why));
             }
         }
-        outcome(failures)
+        gate.outcome()
     }
 }

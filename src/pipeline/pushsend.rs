@@ -1,7 +1,8 @@
 //! The push sender's handler: delivers push tasks through a pluggable
 //! sender — the log (default) or an HTTP webhook (`push.webhook_url`) —
-//! once per task id. A failed delivery is retried with backoff and then
-//! goes to the DLQ; it never touches messages.
+//! once per task id. A provider that is unreachable or failing (5xx) is an
+//! outage, retried until it answers; a task it refuses (4xx) is tried
+//! again alone and then goes to the DLQ. It never touches messages.
 
 use std::time::Duration;
 
@@ -12,7 +13,8 @@ use crate::events::{EventCodec, PushTask};
 use crate::keys::TenantKeys;
 use crate::metrics as m;
 
-use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+use super::failure::{redis_failure, FailureKind};
+use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 /// A delivered task id is remembered this long.
 const SENT_TTL_SECS: u64 = 7 * 24 * 3600;
@@ -42,7 +44,7 @@ impl PushSender {
         })
     }
 
-    async fn send(&self, task: &PushTask) -> Result<(), String> {
+    async fn send(&self, task: &PushTask) -> Result<(), (FailureKind, String)> {
         match self {
             PushSender::Log => {
                 tracing::info!(tenant = %task.tenant_id, topic = %task.topic, seq = task.seq, to = task.recipient_uid, "push");
@@ -61,11 +63,16 @@ impl PushSender {
                     }))
                     .send()
                     .await
-                    .map_err(|e| format!("webhook: {e}"))?;
-                if resp.status().is_success() {
+                    // Not reached, or no answer in time: the provider is out.
+                    .map_err(|e| (FailureKind::Outage, format!("webhook: {e}")))?;
+                let status = resp.status();
+                if status.is_success() {
                     Ok(())
                 } else {
-                    Err(format!("webhook answered {}", resp.status()))
+                    Err((
+                        webhook_failure(status),
+                        format!("webhook answered {status}"),
+                    ))
                 }
             }
         }
@@ -87,7 +94,7 @@ impl PushSendHandler {
         }
     }
 
-    async fn deliver(&self, task: &PushTask) -> Result<(), String> {
+    async fn deliver(&self, task: &PushTask) -> Result<(), (FailureKind, String)> {
         let mut redis = self.redis.clone();
         let key = TenantKeys::new(&task.tenant_id).push_sent(&task.task_id);
         let first: Option<String> = redis::cmd("SET")
@@ -98,7 +105,7 @@ impl PushSendHandler {
             .arg(SENT_TTL_SECS)
             .query_async(&mut redis)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| (redis_failure(&e), format!("redis: {e}")))?;
         if first.is_none() {
             metrics::counter!(m::PUSH_SENT_TOTAL, "status" => "duplicate").increment(1);
             return Ok(());
@@ -119,14 +126,47 @@ impl PushSendHandler {
     }
 }
 
+/// A provider's refusal: overloaded or failing (5xx, 429, 408) is an
+/// outage, waited out; any other answer refuses this task for good (an
+/// expired device token, a malformed task) and sends it to the DLQ.
+fn webhook_failure(status: reqwest::StatusCode) -> FailureKind {
+    FailureKind::from_transient(
+        status.is_server_error()
+            || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+            || status == reqwest::StatusCode::REQUEST_TIMEOUT,
+    )
+}
+
 impl Handler for PushSendHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
-        for (i, task) in decode_all::<PushTask>(&self.codec, records, &mut failures).await {
-            if let Err(why) = self.deliver(&task).await {
-                failures.push(RecordFailure::new(i, true, why));
+        let tasks = decode_all::<PushTask>(&self.codec, records, &mut failures).await;
+        // A recipient's tasks are delivered in log order.
+        let mut gate = KeyGate::new(records, failures);
+        for (i, task) in tasks {
+            if !gate.admit(i) {
+                continue;
+            }
+            if let Err((kind, why)) = self.deliver(&task).await {
+                gate.fail(RecordFailure::new(i, kind, why));
             }
         }
-        outcome(failures)
+        gate.outcome()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_provider_is_an_outage_and_a_refused_task_is_poison() {
+        use reqwest::StatusCode as S;
+        for s in [S::SERVICE_UNAVAILABLE, S::BAD_GATEWAY, S::TOO_MANY_REQUESTS] {
+            assert_eq!(webhook_failure(s), FailureKind::Outage, "{s}");
+        }
+        for s in [S::GONE, S::BAD_REQUEST, S::NOT_FOUND] {
+            assert_eq!(webhook_failure(s), FailureKind::Poison, "{s}");
+        }
     }
 }

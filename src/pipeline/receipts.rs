@@ -9,9 +9,10 @@ use serde_json::json;
 use crate::events::{EventCodec, ReceiptBody, ReceiptEvent};
 use crate::gateway::proto;
 use crate::realtime::{bus, frames, presence, Envelope, Kind, TargetType};
-use crate::tenant::TenantPools;
+use crate::tenant::{db_failure, TenantPools};
 
-use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+use super::failure::{redis_failure, FailureKind};
+use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct ReceiptsHandler {
     codec: EventCodec,
@@ -28,7 +29,7 @@ impl ReceiptsHandler {
         }
     }
 
-    async fn apply(&self, e: &ReceiptEvent) -> Result<(), RecordFailureKind> {
+    async fn apply(&self, e: &ReceiptEvent) -> Result<(), (FailureKind, String)> {
         let (what, seq) = match &e.body {
             ReceiptBody::ReadReceipt(c) => ("read", c.seq),
             ReceiptBody::RecvReceipt(c) => ("recv", c.seq),
@@ -36,7 +37,7 @@ impl ReceiptsHandler {
         let pool = self
             .pools
             .get(&e.tenant_id)
-            .map_err(|_| RecordFailureKind::Fatal("unknown tenant".into()))?;
+            .map_err(|err| (FailureKind::Poison, err.to_string()))?;
         let column = if what == "read" {
             "read_seq"
         } else {
@@ -51,13 +52,14 @@ impl ReceiptsHandler {
         .bind(seq)
         .execute(pool)
         .await
-        .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
+        .map_err(|err| (db_failure(&err), format!("mysql: {err}")))?;
 
+        let rd = |err: redis::RedisError| (redis_failure(&err), format!("redis: {err}"));
         let mut redis = self.redis.clone();
         let nodes =
             presence::online_nodes(&mut redis, &e.tenant_id, &e.topic, crate::events::now_ms())
                 .await
-                .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
+                .map_err(rd)?;
         let mut to_topic = Envelope {
             event_id: e.event_id.clone(),
             tenant_id: e.tenant_id.clone(),
@@ -86,39 +88,33 @@ impl ReceiptsHandler {
         if to_topic.target_type == TargetType::User {
             bus::publish(&mut redis, None, &to_topic)
                 .await
-                .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
+                .map_err(rd)?;
         } else if nodes.as_ref().is_none_or(|n| !n.is_empty()) {
             bus::publish(&mut redis, nodes.as_deref(), &to_topic)
                 .await
-                .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
+                .map_err(rd)?;
         }
         // The user's own sessions may be on any node.
-        bus::publish(&mut redis, None, &to_user)
-            .await
-            .map_err(|err| RecordFailureKind::Retry(err.to_string()))?;
+        bus::publish(&mut redis, None, &to_user).await.map_err(rd)?;
         Ok(())
     }
-}
-
-enum RecordFailureKind {
-    Retry(String),
-    Fatal(String),
 }
 
 impl Handler for ReceiptsHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
-        for (i, event) in decode_all::<ReceiptEvent>(&self.codec, records, &mut failures).await {
-            match self.apply(&event).await {
-                Ok(()) => {}
-                Err(RecordFailureKind::Retry(why)) => {
-                    failures.push(RecordFailure::new(i, true, why))
-                }
-                Err(RecordFailureKind::Fatal(why)) => {
-                    failures.push(RecordFailure::new(i, false, why))
-                }
+        let events = decode_all::<ReceiptEvent>(&self.codec, records, &mut failures).await;
+        // Cursors converge in any order, but their `{info}` frames go out
+        // in log order: after a failed one, the key's later ones wait.
+        let mut gate = KeyGate::new(records, failures);
+        for (i, event) in events {
+            if !gate.admit(i) {
+                continue;
+            }
+            if let Err((kind, why)) = self.apply(&event).await {
+                gate.fail(RecordFailure::new(i, kind, why));
             }
         }
-        outcome(failures)
+        gate.outcome()
     }
 }

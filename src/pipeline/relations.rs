@@ -8,9 +8,10 @@ use redis::aio::ConnectionManager;
 use crate::events::{EventCodec, UserEvent, UserEventBody};
 use crate::keys::TenantKeys;
 use crate::relations::{self, Set};
-use crate::tenant::TenantPools;
+use crate::tenant::{db_failure, TenantPools};
 
-use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+use super::failure::{redis_failure, relation_failure, FailureKind};
+use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct RelationsHandler {
     codec: EventCodec,
@@ -28,25 +29,31 @@ impl RelationsHandler {
     }
 
     /// A friend or block edge of the event's user.
-    async fn edge(&self, e: &UserEvent, set: Set, other: i64, present: bool) -> Result<(), String> {
+    async fn edge(
+        &self,
+        e: &UserEvent,
+        set: Set,
+        other: i64,
+        present: bool,
+    ) -> Result<(), (FailureKind, String)> {
         let pool = self
             .pools
             .get(&e.tenant_id)
-            .map_err(|_| format!("unknown tenant {}", e.tenant_id))?;
+            .map_err(|err| (FailureKind::Poison, err.to_string()))?;
         let mut redis = self.redis.clone();
         relations::set_member(pool, &mut redis, &e.tenant_id, set, e.uid, other, present)
             .await
-            .map_err(|err| err.to_string())
+            .map_err(|err| (relation_failure(&err), err.to_string()))
     }
 
-    async fn apply(&self, e: &UserEvent) -> Result<(), String> {
+    async fn apply(&self, e: &UserEvent) -> Result<(), (FailureKind, String)> {
         let pool = self
             .pools
             .get(&e.tenant_id)
-            .map_err(|_| format!("unknown tenant {}", e.tenant_id))?;
+            .map_err(|err| (FailureKind::Poison, err.to_string()))?;
         let mut redis = self.redis.clone();
-        let db = |e: sqlx::Error| e.to_string();
-        let rd = |e: redis::RedisError| e.to_string();
+        let db = |e: sqlx::Error| (db_failure(&e), format!("mysql: {e}"));
+        let rd = |e: redis::RedisError| (redis_failure(&e), format!("redis: {e}"));
         match &e.body {
             UserEventBody::FriendRequestCreated(r) => {
                 sqlx::query(
@@ -98,7 +105,8 @@ impl RelationsHandler {
                 }
                 if let Some(topic) = &p.topic {
                     let sql = if p.topic_muted {
-                        "INSERT IGNORE INTO im_push_muted_topics (uid, topic) VALUES (?, ?)"
+                        "INSERT INTO im_push_muted_topics (uid, topic) VALUES (?, ?) \
+                         ON DUPLICATE KEY UPDATE uid = uid"
                     } else {
                         "DELETE FROM im_push_muted_topics WHERE uid = ? AND topic = ?"
                     };
@@ -126,11 +134,18 @@ impl RelationsHandler {
 impl Handler for RelationsHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         let mut failures = Vec::new();
-        for (i, event) in decode_all::<UserEvent>(&self.codec, records, &mut failures).await {
-            if let Err(why) = self.apply(&event).await {
-                failures.push(RecordFailure::new(i, true, why));
+        let events = decode_all::<UserEvent>(&self.codec, records, &mut failures).await;
+        // A user's events apply in log order (an unblock after its block):
+        // after a failed one, the user's later ones wait.
+        let mut gate = KeyGate::new(records, failures);
+        for (i, event) in events {
+            if !gate.admit(i) {
+                continue;
+            }
+            if let Err((kind, why)) = self.apply(&event).await {
+                gate.fail(RecordFailure::new(i, kind, why));
             }
         }
-        outcome(failures)
+        gate.outcome()
     }
 }

@@ -1,7 +1,9 @@
 //! The store pipeline's handler: MessageSent events into the monthly MySQL
 //! tables, one transaction per (tenant, shard month), then Redis routes;
 //! user-view deletes into the dellog; edits, recalls and deletes for
-//! everyone applied to the stored rows (see `store::revisions`).
+//! everyone applied to the stored rows (see `store::revisions`). A failed
+//! transaction fails all of its records together; a key's records after a
+//! failed one wait for it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -13,9 +15,10 @@ use crate::metrics as m;
 use crate::store::month::ShardMonth;
 use crate::store::writer::{self, StoreError, StoredMessage};
 use crate::store::{revisions, routes};
-use crate::tenant::TenantPools;
+use crate::tenant::{db_failure, TenantPools};
 
-use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+use super::failure::FailureKind;
+use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct StoreHandler {
     codec: EventCodec,
@@ -57,6 +60,8 @@ impl StoreHandler {
     }
 }
 
+/// Writes a user-view delete's ranges. A range already written (the same
+/// event, redelivered) is a no-op; any other refusal is an error.
 async fn write_dellog(
     pool: &sqlx::MySqlPool,
     event: &GroupEvent,
@@ -64,7 +69,8 @@ async fn write_dellog(
 ) -> Result<(), sqlx::Error> {
     for r in &h.ranges {
         sqlx::query(
-            "INSERT IGNORE INTO im_dellog (topic, deletedfor, delid, low, hi, event_id) VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO im_dellog (topic, deletedfor, delid, low, hi, event_id) VALUES (?, ?, ?, ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE event_id = event_id",
         )
         .bind(&event.topic)
         .bind(h.uid)
@@ -80,9 +86,11 @@ async fn write_dellog(
 
 impl Handler for StoreHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
-        let mut failures = Vec::new();
+        let mut decode_failures = Vec::new();
         let events: Vec<(usize, GroupEvent)> =
-            decode_all(&self.codec, records, &mut failures).await;
+            decode_all(&self.codec, records, &mut decode_failures).await;
+        // A key's records after one that failed wait for it.
+        let mut gate = KeyGate::new(records, decode_failures);
 
         // (tenant, month) → indexes into `events`.
         let mut groups: BTreeMap<(String, ShardMonth), Vec<usize>> = BTreeMap::new();
@@ -93,21 +101,30 @@ impl Handler for StoreHandler {
                         .entry((event.tenant_id.clone(), month))
                         .or_default()
                         .push(n),
-                    Err(e) => failures.push(RecordFailure::new(*i, false, e.to_string())),
+                    Err(e) => gate.fail(RecordFailure::poison(*i, e.to_string())),
                 }
             }
         }
-
+        // One transaction per group, in the log order of their first
+        // records, each holding only records whose key has not failed yet:
+        // a failed group fails all of its records together.
+        let mut groups: Vec<((String, ShardMonth), Vec<usize>)> = groups.into_iter().collect();
+        groups.sort_by_key(|(_, members)| members.first().map(|n| events[*n].0));
         for ((tenant, month), members) in groups {
             let index_of = |n: &usize| events[*n].0;
+            let members: Vec<usize> = members
+                .into_iter()
+                .filter(|n| gate.admit(index_of(n)))
+                .collect();
+            if members.is_empty() {
+                continue;
+            }
             let pool = match self.pools.get(&tenant) {
                 Ok(p) => p,
                 Err(e) => {
-                    failures.extend(
-                        members
-                            .iter()
-                            .map(|n| RecordFailure::new(index_of(n), false, e.to_string())),
-                    );
+                    for n in &members {
+                        gate.fail(RecordFailure::poison(index_of(n), e.to_string()));
+                    }
                     continue;
                 }
             };
@@ -147,59 +164,63 @@ impl Handler for StoreHandler {
                     }
                     metrics::counter!(m::PERSIST_TOTAL, "month" => month_label, "status" => "failed")
                         .increment(batch.len() as u64);
-                    tracing::warn!(%tenant, %month, error = %e, records = members.len(), "store write failed");
-                    let retryable = e.is_retryable();
+                    let kind = FailureKind::from_transient(e.is_retryable());
+                    tracing::warn!(%tenant, %month, error = %e, ?kind, records = members.len(), "store write failed");
                     let reason = e.to_string();
-                    failures.extend(
-                        members
-                            .iter()
-                            .map(|n| RecordFailure::new(index_of(n), retryable, reason.clone())),
-                    );
+                    for n in &members {
+                        gate.fail(RecordFailure::new(index_of(n), kind, reason.clone()));
+                    }
                 }
             }
         }
-        // User-view deletes: one dellog row per range, keyed by event id.
-        for (i, event) in &events {
-            if let GroupEventBody::HistoryCleared(h) = &event.body {
-                let result = match self.pools.get(&event.tenant_id) {
-                    Ok(pool) => write_dellog(pool, event, h).await.map_err(|e| {
-                        RecordFailure::new(
-                            *i,
-                            crate::tenant::is_retryable_db_error(&e),
-                            e.to_string(),
-                        )
-                    }),
-                    Err(e) => Err(RecordFailure::new(*i, false, e.to_string())),
-                };
-                if let Err(f) = result {
-                    failures.push(f);
-                }
-            }
-        }
-        // Edits, recalls and deletes, in log order, after this batch's
+        // User-view deletes (one dellog row per range, keyed by event id)
+        // and edits, recalls and deletes, in log order, after this batch's
         // messages are stored (a message precedes its edits in the log).
         for (i, event) in &events {
-            if !revisions::is_revision(event) {
+            let clear = match &event.body {
+                GroupEventBody::HistoryCleared(h) => Some(h),
+                _ if revisions::is_revision(event) => None,
+                _ => continue,
+            };
+            if !gate.admit(*i) {
                 continue;
             }
-            let result = match self.pools.get(&event.tenant_id) {
-                Ok(pool) => revisions::apply(pool, event).await.map_err(|e| {
-                    tracing::warn!(tenant = %event.tenant_id, topic = %event.topic, kind = event.body.name(), error = %e, "revision not applied");
-                    RecordFailure::new(*i, e.is_retryable(), e.to_string())
-                }),
-                Err(e) => Err(RecordFailure::new(*i, false, e.to_string())),
+            let pool = match self.pools.get(&event.tenant_id) {
+                Ok(pool) => pool,
+                Err(e) => {
+                    gate.fail(RecordFailure::poison(*i, e.to_string()));
+                    continue;
+                }
             };
-            match result {
+            if let Some(h) = clear {
+                if let Err(e) = write_dellog(pool, event, h).await {
+                    tracing::warn!(tenant = %event.tenant_id, topic = %event.topic, error = %e, "dellog not written");
+                    gate.fail(RecordFailure::new(
+                        *i,
+                        db_failure(&e),
+                        format!("mysql: {e}"),
+                    ));
+                }
+                continue;
+            }
+            match revisions::apply(pool, event).await {
                 Ok(applied) => {
                     metrics::counter!(m::REVISIONS_TOTAL, "kind" => event.body.name(), "status" => "applied")
                         .increment(applied.changed as u64);
                     metrics::counter!(m::REVISIONS_TOTAL, "kind" => event.body.name(), "status" => "skipped")
                         .increment(applied.skipped as u64);
                 }
-                Err(f) => failures.push(f),
+                Err(e) => {
+                    tracing::warn!(tenant = %event.tenant_id, topic = %event.topic, kind = event.body.name(), error = %e, "revision not applied");
+                    gate.fail(RecordFailure::new(
+                        *i,
+                        FailureKind::from_transient(e.is_retryable()),
+                        e.to_string(),
+                    ));
+                }
             }
         }
         self.repair_routes().await;
-        outcome(failures)
+        gate.outcome()
     }
 }

@@ -17,6 +17,8 @@ pub struct Topology {
     pub batch_max: usize,
     #[serde(default = "defaults::batch_linger_ms")]
     pub batch_linger_ms: u64,
+    /// Attempts of a poison record handled alone before it goes, alone, to
+    /// the DLQ. Outages are retried without a limit (see `runner`).
     #[serde(default = "defaults::max_attempts")]
     pub max_attempts: u32,
     #[serde(default = "defaults::backoff_initial_ms")]

@@ -1,0 +1,554 @@
+//! Outage versus poison in the store pipeline, against the real services
+//! (issue 12):
+//!
+//! - the tenant database becomes unreachable while messages keep arriving:
+//!   the pipeline waits it out (`/readyz` says `degraded: store: …`),
+//!   nothing goes to the DLQ, and once the database is back every message
+//!   is stored exactly once without anyone doing anything;
+//! - records that can never be applied (refused by the database, or not
+//!   decodable) go to the DLQ alone; their batch-mates — including later
+//!   records of the same key, which waited for them — are stored.
+//!
+//! The outage is real but local to the test: the pipeline reaches MariaDB
+//! through a TCP proxy the test owns, which cuts every connection and
+//! refuses new ones while "down" (as a server restart or failover does).
+//! The shared MariaDB itself is never touched.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Headers, Message};
+use sqlx::MySqlPool;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use imstream::config::Config;
+use imstream::events::{
+    now_ms, EventCodec, GroupEvent, GroupEventBody, HistoryCleared, MessageSent, SeqRange,
+};
+use imstream::kafka::producer::EventProducer;
+use imstream::kafka::topics::{TopicKind, TopicNames};
+use imstream::pipeline::Topology;
+use imstream::store::month::ShardMonth;
+use imstream::telemetry::Readiness;
+
+use common::{unique_id, wait_for, Stack};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The store topology with short backoffs and few attempts: under the old
+/// semantics an outage longer than a second would have sent records to
+/// the DLQ.
+fn fast_store_topology(batch_linger_ms: u64) -> Topology {
+    Topology::parse(
+        &format!(
+            "name = \"store\"\nsource = \"group_events\"\nbatch_max = 200\n\
+             batch_linger_ms = {batch_linger_ms}\nmax_attempts = 3\n\
+             backoff_initial_ms = 20\nbackoff_max_ms = 200\n"
+        ),
+        "test-store.toml",
+    )
+    .expect("topology")
+}
+
+/// A TCP proxy in front of MariaDB that the test can take down: while
+/// down, every open connection is cut and new ones are closed at once.
+struct DbProxy {
+    addr: SocketAddr,
+    up: Arc<AtomicBool>,
+    connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    accept: JoinHandle<()>,
+}
+
+impl DbProxy {
+    async fn start(target: String) -> DbProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().unwrap();
+        let up = Arc::new(AtomicBool::new(true));
+        let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let accept = {
+            let (up, connections) = (up.clone(), connections.clone());
+            tokio::spawn(async move {
+                while let Ok((mut inbound, _)) = listener.accept().await {
+                    if !up.load(Ordering::SeqCst) {
+                        drop(inbound);
+                        continue;
+                    }
+                    let target = target.clone();
+                    let task = tokio::spawn(async move {
+                        if let Ok(mut outbound) = TcpStream::connect(&target).await {
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        }
+                    });
+                    connections.lock().unwrap().push(task);
+                }
+            })
+        };
+        DbProxy {
+            addr,
+            up,
+            connections,
+            accept,
+        }
+    }
+
+    fn down(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for c in self.connections.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    fn up(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for DbProxy {
+    fn drop(&mut self) {
+        self.down();
+        self.accept.abort();
+    }
+}
+
+/// `mysql://user:pass@host:port[/…][?…]` → `host:port`.
+fn server_of(url: &str) -> String {
+    let rest = url.rsplit_once('@').map_or(url, |(_, r)| r);
+    let rest = rest.strip_prefix("mysql://").unwrap_or(rest);
+    rest.split(['/', '?']).next().unwrap_or(rest).to_string()
+}
+
+/// `config` with its MySQL server replaced by `addr`.
+fn through(config: &Config, addr: SocketAddr) -> Config {
+    let mut config = config.clone();
+    let server = server_of(&config.mysql.url);
+    config.mysql.url = config.mysql.url.replacen(&server, &addr.to_string(), 1);
+    config
+}
+
+fn message_sent(tenant: &str, topic: &str, seq: i64, content: String) -> GroupEvent {
+    let now = now_ms();
+    let mut event = GroupEvent::new(
+        tenant,
+        topic,
+        7,
+        GroupEventBody::MessageSent(MessageSent {
+            message_id: (rand::random::<u32>() as i64) << 20 | seq,
+            group_id: 42,
+            seq,
+            shard_month: current_month(),
+            client_msg_id: Some(format!("{topic}-{seq}")),
+            from_user: 7,
+            msg_type: "text".into(),
+            head: None,
+            content_size: content.len() as i32,
+            content: Some(content),
+            mentioned_user_ids: vec![],
+            mention_all: false,
+            reply_seq: None,
+            root_seq: None,
+            file_count: 0,
+            has_risk: false,
+            audit_status: "pass".into(),
+            created_at: now,
+            expires_at: None,
+        }),
+    );
+    event.actor_device = "test".into();
+    event
+}
+
+fn text(seq: i64) -> String {
+    format!("{{\"txt\":\"m{seq}\"}}")
+}
+
+fn current_month() -> String {
+    ShardMonth::of(chrono::Utc::now()).to_string()
+}
+
+struct Produce {
+    producer: EventProducer,
+    topic: String,
+}
+
+impl Produce {
+    fn new(config: &Config) -> Produce {
+        let codec = EventCodec::new(&config.registry.url).unwrap();
+        Produce {
+            producer: EventProducer::new(&config.kafka, codec).unwrap(),
+            topic: TopicNames::new(&config.kafka).name(TopicKind::GroupEvents),
+        }
+    }
+
+    async fn event(&self, e: &GroupEvent) {
+        self.producer
+            .send(
+                TopicKind::GroupEvents,
+                &format!("{}:{}", e.tenant_id, e.topic),
+                e,
+                None,
+            )
+            .await
+            .expect("produce");
+    }
+
+    async fn bytes(&self, key: &str, payload: &[u8]) {
+        self.producer
+            .send_bytes(&self.topic, key.as_bytes(), payload, &[])
+            .await
+            .expect("produce bytes");
+    }
+}
+
+/// seq → rows stored for `topic` this month.
+async fn stored(pool: &MySqlPool, topic: &str) -> BTreeMap<i64, i64> {
+    let rows: Vec<(i64, i64)> = sqlx::query_as(&format!(
+        "SELECT seqid, COUNT(*) FROM im_group_messages_{} WHERE topic = ? GROUP BY seqid",
+        current_month()
+    ))
+    .bind(topic)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    rows.into_iter().collect()
+}
+
+/// Waits until exactly seqs `1..=n` of `topic` are stored, once each.
+async fn wait_stored_once(pool: &MySqlPool, topic: &str, n: i64) {
+    let expected: BTreeMap<i64, i64> = (1..=n).map(|s| (s, 1)).collect();
+    wait_for(
+        &format!("seqs 1..={n} of {topic} stored once each"),
+        DEADLINE,
+        || {
+            let (pool, expected) = (pool.clone(), expected.clone());
+            async move {
+                let got = stored(&pool, topic).await;
+                if got == expected {
+                    Ok(())
+                } else {
+                    Err(format!("stored (seq → rows): {got:?}"))
+                }
+            }
+        },
+    )
+    .await;
+}
+
+/// Records in the store DLQ (all partitions).
+async fn dlq_depth(config: &Config) -> i64 {
+    let kafka = config.kafka.clone();
+    let dlq = TopicNames::new(&kafka).dlq(TopicKind::GroupEvents, "store");
+    tokio::task::spawn_blocking(move || {
+        imstream::kafka::lag::watermarks(&kafka, &format!("probe-{}", unique_id()), &dlq)
+            .expect("DLQ watermarks")
+            .values()
+            .map(|(low, high)| high - low)
+            .sum()
+    })
+    .await
+    .unwrap()
+}
+
+/// One record read back from the store DLQ: (reason header, payload).
+type Dead = (String, Vec<u8>);
+
+/// Reads the store DLQ from the start until `n` records were read.
+async fn read_dlq(config: &Config, n: usize) -> Vec<Dead> {
+    let dlq = TopicNames::new(&config.kafka).dlq(TopicKind::GroupEvents, "store");
+    let consumer: StreamConsumer = imstream::kafka::client_config(&config.kafka)
+        .set("group.id", format!("dlq-reader-{}", unique_id()))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[&dlq]).unwrap();
+    let seen: Mutex<Vec<Dead>> = Mutex::new(Vec::new());
+    let (consumer, seen_ref) = (&consumer, &seen);
+    wait_for(&format!("{n} records in {dlq}"), DEADLINE, || async move {
+        if let Ok(Ok(msg)) = tokio::time::timeout(Duration::from_millis(500), consumer.recv()).await
+        {
+            let reason = msg
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key == "dlq.reason"))
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default();
+            let payload = msg.payload().unwrap_or_default().to_vec();
+            seen_ref.lock().unwrap().push((reason, payload));
+        }
+        let got = seen_ref.lock().unwrap().len();
+        if got >= n {
+            Ok(())
+        } else {
+            Err(format!("{got} read"))
+        }
+    })
+    .await;
+    seen.into_inner().unwrap()
+}
+
+/// Sum of every series of a Prometheus counter in this process.
+fn counter(name: &str) -> f64 {
+    imstream::telemetry::metrics_handle()
+        .render()
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn readyz(client: &reqwest::Client, ops: SocketAddr) -> Result<(u16, String), String> {
+    let resp = client
+        .get(format!("http://{ops}/readyz"))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    Ok((status, resp.text().await.map_err(|e| e.to_string())?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreachable_database_is_waited_out_and_every_message_is_stored_once() {
+    imstream::telemetry::metrics_handle();
+    let stack = Stack::prepared(None).await;
+    let pool = stack.pool();
+    let proxy = DbProxy::start(server_of(&stack.config().mysql.url)).await;
+    let config = through(stack.config(), proxy.addr);
+
+    // The store pipeline, with its ops endpoint, reaching MariaDB through
+    // the proxy.
+    let shutdown = stack.world.shutdown.child();
+    let readiness = Readiness::default();
+    let ops = imstream::telemetry::serve_ops(
+        "127.0.0.1:0".parse().unwrap(),
+        readiness.clone(),
+        shutdown.clone(),
+    )
+    .await
+    .expect("ops endpoint");
+    readiness.set_ready(true);
+    let pipeline = {
+        let (config, shutdown) = (config.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            imstream::pipeline::run_topology(&config, &fast_store_topology(5), shutdown)
+                .await
+                .expect("store pipeline");
+        })
+    };
+    let client = reqwest::Client::new();
+    let produce = Produce::new(stack.config());
+    let topic = format!("grpOutage{}", unique_id());
+
+    // Healthy: the first ten are stored.
+    for seq in 1..=10 {
+        produce
+            .event(&message_sent(stack.tenant(), &topic, seq, text(seq)))
+            .await;
+    }
+    wait_stored_once(&pool, &topic, 10).await;
+    assert_eq!(readyz(&client, ops).await.unwrap(), (200, "ready".into()));
+
+    // The database goes away while ten more arrive.
+    let retries_before = counter("imstream_pipeline_outage_retries_total");
+    proxy.down();
+    for seq in 11..=20 {
+        produce
+            .event(&message_sent(stack.tenant(), &topic, seq, text(seq)))
+            .await;
+    }
+    // Degraded, with the reason, for far longer than max_attempts (3)
+    // attempts would have lasted.
+    let (client_ref, ops_copy) = (&client, ops);
+    let said = wait_for(
+        "/readyz to say the store is degraded",
+        DEADLINE,
+        || async move {
+            let (status, body) = readyz(client_ref, ops_copy).await?;
+            let retries = counter("imstream_pipeline_outage_retries_total") - retries_before;
+            if status == 503 && body.contains("degraded: store: ") && retries >= 15.0 {
+                Ok(body)
+            } else {
+                Err(format!("{status} {body:?} after {retries} outage retries"))
+            }
+        },
+    )
+    .await;
+    assert!(
+        said.contains("mysql") || said.contains("pool") || said.contains("connection"),
+        "the reason names the database: {said:?}"
+    );
+    assert_eq!(
+        dlq_depth(stack.config()).await,
+        0,
+        "nothing in the DLQ during the outage"
+    );
+    assert_eq!(
+        stored(&pool, &topic).await.len(),
+        10,
+        "nothing stored while down"
+    );
+
+    // Back: everything is stored once, by itself, and the pipeline is ready.
+    proxy.up();
+    wait_stored_once(&pool, &topic, 20).await;
+    wait_for("/readyz ready again", DEADLINE, || async move {
+        match readyz(client_ref, ops_copy).await? {
+            (200, body) if body == "ready" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(
+        dlq_depth(stack.config()).await,
+        0,
+        "nothing in the DLQ after the outage"
+    );
+    let mirror: (i64, i64, i64) = sqlx::query_as(
+        "SELECT min_seq, max_seq, message_count FROM im_group_message_topic_shards WHERE topic = ?",
+    )
+    .bind(&topic)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        mirror,
+        (1, 20, 20),
+        "the route mirror counts each message once"
+    );
+
+    shutdown.trigger();
+    pipeline.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_that_can_never_be_applied_go_alone_to_the_dlq_and_their_batch_mates_are_stored() {
+    imstream::telemetry::metrics_handle();
+    let stack = Stack::prepared(None).await;
+    let pool = stack.pool();
+    // A long linger so the records below are handled as one batch.
+    let shutdown = stack.world.shutdown.child();
+    let pipeline = {
+        let (config, shutdown) = (stack.config().clone(), shutdown.clone());
+        tokio::spawn(async move {
+            imstream::pipeline::run_topology(&config, &fast_store_topology(1500), shutdown)
+                .await
+                .expect("store pipeline");
+        })
+    };
+    let produce = Produce::new(stack.config());
+    let tenant = stack.tenant();
+    let topic = format!("grpPoison{}", unique_id());
+    let key = format!("{tenant}:{topic}");
+
+    // Five messages, a user-view delete the dellog refuses (its topic is
+    // longer than the column: strict mode says "Data too long" — INSERT
+    // IGNORE used to truncate it silently), a record that does not decode,
+    // keyed like the messages (so the next five wait for it), five more
+    // messages and a delete the dellog takes.
+    for seq in 1..=5 {
+        produce
+            .event(&message_sent(tenant, &topic, seq, text(seq)))
+            .await;
+    }
+    let long_topic = format!("grp{}", "x".repeat(70));
+    let refused = GroupEvent::new(
+        tenant,
+        &long_topic,
+        7,
+        GroupEventBody::HistoryCleared(HistoryCleared {
+            uid: 7,
+            ranges: vec![SeqRange { low: 1, hi: 3 }],
+            del_id: 1,
+        }),
+    );
+    produce.event(&refused).await;
+    produce.bytes(&key, b"not avro at all").await;
+    for seq in 6..=10 {
+        produce
+            .event(&message_sent(tenant, &topic, seq, text(seq)))
+            .await;
+    }
+    let fine_clear = GroupEvent::new(
+        tenant,
+        &topic,
+        7,
+        GroupEventBody::HistoryCleared(HistoryCleared {
+            uid: 7,
+            ranges: vec![SeqRange { low: 1, hi: 2 }],
+            del_id: 2,
+        }),
+    );
+    produce.event(&fine_clear).await;
+
+    // Every good record is applied, the five after the undecodable one
+    // included.
+    wait_stored_once(&pool, &topic, 10).await;
+    let pool_ref = &pool;
+    let (topic_ref, fine_id) = (&topic, fine_clear.event_id.clone());
+    wait_for("the good delete in the dellog", DEADLINE, || {
+        let fine_id = fine_id.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM im_dellog WHERE topic = ? AND event_id = ?",
+            )
+            .bind(topic_ref)
+            .bind(&fine_id)
+            .fetch_one(pool_ref)
+            .await
+            .map_err(|e| e.to_string())?;
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} rows"))
+            }
+        }
+    })
+    .await;
+
+    // Exactly the two that can never be applied are in the DLQ, each once.
+    let dead = read_dlq(stack.config(), 2).await;
+    assert_eq!(
+        dlq_depth(stack.config()).await,
+        2,
+        "only the two refused: {dead:?}"
+    );
+    let codec = EventCodec::new(&stack.config().registry.url).unwrap();
+    let mut refused_seen = 0;
+    let mut garbage_seen = 0;
+    for (reason, payload) in &dead {
+        if payload.as_slice() == b"not avro at all" {
+            garbage_seen += 1;
+            continue;
+        }
+        let event: GroupEvent = codec
+            .decode(Some(payload.as_slice()))
+            .await
+            .expect("DLQ record decodes");
+        assert_eq!(event.event_id, refused.event_id, "{reason}");
+        assert!(
+            reason.contains("1406") || reason.to_lowercase().contains("too long"),
+            "the reason says what the database refused: {reason}"
+        );
+        refused_seen += 1;
+    }
+    assert_eq!((refused_seen, garbage_seen), (1, 1), "{dead:?}");
+    let truncated: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_dellog WHERE event_id = ?")
+        .bind(&refused.event_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(truncated, 0, "the refused delete was not stored truncated");
+
+    shutdown.trigger();
+    pipeline.await.unwrap();
+}
