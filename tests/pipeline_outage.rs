@@ -489,6 +489,12 @@ async fn records_that_can_never_be_applied_go_alone_to_the_dlq_and_their_batch_m
         }),
     );
     produce.event(&fine_clear).await;
+    // Content nested deeper than both MariaDB (32) and MySQL 8 (100) store:
+    // the gateway refuses it at the door, but an event in the log must still
+    // never be dropped as a warning.
+    let deep = format!("{}1{}", "[".repeat(120), "]".repeat(120));
+    let deep_event = message_sent(tenant, &topic, 11, deep);
+    produce.event(&deep_event).await;
 
     // Every good record is applied, the five after the undecodable one
     // included.
@@ -515,13 +521,14 @@ async fn records_that_can_never_be_applied_go_alone_to_the_dlq_and_their_batch_m
     })
     .await;
 
-    // Exactly the two that can never be applied are in the DLQ, each once.
-    let dead = read_dlq(stack.config(), 2).await;
+    // Exactly the three that can never be applied are in the DLQ, each once.
+    let dead = read_dlq(stack.config(), 3).await;
     assert_eq!(
         dlq_depth(stack.config()).await,
-        2,
-        "only the two refused: {dead:?}"
+        3,
+        "only the three refused: {dead:?}"
     );
+    let mut deep_seen = 0;
     let codec = EventCodec::new(&stack.config().registry.url).unwrap();
     let mut refused_seen = 0;
     let mut garbage_seen = 0;
@@ -534,6 +541,10 @@ async fn records_that_can_never_be_applied_go_alone_to_the_dlq_and_their_batch_m
             .decode(Some(payload.as_slice()))
             .await
             .expect("DLQ record decodes");
+        if event.event_id == deep_event.event_id {
+            deep_seen += 1;
+            continue;
+        }
         assert_eq!(event.event_id, refused.event_id, "{reason}");
         assert!(
             reason.contains("1406") || reason.to_lowercase().contains("too long"),
@@ -541,7 +552,8 @@ async fn records_that_can_never_be_applied_go_alone_to_the_dlq_and_their_batch_m
         );
         refused_seen += 1;
     }
-    assert_eq!((refused_seen, garbage_seen), (1, 1), "{dead:?}");
+    assert_eq!((refused_seen, garbage_seen, deep_seen), (1, 1, 1), "{dead:?}");
+    assert_eq!(stored(&pool, &topic).await.get(&11), None, "the deep message is not stored");
     let truncated: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_dellog WHERE event_id = ?")
         .bind(&refused.event_id)
         .fetch_one(&pool)
