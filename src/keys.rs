@@ -41,6 +41,11 @@ impl TopicKeys {
     pub fn mutes(&self) -> String {
         format!("{}:mutes", self.base)
     }
+    /// STRING group id: the topic name claimed by one group for good
+    /// (`POST /v1/groups` sets it NX before producing `GroupCreated`).
+    pub fn name_claim(&self) -> String {
+        format!("{}:claim", self.base)
+    }
     /// Idempotency claim of one client message id.
     pub fn uniq(&self, uid: i64, client_msg_id: &str) -> String {
         format!("{}:uniq:msg:{uid}:{client_msg_id}", self.base)

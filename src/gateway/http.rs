@@ -221,6 +221,20 @@ pub async fn create_group(
     if exists.is_some() {
         return Err(error(409, "topic already exists"));
     }
+    // The projection may lag behind an earlier create of this name: claim
+    // the name atomically first, so only one group ever gets it.
+    let claim = crate::keys::TopicKeys::new(&claims.ten, &topic).name_claim();
+    let mut redis = gw.sender.redis();
+    let claimed: Option<String> = redis::cmd("SET")
+        .arg(&claim)
+        .arg(group_id)
+        .arg("NX")
+        .query_async(&mut redis)
+        .await
+        .map_err(unavailable)?;
+    if claimed.is_none() {
+        return Err(error(409, "topic already exists"));
+    }
     let event = GroupEvent {
         actor_device: claims.dev,
         source_node: gw.node_id.clone(),
@@ -236,7 +250,8 @@ pub async fn create_group(
             }),
         )
     };
-    gw.sender
+    let produced = gw
+        .sender
         .producer()
         .send(
             TopicKind::GroupEvents,
@@ -244,8 +259,18 @@ pub async fn create_group(
             &event,
             None,
         )
-        .await
-        .map_err(unavailable)?;
+        .await;
+    if let Err(e) = produced {
+        // Not created: free the name again (only our own claim). Should the
+        // event still reach the log, the projection keeps the first group.
+        let _: redis::RedisResult<i64> =
+            redis::Script::new(include_str!("../../lua/release_lock.lua"))
+                .key(&claim)
+                .arg(group_id)
+                .invoke_async(&mut redis)
+                .await;
+        return Err(unavailable(e));
+    }
     Ok((
         StatusCode::CREATED,
         Json(json!({"topic": topic, "group_id": group_id})),

@@ -78,18 +78,35 @@ impl MembersHandler {
             .pools
             .get(&event.tenant_id)
             .map_err(|_| GroupError::NotFound(format!("tenant {}", event.tenant_id)))?;
-        apply_mysql(pool, event).await?;
+        if !apply_mysql(pool, event).await? {
+            return Ok(());
+        }
         let mut redis = self.redis.clone();
         apply_redis(pool, &mut redis, event).await
     }
 }
 
-async fn apply_mysql(pool: &MySqlPool, event: &GroupEvent) -> Result<(), sqlx::Error> {
+/// Applies `event` to MySQL; `false` when it is refused for good (a
+/// `GroupCreated` of a topic that already belongs to another group).
+async fn apply_mysql(pool: &MySqlPool, event: &GroupEvent) -> Result<bool, sqlx::Error> {
     let topic = &event.topic;
     let when = at(event.occurred_at);
     match &event.body {
         GroupEventBody::GroupCreated(g) => {
             let mut tx = pool.begin().await?;
+            // A topic is one group for good: a second create of its name
+            // (a race, a replayed forgery) must not make its caller an
+            // owner of the existing group. Redelivery has the same id.
+            let existing: Option<i64> =
+                sqlx::query_scalar("SELECT group_id FROM im_groups WHERE topic = ? FOR UPDATE")
+                    .bind(topic)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if existing.is_some_and(|id| id != g.group_id) {
+                tracing::warn!(tenant = %event.tenant_id, %topic, group_id = g.group_id, existing = ?existing, actor = event.actor_uid, "GroupCreated for a topic of another group refused");
+                metrics::counter!(crate::metrics::PIPELINE_EVENTS_TOTAL, "pipeline" => "members", "outcome" => "refused_create").increment(1);
+                return Ok(false);
+            }
             sqlx::query(
                 "INSERT INTO im_groups (topic, group_id, name, owner_uid, status, created_at) VALUES (?, ?, ?, ?, 'active', ?) \
                  ON DUPLICATE KEY UPDATE name = VALUES(name)",
@@ -203,7 +220,7 @@ async fn apply_mysql(pool: &MySqlPool, event: &GroupEvent) -> Result<(), sqlx::E
         .execute(pool)
         .await?;
     }
-    Ok(())
+    Ok(true)
 }
 
 async fn apply_redis(
