@@ -106,52 +106,71 @@ pub async fn read_group(pool: &MySqlPool, topic: &str) -> Result<GroupRecord, Gr
 /// The member of every cached member set that is not a user.
 pub const MEMBERS_PLACEHOLDER: &str = "-";
 
-/// Replaces the Redis cache of one group with `group`, atomically.
+static CACHE_GROUP: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../lua/cache_group.lua")));
+
+/// The group's membership version (see [`bump_version`]); `""` when none.
+pub async fn members_version(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    topic: &str,
+) -> redis::RedisResult<String> {
+    let v: Option<String> = redis::cmd("GET")
+        .arg(TopicKeys::new(tenant, topic).members_version())
+        .query_async(redis)
+        .await?;
+    Ok(v.unwrap_or_default())
+}
+
+/// Bumps the membership version: the members pipeline calls it before it
+/// applies a change to the cache, so a load that read MySQL earlier does
+/// not overwrite the change.
+pub async fn bump_version(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    topic: &str,
+) -> redis::RedisResult<()> {
+    let key = TopicKeys::new(tenant, topic).members_version();
+    redis::pipe()
+        .incr(&key, 1)
+        .ignore()
+        .expire(&key, 7 * 86_400)
+        .ignore()
+        .query_async(redis)
+        .await
+}
+
+/// Replaces the Redis cache of one group with `group`, atomically, if the
+/// membership version is still `version` (the one read before MySQL was).
+/// `false`: a change was projected meanwhile; load again.
 pub async fn cache_group(
     redis: &mut ConnectionManager,
     tenant: &str,
     topic: &str,
     group: &GroupRecord,
-) -> Result<(), GroupError> {
+    version: &str,
+) -> Result<bool, GroupError> {
     let keys = TopicKeys::new(tenant, topic);
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    pipe.del(keys.members()).ignore();
-    pipe.del(keys.roles()).ignore();
-    pipe.del(keys.mutes()).ignore();
-    pipe.del(keys.meta()).ignore();
-    // A placeholder keeps an empty member set distinguishable from "not
-    // cached"; it is no uid, so no caller can ever match it.
-    pipe.sadd(keys.members(), MEMBERS_PLACEHOLDER).ignore();
-    for chunk in group.members.chunks(1000) {
-        let uids: Vec<i64> = chunk.iter().map(|m| m.0).collect();
-        pipe.sadd(keys.members(), uids).ignore();
-    }
+    let mut call = CACHE_GROUP.prepare_invoke();
+    call.key(keys.members())
+        .key(keys.roles())
+        .key(keys.mutes())
+        .key(keys.meta())
+        .key(keys.members_version())
+        .arg(version)
+        .arg(CACHE_TTL_SECS)
+        .arg(group.group_id)
+        .arg(&group.status)
+        .arg(if group.mute_all { "1" } else { "0" })
+        // It is no uid, so no caller can ever match it.
+        .arg(MEMBERS_PLACEHOLDER);
     for (uid, role, muted) in &group.members {
-        if *role != Role::Member {
-            pipe.hset(keys.roles(), uid, role.as_str()).ignore();
-        }
-        if let Some(until) = muted {
-            pipe.hset(keys.mutes(), uid, until).ignore();
-        }
+        call.arg(uid)
+            .arg(if *role == Role::Member { "" } else { role.as_str() })
+            .arg(muted.map(|m| m.to_string()).unwrap_or_default());
     }
-    pipe.hset_multiple(
-        keys.meta(),
-        &[
-            ("group_id", group.group_id.to_string()),
-            ("status", group.status.clone()),
-            (
-                "mute_all",
-                if group.mute_all { "1" } else { "0" }.to_string(),
-            ),
-        ],
-    )
-    .ignore();
-    for key in [keys.members(), keys.roles(), keys.mutes(), keys.meta()] {
-        pipe.expire(key, CACHE_TTL_SECS).ignore();
-    }
-    pipe.query_async::<()>(redis).await?;
-    Ok(())
+    let cached: i64 = call.invoke_async(redis).await?;
+    Ok(cached == 1)
 }
 
 /// Loads a group from MySQL into the Redis cache.
@@ -168,11 +187,22 @@ pub async fn load(
     let (t, tp) = (tenant.to_string(), topic.to_string());
     LOADS
         .run((t.clone(), tp.clone()), async move {
-            let group = read_group(&pool, &tp).await.map_err(|e| e.to_string())?;
-            cache_group(&mut redis, &t, &tp, &group)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(group)
+            // A change projected between the MySQL read and the cache
+            // write bumps the version: read again rather than cache a
+            // membership that is already gone.
+            for _ in 0..5 {
+                let version = members_version(&mut redis, &t, &tp)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let group = read_group(&pool, &tp).await.map_err(|e| e.to_string())?;
+                if cache_group(&mut redis, &t, &tp, &group, &version)
+                    .await
+                    .map_err(|e| e.to_string())?
+                {
+                    return Ok(group);
+                }
+            }
+            Err(format!("group {tp}: membership kept changing while loading"))
         })
         .await
         .map_err(|e| {

@@ -41,6 +41,11 @@ impl TopicKeys {
     pub fn mutes(&self) -> String {
         format!("{}:mutes", self.base)
     }
+    /// STRING counter bumped before every membership change is projected
+    /// (`lua/cache_group.lua` caches a load only if it did not move).
+    pub fn members_version(&self) -> String {
+        format!("{}:members_ver", self.base)
+    }
     /// STRING group id: the topic name claimed by one group for good
     /// (`POST /v1/groups` sets it NX before producing `GroupCreated`).
     pub fn name_claim(&self) -> String {

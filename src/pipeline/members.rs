@@ -229,6 +229,9 @@ async fn apply_redis(
     event: &GroupEvent,
 ) -> Result<(), GroupError> {
     let keys = TopicKeys::new(&event.tenant_id, &event.topic);
+    // First: a load that read MySQL before this change must not cache
+    // what it read (see `lua/cache_group.lua`).
+    groups::bump_version(redis, &event.tenant_id, &event.topic).await?;
     match &event.body {
         // A new group: cache it whole from what MySQL now holds.
         GroupEventBody::GroupCreated(_) => {

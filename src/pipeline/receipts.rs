@@ -67,7 +67,9 @@ impl ReceiptsHandler {
             target_type: TargetType::Topic,
             target: e.topic.clone(),
             skip_sid: e.source_sid.clone(),
-            dedup_key: format!("{what}:{}:{}:{seq}", e.topic, e.uid),
+            // Each receipt event is its own delivery (a repeated note is
+            // forwarded again); the event id dedups redeliveries.
+            dedup_key: String::new(),
             occurred_at: e.occurred_at,
             payload: frames::info_frame(&e.topic, e.uid, what, Some(seq)),
         };

@@ -82,12 +82,16 @@ pub fn dispatch(
         metrics::counter!(m::ENVELOPES_TOTAL, "outcome" => "foreign_tenant").increment(1);
         return 0;
     }
-    // A message is delivered once per identity (tenant, topic, seq), even
-    // when its event reached the log twice or the fan-out ran it again.
+    // A thing is delivered to a target once per identity (a message: its
+    // tenant, topic and seq), even when its event reached the log twice or
+    // the fan-out ran it again.
     let identity = if envelope.dedup_key.is_empty() {
         envelope.event_id.clone()
     } else {
-        format!("{}:{}", envelope.tenant_id, envelope.dedup_key)
+        format!(
+            "{}:{:?}:{}:{}",
+            envelope.tenant_id, envelope.target_type, envelope.target, envelope.dedup_key
+        )
     };
     if !seen.first_time(&identity) {
         metrics::counter!(m::ENVELOPES_TOTAL, "outcome" => "duplicate").increment(1);

@@ -42,7 +42,9 @@ pub struct Envelope {
     /// Session that must not get this (the sender's own, for `noecho`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub skip_sid: String,
-    /// Identity of the delivered thing (e.g. `msg:{topic}:{seq}`).
+    /// Identity of the delivered thing (e.g. `msg:{topic}:{seq}`): a
+    /// gateway delivers one identity to one target once, whatever event
+    /// carried it. Empty: the event id is the identity.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub dedup_key: String,
     /// Epoch ms when the underlying event happened (delivery latency).
