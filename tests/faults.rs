@@ -364,12 +364,10 @@ impl System {
         }
     }
 
-    /// Starts the senders (HTTP and WebSocket through gateway A) for `span`
-    /// at `rate` messages per second.
-    fn load(&self, span: Duration, rate: f64) -> Load {
+    /// Starts the senders (HTTP and WebSocket through gateway A) at `rate`
+    /// messages per second, until [`Load::finish_after`].
+    fn load(&self, rate: f64) -> Load {
         let shared = Arc::new(LoadState::default());
-        let until = Instant::now() + span;
-        let give_up = until + RETRY_GRACE;
         let per_sender = rate / (HTTP_SENDERS + WS_SENDERS) as f64;
         let interval = Duration::from_secs_f64(1.0 / per_sender);
         let mut tasks = Vec::new();
@@ -383,14 +381,15 @@ impl System {
                 let mut sender = Sender::new(addr, token, topic, ws);
                 let mut next = Instant::now();
                 let mut i = 0u64;
-                while Instant::now() < until && !shared.stop.load(Ordering::SeqCst) {
+                while !shared.stopped() {
                     tokio::time::sleep_until(next.into()).await;
                     // Behind schedule (a stall): carry on from now, no burst.
                     next = (next + interval).max(Instant::now());
                     let cmid = format!("{prefix}-{i}");
                     i += 1;
                     let content = json!({ "txt": cmid });
-                    shared.record(&cmid, sender.send_until_answered(&cmid, &content, give_up).await);
+                    let answer = sender.send_until_answered(&cmid, &content, &shared).await;
+                    shared.record(&cmid, answer);
                 }
             }));
         }
@@ -413,7 +412,7 @@ impl System {
             ..Report::default()
         };
         if !caught_up.is_empty() {
-            r.notes.push(format!("not caught up after {CATCH_UP:?}: {caught_up}"));
+            r.notes.push(format!("not caught up: {caught_up}"));
         }
         // Seqs acked to two client ids.
         let mut by_seq: HashMap<i64, Vec<&str>> = HashMap::new();
@@ -552,10 +551,14 @@ impl System {
                 last_change = Instant::now();
             }
             let idle = lag.values().all(|l| *l == 0);
-            if (idle && last_change.elapsed() > Duration::from_secs(10))
-                || started.elapsed() > CATCH_UP
-            {
-                return now;
+            if idle && last_change.elapsed() > Duration::from_secs(10) {
+                return format!(
+                    "{now}; no lag and no change for 10 s ({:.0} s after the load)",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            if started.elapsed() > CATCH_UP {
+                return format!("{now}; after {CATCH_UP:?}");
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -874,6 +877,9 @@ struct LoadState {
     /// Attempts that failed and were retried.
     retries: AtomicUsize,
     stop: AtomicBool,
+    /// When the load was told to stop: pending sends retry until
+    /// [`RETRY_GRACE`] after it.
+    stopped_at: Mutex<Option<Instant>>,
 }
 
 impl LoadState {
@@ -892,6 +898,18 @@ impl LoadState {
 
     fn acked(&self) -> usize {
         self.acked.lock().unwrap().len()
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Whether a pending send should stop retrying.
+    fn give_up(&self) -> bool {
+        self.stopped_at
+            .lock()
+            .unwrap()
+            .is_some_and(|t| t.elapsed() > RETRY_GRACE)
     }
 }
 
@@ -918,9 +936,12 @@ impl Load {
         .await;
     }
 
-    /// Waits until the senders are done (their span, then each one's
-    /// pending retries).
-    async fn finish(self) -> Outcome {
+    /// Keeps sending for `more`, then stops the senders and waits for them
+    /// (each one's pending send retries up to [`RETRY_GRACE`]).
+    async fn finish_after(self, more: Duration) -> Outcome {
+        tokio::time::sleep(more).await;
+        *self.shared.stopped_at.lock().unwrap() = Some(Instant::now());
+        self.shared.stop.store(true, Ordering::SeqCst);
         for t in self.tasks {
             t.await.expect("sender");
         }
@@ -994,12 +1015,12 @@ impl Sender {
     }
 
     /// Sends `content` as `cmid` until an answer that is not "retry" (2xx
-    /// or 4xx), or `give_up`; the answer and the number of retries.
+    /// or 4xx), or the load gives up; the answer and the number of retries.
     async fn send_until_answered(
         &mut self,
         cmid: &str,
         content: &Value,
-        give_up: Instant,
+        load: &LoadState,
     ) -> (Answer, usize) {
         let mut retries = 0;
         loop {
@@ -1007,7 +1028,7 @@ impl Sender {
             match attempt {
                 Ok(answer) => return (answer, retries),
                 Err(why) => {
-                    if Instant::now() > give_up {
+                    if load.give_up() {
                         return (Answer::GaveUp(why), retries);
                     }
                     retries += 1;
@@ -1082,7 +1103,15 @@ async fn http_post(
         .body(body)
         .send()
         .await
-        .map_err(|e| format!("http: {e}"))?;
+        .map_err(|e| {
+            if e.is_timeout() {
+                format!("http: no answer within {REQUEST_TIMEOUT:?}")
+            } else if e.is_connect() {
+                format!("http: cannot connect ({e})")
+            } else {
+                format!("http: {e}")
+            }
+        })?;
     let status = resp.status().as_u16();
     let body = resp.json().await.unwrap_or(Value::Null);
     Ok((status, body))
@@ -1270,21 +1299,23 @@ async fn tenant_keys(
 
 // ------------------------------------------------------------------ faults --
 
-/// Sending span of the shorter faults.
-const SPAN: Duration = Duration::from_secs(24);
+/// How long the load goes on after a fault's service is back.
+const AFTER: Duration = Duration::from_secs(10);
+/// Acks before a fault starts (a few seconds of steady sending).
+const BEFORE: usize = 600;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn broker_kill_9_restarted_after_10s() {
     let _serial = SERIAL.lock().await;
     let sys = System::start("kafka-kill").await;
-    let load = sys.load(SPAN, RATE);
-    load.wait_acked(600).await;
+    let load = sys.load(RATE);
+    load.wait_acked(BEFORE).await;
     {
         let mut kafka = ServiceDown::kill("kafka").await;
         tokio::time::sleep(Duration::from_secs(10)).await;
         kafka.start().await;
     }
-    let outcome = load.finish().await;
+    let outcome = load.finish_after(AFTER).await;
     let mut report = sys.verify(&outcome, Expect::default()).await;
     report.failures.extend(outcome.failures());
     report.assert();
@@ -1294,14 +1325,14 @@ async fn broker_kill_9_restarted_after_10s() {
 async fn mariadb_stopped_60s_then_restarted() {
     let _serial = SERIAL.lock().await;
     let sys = System::start("mariadb-stop").await;
-    let load = sys.load(Duration::from_secs(85), RATE / 2.0);
-    load.wait_acked(500).await;
+    let load = sys.load(RATE / 2.0);
+    load.wait_acked(BEFORE / 2).await;
     {
         let mut mariadb = ServiceDown::stop("mariadb").await;
         tokio::time::sleep(Duration::from_secs(60)).await;
         mariadb.start().await;
     }
-    let outcome = load.finish().await;
+    let outcome = load.finish_after(AFTER).await;
     let mut report = sys.verify(&outcome, Expect::default()).await;
     report.failures.extend(outcome.failures());
     report.assert();
@@ -1321,14 +1352,14 @@ async fn redis_kill_9_restarted_with_aof() {
             .unwrap();
         assert_eq!(got, want, "Redis runs with {key} {want}");
     }
-    let load = sys.load(SPAN, RATE);
-    load.wait_acked(600).await;
+    let load = sys.load(RATE);
+    load.wait_acked(BEFORE).await;
     {
         let mut redis = ServiceDown::kill("redis").await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         redis.start().await;
     }
-    let outcome = load.finish().await;
+    let outcome = load.finish_after(AFTER).await;
     let mut report = sys.verify(&outcome, Expect::default()).await;
     report.failures.extend(outcome.failures());
     report.assert();
@@ -1338,8 +1369,8 @@ async fn redis_kill_9_restarted_with_aof() {
 async fn tenant_redis_keys_flushed() {
     let _serial = SERIAL.lock().await;
     let sys = System::start("redis-flush").await;
-    let load = sys.load(Duration::from_secs(30), RATE);
-    load.wait_acked(600).await;
+    let load = sys.load(RATE);
+    load.wait_acked(BEFORE).await;
     let mut redis = sys.redis().await;
     let keys = tenant_keys(&mut redis, sys.stack.tenant(), &sys.topic).await;
     // At one instant, as a failover to an empty replica would.
@@ -1349,7 +1380,10 @@ async fn tenant_redis_keys_flushed() {
         .await
         .unwrap();
     assert!(deleted > 0, "the tenant had keys");
-    let outcome = load.finish().await;
+    // Sends wait for the re-seed (the in-flight window), then go on.
+    let outcome = load
+        .finish_after(AFTER + Duration::from_millis(imstream::send::IN_FLIGHT_WINDOW_MS as u64))
+        .await;
     let mut report = sys
         .verify(&outcome, Expect { hot_complete: false })
         .await;
@@ -1362,7 +1396,7 @@ async fn tenant_redis_keys_flushed() {
 async fn store_pipeline_kill_9_restarted() {
     let _serial = SERIAL.lock().await;
     let mut sys = System::start("store-kill").await;
-    let load = sys.load(SPAN, RATE);
+    let load = sys.load(RATE);
     for _ in 0..2 {
         load.wait_acked(1000).await;
         let store = sys.pipelines.get_mut("store").unwrap();
@@ -1370,7 +1404,7 @@ async fn store_pipeline_kill_9_restarted() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         store.respawn();
     }
-    let outcome = load.finish().await;
+    let outcome = load.finish_after(AFTER).await;
     let mut report = sys.verify(&outcome, Expect::default()).await;
     report.failures.extend(outcome.failures());
     report.assert();
@@ -1380,17 +1414,20 @@ async fn store_pipeline_kill_9_restarted() {
 async fn gateway_kill_9_restarted_with_its_node_id() {
     let _serial = SERIAL.lock().await;
     let mut sys = System::start("gateway-kill").await;
-    let load = sys.load(SPAN, RATE);
-    load.wait_acked(800).await;
+    let load = sys.load(RATE);
+    load.wait_acked(BEFORE).await;
     sys.gateway_a.kill_9().await;
     sys.gateway_a.respawn();
     let addr = sys.addr_a;
     let (took, exits) = supervise_until_serving(&mut sys.gateway_a, addr).await;
-    let outcome = load.finish().await;
+    let outcome = load.finish_after(AFTER).await;
     let mut report = sys.verify(&outcome, Expect::default()).await;
     report.extra.push(("restart_ms".into(), took.as_millis() as usize));
     report.extra.push(("restart_exits".into(), exits.len()));
-    report.notes.extend(exits.iter().cloned());
+    if let (Some(first), Some(last)) = (exits.first(), exits.last()) {
+        report.notes.push(format!("{} exits of the restarted gateway; first: {first}", exits.len()));
+        report.notes.push(format!("last: {last}"));
+    }
     if !exits.is_empty() || took > GATEWAY_RESTART {
         report.failures.push(format!(
             "gateway A restarted with its node id served after {took:?} ({} exits), \
@@ -1406,7 +1443,7 @@ async fn gateway_kill_9_restarted_with_its_node_id() {
 async fn poison_content_refused_at_the_door() {
     let _serial = SERIAL.lock().await;
     let sys = System::start("poison").await;
-    let load = sys.load(SPAN, RATE);
+    let load = sys.load(RATE);
     let max_size = sys.stack.config().gateway.max_message_size;
     let http = reqwest::Client::builder()
         .timeout(REQUEST_TIMEOUT)
@@ -1414,7 +1451,7 @@ async fn poison_content_refused_at_the_door() {
         .unwrap();
     let token = sys.stack.token(2, "poison");
     let mut ws = Sender::new(sys.addr_a, sys.stack.token(3, "poison-ws"), sys.topic.clone(), true);
-    let until = Instant::now() + SPAN - Duration::from_secs(4);
+    let until = Instant::now() + Duration::from_secs(20);
     let mut sent = 0usize;
     let mut poison_acked = Vec::new();
     let mut not_refused = Vec::new();
@@ -1460,7 +1497,7 @@ async fn poison_content_refused_at_the_door() {
         round += 1;
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
-    let outcome = load.finish().await;
+    let outcome = load.finish_after(Duration::ZERO).await;
     let mut report = sys.verify(&outcome, Expect::default()).await;
     report.extra.push(("poison_sent".into(), sent));
     report.extra.push(("poison_acked".into(), poison_acked.len()));
