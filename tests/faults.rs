@@ -393,7 +393,11 @@ impl System {
                 }
             }));
         }
-        Load { shared, tasks }
+        Load {
+            shared,
+            tasks,
+            started: Instant::now(),
+        }
     }
 
     async fn redis(&self) -> redis::aio::ConnectionManager {
@@ -880,6 +884,8 @@ struct LoadState {
     /// When the load was told to stop: pending sends retry until
     /// [`RETRY_GRACE`] after it.
     stopped_at: Mutex<Option<Instant>>,
+    /// When each ack arrived, to show how sending went through the fault.
+    ack_times: Mutex<Vec<Instant>>,
 }
 
 impl LoadState {
@@ -888,6 +894,7 @@ impl LoadState {
         match answer.0 {
             Answer::Accepted(seq) => {
                 self.acked.lock().unwrap().insert(cmid.to_string(), seq);
+                self.ack_times.lock().unwrap().push(Instant::now());
             }
             Answer::Refused(code, body) => {
                 self.refused.lock().unwrap().push((cmid.to_string(), code, body))
@@ -916,6 +923,7 @@ impl LoadState {
 struct Load {
     shared: Arc<LoadState>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    started: Instant,
 }
 
 impl Load {
@@ -945,7 +953,16 @@ impl Load {
         for t in self.tasks {
             t.await.expect("sender");
         }
+        let mut per_5s = Vec::new();
+        for t in self.shared.ack_times.lock().unwrap().iter() {
+            let bucket = (t.duration_since(self.started).as_secs() / 5) as usize;
+            if per_5s.len() <= bucket {
+                per_5s.resize(bucket + 1, 0);
+            }
+            per_5s[bucket] += 1;
+        }
         Outcome {
+            per_5s,
             acked: self.shared.acked.lock().unwrap().clone(),
             refused: self.shared.refused.lock().unwrap().clone(),
             gave_up: self.shared.gave_up.lock().unwrap().clone(),
@@ -955,6 +972,8 @@ impl Load {
 }
 
 struct Outcome {
+    /// Acks in each 5 s of the load.
+    per_5s: Vec<usize>,
     acked: BTreeMap<String, i64>,
     refused: Vec<(String, u16, String)>,
     gave_up: Vec<(String, String)>,
@@ -963,7 +982,10 @@ struct Outcome {
 
 impl Outcome {
     fn notes(&self) -> Vec<String> {
-        let mut out = vec![format!("retried attempts: {}", self.retries)];
+        let mut out = vec![format!(
+            "retried attempts: {}; acks per 5 s: {:?}",
+            self.retries, self.per_5s
+        )];
         if !self.refused.is_empty() {
             out.push(format!("good sends refused: {}", sample(&self.refused)));
         }
@@ -1315,7 +1337,8 @@ async fn broker_kill_9_restarted_after_10s() {
         tokio::time::sleep(Duration::from_secs(10)).await;
         kafka.start().await;
     }
-    let outcome = load.finish_after(AFTER).await;
+    // Long enough to see sending recover once the broker is back.
+    let outcome = load.finish_after(2 * AFTER).await;
     let mut report = sys.verify(&outcome, Expect::default()).await;
     report.failures.extend(outcome.failures());
     report.assert();
@@ -1451,7 +1474,7 @@ async fn poison_content_refused_at_the_door() {
         .unwrap();
     let token = sys.stack.token(2, "poison");
     let mut ws = Sender::new(sys.addr_a, sys.stack.token(3, "poison-ws"), sys.topic.clone(), true);
-    let until = Instant::now() + Duration::from_secs(20);
+    let until = Instant::now() + Duration::from_secs(15);
     let mut sent = 0usize;
     let mut poison_acked = Vec::new();
     let mut not_refused = Vec::new();
