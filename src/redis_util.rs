@@ -10,10 +10,17 @@ use crate::store::month::ShardMonth;
 /// Opens a reconnecting, multiplexed connection.
 pub async fn connect(url: &str) -> redis::RedisResult<ConnectionManager> {
     let client = redis::Client::open(url)?;
+    // Reconnect attempts stay short: while Redis is down every call fails
+    // fast (callers retry), and the first call after it is back reconnects.
+    // redis-rs uses `factor` as the backoff's multiplier from a 1 s minimum
+    // and caps it at 60 s by default: without `max_delay` the two retries
+    // below would hold every call for up to two minutes after a restart.
     let config = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(std::time::Duration::from_secs(2))
         .set_response_timeout(std::time::Duration::from_secs(2))
-        .set_number_of_retries(2);
+        .set_number_of_retries(2)
+        .set_factor(2)
+        .set_max_delay(250);
     ConnectionManager::new_with_config(client, config).await
 }
 
