@@ -618,6 +618,7 @@ impl Session {
                         who.uid,
                         &self.gateway.node_id,
                         now_ms(),
+                        self.gateway.config.gateway.heartbeat_secs as i64 * 1000,
                     )
                     .await
                     .unwrap_or(false);

@@ -15,6 +15,13 @@ pub const PRESENCE_ANNOUNCE_MAX_MEMBERS: i64 = 500;
 
 /// Presence keys expire this long after the last heartbeat.
 pub const PRESENCE_TTL_SECS: i64 = 90;
+/// A member of each topic's online-node index that is no node: its score is
+/// when the index is complete (one heartbeat after it was made, when every
+/// node with members online has put itself in). Until then readers reach
+/// every node.
+const COMPLETE_MARKER: &str = "~complete";
+/// Added to the heartbeat for that.
+const COMPLETE_SLACK_MS: i64 = 2_000;
 
 impl TenantKeys {
     pub fn presence_user(&self, uid: i64) -> String {
@@ -133,6 +140,7 @@ pub async fn user_offline(
 /// A user's session attached to a topic; returns true when it is the
 /// user's first attached session anywhere and the group is small enough to
 /// announce it (→ `{pres what="on"}`).
+/// `heartbeat_ms` is the node's heartbeat interval.
 pub async fn attach(
     redis: &mut ConnectionManager,
     tenant: &str,
@@ -140,6 +148,7 @@ pub async fn attach(
     uid: i64,
     node: &str,
     now_ms: i64,
+    heartbeat_ms: i64,
 ) -> redis::RedisResult<bool> {
     let k = TopicKeys::new(tenant, topic);
     let (count, members): (i64, i64) = redis::pipe()
@@ -152,6 +161,12 @@ pub async fn attach(
         .expire(k.node_online_members(node), PRESENCE_TTL_SECS)
         .ignore()
         .zadd(k.online_nodes(), node, now_ms)
+        .ignore()
+        .cmd("ZADD")
+        .arg(k.online_nodes())
+        .arg("NX")
+        .arg(now_ms + heartbeat_ms + COMPLETE_SLACK_MS)
+        .arg(COMPLETE_MARKER)
         .ignore()
         .expire(k.online_nodes(), PRESENCE_TTL_SECS)
         .ignore()
@@ -202,20 +217,21 @@ pub async fn online_nodes(
     now_ms: i64,
 ) -> redis::RedisResult<Option<Vec<String>>> {
     let k = TopicKeys::new(tenant, topic);
-    let exists: bool = redis::cmd("EXISTS")
-        .arg(k.online_nodes())
-        .query_async(redis)
-        .await?;
-    if !exists {
-        return Ok(None);
-    }
-    let nodes: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+    let (exists, complete_at, nodes): (bool, Option<f64>, Vec<String>) = redis::pipe()
+        .exists(k.online_nodes())
+        .zscore(k.online_nodes(), COMPLETE_MARKER)
+        .cmd("ZRANGEBYSCORE")
         .arg(k.online_nodes())
         .arg(now_ms - PRESENCE_TTL_SECS * 1000)
         .arg("+inf")
         .query_async(redis)
         .await?;
-    Ok(Some(nodes))
+    // Missing, or made anew (after a Redis loss) less than one heartbeat
+    // ago so that some nodes have not put themselves back yet: every node.
+    if !exists || complete_at.is_some_and(|t| (now_ms as f64) < t) {
+        return Ok(None);
+    }
+    Ok(Some(nodes.into_iter().filter(|n| n != COMPLETE_MARKER).collect()))
 }
 
 /// Heartbeat of one node: refreshes the TTLs of its users and topics.
@@ -225,6 +241,7 @@ pub async fn refresh(
     users: &[(String, i64)],
     topics: &[(String, String)],
     now_ms: i64,
+    heartbeat_ms: i64,
 ) -> redis::RedisResult<()> {
     let mut pipe = redis::pipe();
     for (tenant, uid) in users {
@@ -239,6 +256,12 @@ pub async fn refresh(
     for (tenant, topic) in topics {
         let k = TopicKeys::new(tenant, topic);
         pipe.zadd(k.online_nodes(), node, now_ms).ignore();
+        pipe.cmd("ZADD")
+            .arg(k.online_nodes())
+            .arg("NX")
+            .arg(now_ms + heartbeat_ms + COMPLETE_SLACK_MS)
+            .arg(COMPLETE_MARKER)
+            .ignore();
         for key in [
             k.online_nodes(),
             k.online_members(),
