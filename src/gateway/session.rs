@@ -25,8 +25,10 @@ use super::proto::{self, ctrl, ClientMsg, MsgLeave, MsgLogin, MsgPub, MsgSub};
 use super::reads::{self, Refusal};
 use super::Gateway;
 
-/// Outbound messages queued per session before it counts as slow.
-const OUTBOUND_QUEUE: usize = 256;
+/// Outbound messages queued per session before it counts as too slow and
+/// is closed (room for a burst after an outage; slots are allocated only as
+/// they fill, so an idle session does not pay for them).
+const OUTBOUND_QUEUE: usize = 4096;
 
 /// Who the session is, once logged in.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use crate::keys::TenantKeys;
 use crate::metrics as m;
 
 use super::failure::{redis_failure, FailureKind};
-use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+use super::runner::{apply_in_order, Handler, Record, RecordFailure};
 
 /// A delivered task id is remembered this long.
 const SENT_TTL_SECS: u64 = 7 * 24 * 3600;
@@ -139,19 +139,8 @@ fn webhook_failure(status: reqwest::StatusCode) -> FailureKind {
 
 impl Handler for PushSendHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
-        let mut failures = Vec::new();
-        let tasks = decode_all::<PushTask>(&self.codec, records, &mut failures).await;
         // A recipient's tasks are delivered in log order.
-        let mut gate = KeyGate::new(records, failures);
-        for (i, task) in tasks {
-            if !gate.admit(i) {
-                continue;
-            }
-            if let Err((kind, why)) = self.deliver(&task).await {
-                gate.fail(RecordFailure::new(i, kind, why));
-            }
-        }
-        gate.outcome()
+        apply_in_order(&self.codec, records, |task: PushTask| async move { self.deliver(&task).await }).await
     }
 }
 

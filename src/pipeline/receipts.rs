@@ -12,7 +12,7 @@ use crate::realtime::{bus, frames, presence, Envelope, Kind, TargetType};
 use crate::tenant::{db_failure, TenantPools};
 
 use super::failure::{redis_failure, FailureKind};
-use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+use super::runner::{apply_in_order, Handler, Record, RecordFailure};
 
 pub struct ReceiptsHandler {
     codec: EventCodec,
@@ -104,19 +104,8 @@ impl ReceiptsHandler {
 
 impl Handler for ReceiptsHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
-        let mut failures = Vec::new();
-        let events = decode_all::<ReceiptEvent>(&self.codec, records, &mut failures).await;
         // Cursors converge in any order, but their `{info}` frames go out
         // in log order: after a failed one, the key's later ones wait.
-        let mut gate = KeyGate::new(records, failures);
-        for (i, event) in events {
-            if !gate.admit(i) {
-                continue;
-            }
-            if let Err((kind, why)) = self.apply(&event).await {
-                gate.fail(RecordFailure::new(i, kind, why));
-            }
-        }
-        gate.outcome()
+        apply_in_order(&self.codec, records, |event: ReceiptEvent| async move { self.apply(&event).await }).await
     }
 }

@@ -11,7 +11,7 @@ use crate::relations::{self, Set};
 use crate::tenant::{db_failure, TenantPools};
 
 use super::failure::{redis_failure, relation_failure, FailureKind};
-use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+use super::runner::{apply_in_order, Handler, Record, RecordFailure};
 
 pub struct RelationsHandler {
     codec: EventCodec,
@@ -133,19 +133,8 @@ impl RelationsHandler {
 
 impl Handler for RelationsHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
-        let mut failures = Vec::new();
-        let events = decode_all::<UserEvent>(&self.codec, records, &mut failures).await;
         // A user's events apply in log order (an unblock after its block):
         // after a failed one, the user's later ones wait.
-        let mut gate = KeyGate::new(records, failures);
-        for (i, event) in events {
-            if !gate.admit(i) {
-                continue;
-            }
-            if let Err((kind, why)) = self.apply(&event).await {
-                gate.fail(RecordFailure::new(i, kind, why));
-            }
-        }
-        gate.outcome()
+        apply_in_order(&self.codec, records, |event: UserEvent| async move { self.apply(&event).await }).await
     }
 }

@@ -212,6 +212,33 @@ impl<'r> KeyGate<'r> {
     }
 }
 
+/// Decodes `records` as `E` and applies each with `apply`, in log order,
+/// through a [`KeyGate`]: the shape of every handler that applies records
+/// one by one.
+pub async fn apply_in_order<E, F, Fut>(
+    codec: &crate::events::EventCodec,
+    records: &[&Record],
+    mut apply: F,
+) -> Result<(), Vec<RecordFailure>>
+where
+    E: crate::events::Event,
+    F: FnMut(E) -> Fut,
+    Fut: Future<Output = Result<(), (FailureKind, String)>>,
+{
+    let mut failures = Vec::new();
+    let events = decode_all::<E>(codec, records, &mut failures).await;
+    let mut gate = KeyGate::new(records, failures);
+    for (i, event) in events {
+        if !gate.admit(i) {
+            continue;
+        }
+        if let Err((kind, why)) = apply(event).await {
+            gate.fail(RecordFailure::new(i, kind, why));
+        }
+    }
+    gate.outcome()
+}
+
 /// A pipeline's side effects. Must be idempotent: records can be handed
 /// over again after a crash, a rebalance or a replay.
 pub trait Handler: Send + Sync + 'static {

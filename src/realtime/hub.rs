@@ -52,7 +52,14 @@ impl SessionHandle {
         match self.tx.try_send(out) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
+                // Never a silent gap: a session that cannot take what its
+                // topics deliver is closed; its client reconnects and
+                // catches up by seq.
                 metrics::counter!(m::DELIVERY_DROPPED_TOTAL).increment(1);
+                if !self.closing.is_triggered() {
+                    tracing::warn!(sid = %self.sid, uid = self.uid, "session too slow for its deliveries; closing it");
+                    self.closing.trigger();
+                }
                 false
             }
             Err(mpsc::error::TrySendError::Closed(_)) => false,
