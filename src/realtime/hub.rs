@@ -249,15 +249,30 @@ mod tests {
             closing: Shutdown::new(),
         };
         assert!(s.offer(Outbound::Frame("a".into())));
-        assert!(
-            !s.offer(Outbound::Frame("b".into())),
-            "full: a frame is dropped"
-        );
         assert!(!s.closing.is_triggered());
         assert!(s.offer(Outbound::Close("device revoked".into())));
         assert!(
             s.closing.is_triggered(),
             "a close that cannot be queued still closes"
         );
+    }
+
+    #[test]
+    fn a_session_that_cannot_take_a_frame_is_closed_not_left_with_a_gap() {
+        let (tx, _rx) = mpsc::channel(1);
+        let s = SessionHandle {
+            sid: "s".into(),
+            tenant: "t".into(),
+            uid: 1,
+            device: "d".into(),
+            auth_version: 0,
+            since_ms: 0,
+            tx,
+            closing: Shutdown::new(),
+        };
+        assert!(s.offer(Outbound::Frame("a".into())));
+        assert!(!s.closing.is_triggered());
+        assert!(!s.offer(Outbound::Frame("b".into())), "full");
+        assert!(s.closing.is_triggered(), "the session closes");
     }
 }
