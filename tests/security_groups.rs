@@ -1,9 +1,14 @@
-//! Who owns a group, tried against the real services: two creates of one
-//! topic name racing while the members projection lags leave one group and
-//! one owner, and a forged second `GroupCreated` in the log (another group
-//! id for the same topic) changes nothing.
+//! Who owns a group and who is in it, tried against the real services:
+//!
+//! - two creates of one topic name racing while the members projection
+//!   lags leave one group and one owner, and a forged second `GroupCreated`
+//!   in the log (another group id for the same topic) changes nothing;
+//! - a removed member whose eviction never arrives over Pub/Sub (no fan-out
+//!   runs here) still loses `{get}` at once and its attachment within a
+//!   heartbeat, and cannot send.
 
 mod common;
+mod realtime_support;
 
 use serde_json::json;
 
@@ -114,5 +119,60 @@ async fn racing_creates_of_one_name_leave_one_group_and_one_owner() {
     assert_eq!(name, format!("by {winner}"));
     // The loser cannot send.
     let (status, _) = common::send_http(&reqwest::Client::new(), addr, &stack.token(loser, "web"), topic, "x", "intruder").await;
+    assert_eq!(status, 403);
+}
+
+#[tokio::test]
+async fn a_removed_member_loses_reads_and_its_attachment_without_pubsub() {
+    use realtime_support::Client;
+    let mut stack = Stack::prepared(None).await;
+    stack.world.config.gateway.heartbeat_secs = 1;
+    stack.start_pipeline("store").await;
+    stack.start_pipeline("members").await;
+    let addr = stack.start_gateway("node-a").await;
+    let pool = stack.pool();
+    let topic = "grpKicked";
+    stack.create_group(topic, 1, &[2, 3]).await;
+    let mut kicked = Client::open_sub(addr, &stack.token(2, "web"), topic, "kicked").await;
+    let mut other = Client::open_sub(addr, &stack.token(3, "web"), topic, "other").await;
+
+    let status = reqwest::Client::new()
+        .delete(format!("http://{addr}/v1/groups/{topic}/members/2"))
+        .bearer_auth(stack.token(1, "web"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert!(status < 300, "remove: {status}");
+    wait_for("the removal projected", std::time::Duration::from_secs(30), || {
+        let pool = pool.clone();
+        async move {
+            let m = members(&pool, topic).await;
+            if m.iter().any(|(u, _)| *u == 2) { Err(format!("{m:?}")) } else { Ok(()) }
+        }
+    })
+    .await;
+
+    // Still attached as far as its session knows: reads are refused anyway.
+    let ctrl = kicked
+        .request(json!({"get": {"topic": topic, "what": "data"}}))
+        .await;
+    assert_eq!(ctrl["code"], json!(403), "{ctrl}");
+    // Within a heartbeat or two the gateway evicts it by itself.
+    kicked
+        .expect("{ctrl 205 evicted}", std::time::Duration::from_secs(10), |f| {
+            f["ctrl"]["code"] == json!(205) && f["ctrl"]["topic"] == json!(topic)
+        })
+        .await;
+    // The member who stays is not evicted by the same heartbeats.
+    let ctrl = other.request(json!({"get": {"topic": topic, "what": "data"}})).await;
+    assert!(ctrl["code"].as_i64().is_some_and(|c| c < 300), "{ctrl}");
+    assert_eq!(
+        other.count(|f| f["ctrl"]["code"] == json!(205)),
+        0,
+        "the member who stays was evicted"
+    );
+    let (status, _) = common::send_http(&reqwest::Client::new(), addr, &stack.token(2, "web"), topic, "x", "intruder").await;
     assert_eq!(status, 403);
 }

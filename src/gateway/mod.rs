@@ -323,6 +323,7 @@ async fn heartbeat(gw: Arc<Gateway>) {
         {
             tracing::warn!(error = %e, "presence refresh failed");
         }
+        recheck_members(&gw, &mut redis).await;
         match control::recheck(&mut redis, &gw.hub.all_sessions()).await {
             Ok(refused) => {
                 for (session, why) in refused {
@@ -331,6 +332,31 @@ async fn heartbeat(gw: Arc<Gateway>) {
                 }
             }
             Err(e) => tracing::warn!(error = %e, "session control check failed"),
+        }
+    }
+}
+
+/// Evicts local sessions from groups their user no longer belongs to (or
+/// that were dissolved): the Pub/Sub eviction may have been lost, so each
+/// heartbeat checks every attachment against the membership cache.
+async fn recheck_members(gw: &Gateway, redis: &mut redis::aio::ConnectionManager) {
+    for (tenant, topic, uid) in gw.hub.attached_members() {
+        if !proto::is_group_topic(&topic) {
+            continue;
+        }
+        let Ok(pool) = gw.sender.pools().get(&tenant) else {
+            continue;
+        };
+        match crate::groups::membership(pool, redis, &tenant, &topic, uid).await {
+            Ok(crate::groups::Membership::Member) => {}
+            Ok(_) => {
+                let n = crate::realtime::bus::evict(&gw.hub, &tenant, &topic, Some(uid));
+                tracing::info!(%tenant, %topic, uid, sessions = n, "evicted on heartbeat: no longer a member");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "membership re-check failed");
+                return;
+            }
         }
     }
 }

@@ -763,14 +763,14 @@ impl Session {
     /// `{get}`: `data` (history page, then ctrl 208/204) and `del`.
     async fn get(&mut self, id: Option<&str>, topic: &str, query: &proto::GetQuery) {
         let who = self.identity.clone().expect("logged in");
-        if !self.is_attached(topic) {
-            if let Err(reads::Refusal(code, text)) =
-                reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid).await
-            {
-                self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
-                    .await;
-                return;
-            }
+        // Attached or not: a member removed a moment ago reads no more
+        // (one cached membership check).
+        if let Err(reads::Refusal(code, text)) =
+            reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid).await
+        {
+            self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                .await;
+            return;
         }
         let what: Vec<&str> = query.what.split_whitespace().collect();
         if what.contains(&"desc") {
@@ -940,6 +940,12 @@ impl Session {
             return;
         }
         let who = self.identity.clone().expect("logged in");
+        if reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid)
+            .await
+            .is_err()
+        {
+            return;
+        }
         match (note.what.as_str(), note.seq) {
             ("kp", None) => {
                 let now = now_ms();

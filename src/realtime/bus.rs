@@ -71,6 +71,21 @@ pub async fn publish(
     pipe.query_async(redis).await
 }
 
+/// Detaches `uid`'s local sessions (every session when `None`) from
+/// `topic` and tells each (`{ctrl 205 evicted}`, `{pres me gone}`); returns
+/// how many there were.
+pub fn evict(hub: &Hub, tenant: &str, topic: &str, uid: Option<i64>) -> usize {
+    let evicted = hub.evict(tenant, topic, uid);
+    let ctrl: Arc<str> = Arc::from(super::frames::evicted_frame(topic));
+    let gone: Arc<str> = Arc::from(super::frames::pres_me_frame(topic, "gone"));
+    for s in &evicted {
+        s.offer(Outbound::Frame(ctrl.clone()));
+        s.offer(Outbound::Frame(gone.clone()));
+    }
+    metrics::counter!(m::DELIVERIES_TOTAL).increment(evicted.len() as u64);
+    evicted.len()
+}
+
 /// Delivers one envelope to local sessions; returns how many got it.
 pub fn dispatch(
     hub: &Hub,
@@ -105,15 +120,7 @@ pub fn dispatch(
         Kind::Close => Outbound::Close(payload.clone()),
         Kind::Evict => {
             let uid = payload.parse::<i64>().ok();
-            let evicted = hub.evict(tenant, &envelope.target, uid);
-            let ctrl: Arc<str> = Arc::from(super::frames::evicted_frame(&envelope.target));
-            let gone: Arc<str> = Arc::from(super::frames::pres_me_frame(&envelope.target, "gone"));
-            for s in &evicted {
-                s.offer(Outbound::Frame(ctrl.clone()));
-                s.offer(Outbound::Frame(gone.clone()));
-            }
-            metrics::counter!(m::DELIVERIES_TOTAL).increment(evicted.len() as u64);
-            return evicted.len();
+            return evict(hub, tenant, &envelope.target, uid);
         }
     };
     let delivered = match envelope.target_type {

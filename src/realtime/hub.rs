@@ -211,6 +211,22 @@ impl Hub {
         )
     }
 
+    /// (tenant, topic, uid) of every attachment of a local session, once
+    /// each (for the heartbeat's membership re-check).
+    pub fn attached_members(&self) -> Vec<(Arc<str>, Arc<str>, i64)> {
+        let idx = self.index.lock().expect("hub lock");
+        let mut out: Vec<(Arc<str>, Arc<str>, i64)> = idx
+            .by_topic
+            .iter()
+            .flat_map(|((tenant, topic), m)| {
+                m.values().map(move |s| (tenant.clone(), topic.clone(), s.uid))
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Every local session (for control re-checks).
     pub fn all_sessions(&self) -> Vec<SessionHandle> {
         let idx = self.index.lock().expect("hub lock");
