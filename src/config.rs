@@ -138,7 +138,9 @@ impl Default for TopicsConfig {
             // The event store: kept without a time limit so replays can rebuild.
             group_events: TopicSpec::new(8, -1),
             receipts: TopicSpec::new(8, 7 * DAY_MS),
-            session_control: TopicSpec::new(4, 7 * DAY_MS),
+            // Outlives every token (auth.token_ttl_secs, 14 days): a
+            // revocation is still in the log while its token is valid.
+            session_control: TopicSpec::new(4, 15 * DAY_MS),
             admin_commands: TopicSpec::new(4, 30 * DAY_MS),
             admin_results: TopicSpec::new(4, 30 * DAY_MS),
             user_events: TopicSpec::new(8, -1),
@@ -532,6 +534,13 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "auth.jwt_secret must be at least 16 bytes".into(),
             ));
+        }
+        let control = self.kafka.topics.session_control.retention_ms;
+        if control != -1 && control < self.auth.token_ttl_secs as i64 * 1000 {
+            return Err(ConfigError::Invalid(format!(
+                "kafka.topics.session_control.retention_ms ({control}) must be -1 or at least auth.token_ttl_secs ({} s): a revocation must outlive the tokens it revokes",
+                self.auth.token_ttl_secs
+            )));
         }
         if let Some(u) = self.auth.dev_users.iter().find(|u| u.uid <= 0) {
             return Err(ConfigError::Invalid(format!(

@@ -290,3 +290,32 @@ async fn registry_changes_need_the_write_token() {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200, "with the token");
 }
+
+/// Logging in with a token never extends it: the token the login answers
+/// with expires when the presented one does. And the control topic must
+/// outlive every token.
+#[tokio::test]
+async fn a_token_login_keeps_its_expiry_and_revocations_outlive_tokens() {
+    let mut stack = Stack::prepared(None).await;
+    let addr = stack.start_gateway("node-a").await;
+    let mut short = stack.config().auth.clone();
+    short.token_ttl_secs = 3600;
+    let issued = imstream::gateway::auth::Tokens::new(&short).issue(stack.tenant(), 4, "web", 0);
+    let mut ws = Client::connect(addr, "short").await;
+    let ctrl = ws.login(&issued.token).await;
+    assert_eq!(ctrl["code"], json!(200), "{ctrl}");
+    let expires = chrono::DateTime::parse_from_rfc3339(ctrl["params"]["expires"].as_str().unwrap())
+        .unwrap()
+        .timestamp();
+    assert_eq!(expires, issued.expires.timestamp(), "{ctrl}");
+    let again = imstream::gateway::auth::Tokens::new(&stack.config().auth)
+        .verify(ctrl["params"]["token"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(again.exp, issued.expires.timestamp());
+
+    let text = "[auth]\ntoken_ttl_secs = 1209600\n[kafka.topics.session_control]\npartitions = 1\nretention_ms = 604800000\n";
+    let err = imstream::config::Config::from_toml_with_env(text, "<test>", Vec::new())
+        .err()
+        .expect("a control topic shorter than a token's life is refused");
+    assert!(err.to_string().contains("session_control"), "{err}");
+}

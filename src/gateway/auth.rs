@@ -58,14 +58,24 @@ impl Tokens {
 
     pub fn issue(&self, tenant: &str, uid: i64, device: &str, auth_version: i64) -> Issued {
         let now = Utc::now().timestamp();
-        let claims = Claims {
+        self.sign(Claims {
             ten: tenant.to_string(),
             uid,
             dev: device.to_string(),
             av: auth_version,
             iat: now,
             exp: now + self.ttl_secs,
-        };
+        })
+    }
+
+    /// A token for a session that logged in with `claims`: the same user,
+    /// device, issue time and absolute expiry, so logging in with a token
+    /// never extends it.
+    pub fn reissue(&self, claims: &Claims) -> Issued {
+        self.sign(claims.clone())
+    }
+
+    fn sign(&self, claims: Claims) -> Issued {
         let token = encode(&Header::default(), &claims, &self.encoding)
             .expect("HS256 encoding cannot fail");
         Issued {

@@ -467,9 +467,12 @@ impl Session {
             return;
         }
         let gw = self.gateway.clone();
-        // (identity, token auth_version, token issued at ms)
+        // (identity, token auth_version, token issued at ms); the claims of
+        // a token login, whose expiry the reply keeps.
+        let mut presented: Option<auth::Claims> = None;
         let identity = match login.scheme.as_str() {
             "token" => gw.tokens.verify(&login.secret).map(|c| {
+                presented = Some(c.clone());
                 (
                     Identity {
                         tenant: c.ten,
@@ -528,12 +531,16 @@ impl Session {
             .await;
             return;
         }
-        let issued = gw.tokens.issue(
-            &identity.tenant,
-            identity.uid,
-            &identity.device,
-            auth_version,
-        );
+        let issued = match &presented {
+            // No sliding expiry: a token login keeps its token's lifetime.
+            Some(claims) => gw.tokens.reissue(claims),
+            None => gw.tokens.issue(
+                &identity.tenant,
+                identity.uid,
+                &identity.device,
+                auth_version,
+            ),
+        };
         let handle = SessionHandle {
             sid: Arc::from(self.sid.as_str()),
             tenant: Arc::from(identity.tenant.as_str()),

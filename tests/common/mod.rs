@@ -100,7 +100,7 @@ impl World {
         let t = &mut config.kafka.topics;
         t.group_events = TopicSpec::new(4, -1);
         t.receipts = TopicSpec::new(2, 86_400_000);
-        t.session_control = TopicSpec::new(1, 86_400_000);
+        t.session_control = TopicSpec::new(1, 15 * 86_400_000);
         t.admin_commands = TopicSpec::new(1, 86_400_000);
         t.admin_results = TopicSpec::new(1, 86_400_000);
         t.user_events = TopicSpec::new(2, -1);
