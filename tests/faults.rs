@@ -112,9 +112,13 @@ fn assert_same_instance() {
 /// `docker/local/stack ACTION SERVICE`, blocking; whether it succeeded.
 fn stack(action: &str, service: &str) -> bool {
     let started = Instant::now();
+    // A broker restarted after `kill -9` recovers every partition of every
+    // test world on this machine first: give it longer than `up` waits.
+    let timeout = std::env::var("IMSTREAM_STACK_TIMEOUT").unwrap_or_else(|_| "300".into());
     let ok = std::process::Command::new("bash")
         .arg(stack_script())
         .args([action, service])
+        .env("IMSTREAM_STACK_TIMEOUT", timeout)
         .status()
         .map(|s| s.success())
         .unwrap_or(false);

@@ -50,6 +50,20 @@ pub struct StoredMessage {
 }
 
 impl StoredMessage {
+    /// A message as it was sent (normal, first version).
+    pub fn sent(m: &crate::events::MessageSent) -> Self {
+        Self {
+            seq: m.seq,
+            from: m.from_user,
+            ts: m.created_at,
+            head: m.head.clone(),
+            content: m.content.clone(),
+            status: "normal".into(),
+            version: 1,
+            edit_seq: None,
+        }
+    }
+
     /// Not recalled or deleted for everyone.
     pub fn visible(&self) -> bool {
         self.status == "normal"

@@ -164,16 +164,7 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
         let frame_for = |shown: &str| match &event.body {
             GroupEventBody::MessageSent(m) => Some(frames::data_frame(
                 shown,
-                &StoredMessage {
-                    seq: m.seq,
-                    from: m.from_user,
-                    ts: m.created_at,
-                    head: m.head.clone(),
-                    content: m.content.clone(),
-                    status: "normal".into(),
-                    version: 1,
-                    edit_seq: None,
-                },
+                &StoredMessage::sent(m),
             )),
             GroupEventBody::MessageRecalled(r) => Some(frames::pres_del_frame(
                 shown,
@@ -210,16 +201,7 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
     }
     match &event.body {
         GroupEventBody::MessageSent(m) => {
-            let snapshot = StoredMessage {
-                seq: m.seq,
-                from: m.from_user,
-                ts: m.created_at,
-                head: m.head.clone(),
-                content: m.content.clone(),
-                status: "normal".into(),
-                version: 1,
-                edit_seq: None,
-            };
+            let snapshot = StoredMessage::sent(m);
             let mut envelope = to_topic(frames::data_frame(topic, &snapshot)).0;
             envelope.skip_sid = event.source_sid.clone();
             envelope.dedup_key = format!("msg:{topic}:{}", m.seq);

@@ -77,16 +77,7 @@ impl HotHandler {
             }
             _ => return Ok(()),
         };
-        let snapshot = StoredMessage {
-            seq: m.seq,
-            from: m.from_user,
-            ts: m.created_at,
-            head: m.head.clone(),
-            content: m.content.clone(),
-            status: "normal".into(),
-            version: 1,
-            edit_seq: None,
-        };
+        let snapshot = StoredMessage::sent(m);
         hot::put(&mut redis, tenant, topic, &snapshot, now).await
     }
 }

@@ -251,10 +251,8 @@ impl Hub {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_close_takes_effect_even_when_the_queue_is_full() {
-        let (tx, _rx) = mpsc::channel(1);
-        let s = SessionHandle {
+    fn session(tx: mpsc::Sender<Outbound>) -> SessionHandle {
+        SessionHandle {
             sid: "s".into(),
             tenant: "t".into(),
             uid: 1,
@@ -263,7 +261,13 @@ mod tests {
             since_ms: 0,
             tx,
             closing: Shutdown::new(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_close_takes_effect_even_when_the_queue_is_full() {
+        let (tx, _rx) = mpsc::channel(1);
+        let s = session(tx);
         assert!(s.offer(Outbound::Frame("a".into())));
         assert!(!s.closing.is_triggered());
         assert!(s.offer(Outbound::Close("device revoked".into())));
@@ -276,16 +280,7 @@ mod tests {
     #[test]
     fn a_session_that_cannot_take_a_frame_is_closed_not_left_with_a_gap() {
         let (tx, _rx) = mpsc::channel(1);
-        let s = SessionHandle {
-            sid: "s".into(),
-            tenant: "t".into(),
-            uid: 1,
-            device: "d".into(),
-            auth_version: 0,
-            since_ms: 0,
-            tx,
-            closing: Shutdown::new(),
-        };
+        let s = session(tx);
         assert!(s.offer(Outbound::Frame("a".into())));
         assert!(!s.closing.is_triggered());
         assert!(!s.offer(Outbound::Frame("b".into())), "full");
