@@ -16,8 +16,14 @@ pub fn token(headers: &HeaderMap) -> Option<&str> {
 /// Both are hashed to one length first, then compared without branching.
 pub fn matches(presented: &str, expected: &str) -> bool {
     use sha2::{Digest, Sha256};
-    let (a, b) = (Sha256::digest(presented.as_bytes()), Sha256::digest(expected.as_bytes()));
-    let diff = a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    let (a, b) = (
+        Sha256::digest(presented.as_bytes()),
+        Sha256::digest(expected.as_bytes()),
+    );
+    let diff = a
+        .iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
     std::hint::black_box(diff) == 0 && !expected.is_empty()
 }
 

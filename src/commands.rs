@@ -226,8 +226,8 @@ async fn dlq_replay(config: &Config, pipeline: &str, follow: bool) -> anyhow::Re
 
 async fn schemas_register(config: &Config) -> anyhow::Result<()> {
     let names = TopicNames::new(&config.kafka);
-    let client = catalog::RegistryClient::new(&config.registry.url)
-        .with_token(&config.registry.write_token);
+    let client =
+        catalog::RegistryClient::new(&config.registry.url).with_token(&config.registry.write_token);
     let reports = catalog::register_all_with(client, &names).await?;
     for r in reports {
         println!("{}\tid={}", r.subject, r.id.unwrap_or_default());
@@ -410,7 +410,10 @@ fn refuse_weak_secrets(config: &Config, insecure_dev_secrets: bool) -> anyhow::R
         return Ok(());
     }
     if insecure_dev_secrets {
-        tracing::warn!(?problems, "starting with development secrets (--insecure-dev-secrets)");
+        tracing::warn!(
+            ?problems,
+            "starting with development secrets (--insecure-dev-secrets)"
+        );
         return Ok(());
     }
     bail!(

@@ -368,9 +368,7 @@ impl AuthConfig {
             if PUBLISHED_SECRETS.contains(&value.as_str()) || value.contains("change-me") {
                 out.push(format!("{name} is a published default"));
             } else if value.len() < MIN_SECRET_BYTES {
-                out.push(format!(
-                    "{name} is shorter than {MIN_SECRET_BYTES} bytes"
-                ));
+                out.push(format!("{name} is shorter than {MIN_SECRET_BYTES} bytes"));
             }
         }
         if !self.jwt_secret.is_empty() && self.jwt_secret == self.admin_token {

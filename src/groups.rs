@@ -166,7 +166,11 @@ pub async fn cache_group(
         .arg(MEMBERS_PLACEHOLDER);
     for (uid, role, muted) in &group.members {
         call.arg(uid)
-            .arg(if *role == Role::Member { "" } else { role.as_str() })
+            .arg(if *role == Role::Member {
+                ""
+            } else {
+                role.as_str()
+            })
             .arg(muted.map(|m| m.to_string()).unwrap_or_default());
     }
     let cached: i64 = call.invoke_async(redis).await?;
@@ -202,7 +206,9 @@ pub async fn load(
                     return Ok(group);
                 }
             }
-            Err(format!("group {tp}: membership kept changing while loading"))
+            Err(format!(
+                "group {tp}: membership kept changing while loading"
+            ))
         })
         .await
         .map_err(|e| {

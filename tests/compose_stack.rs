@@ -53,8 +53,14 @@ fn compose_cli() -> Vec<String> {
 
 /// What an operator must set; the file has no defaults for these.
 const DEPLOYMENT_SECRETS: &[(&str, &str)] = &[
-    ("IMSTREAM_JWT_SECRET", "a-deployment-jwt-secret-of-40-bytes-xxxxx"),
-    ("IMSTREAM_ADMIN_TOKEN", "a-deployment-admin-token-of-40-bytes-xxxx"),
+    (
+        "IMSTREAM_JWT_SECRET",
+        "a-deployment-jwt-secret-of-40-bytes-xxxxx",
+    ),
+    (
+        "IMSTREAM_ADMIN_TOKEN",
+        "a-deployment-admin-token-of-40-bytes-xxxx",
+    ),
     ("IMSTREAM_MYSQL_PASSWORD", "mysql-password"),
     ("IMSTREAM_MYSQL_ROOT_PASSWORD", "mysql-root-password"),
     ("GRAFANA_ADMIN_PASSWORD", "grafana-password"),
@@ -399,7 +405,10 @@ fn compose_refuses_to_run_without_the_deployment_secrets() {
             .filter(|(name, _)| *name != missing)
             .collect();
         let out = compose_config(&cli, &env);
-        assert!(!out.status.success(), "compose config ran without {missing}");
+        assert!(
+            !out.status.success(),
+            "compose config ran without {missing}"
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(missing), "{missing}: {stderr}");
     }
@@ -416,7 +425,10 @@ fn only_the_gateway_is_published_beyond_loopback() {
             );
         }
     }
-    assert!(services()["schema-registry"]["ports"].is_null(), "the registry is published");
+    assert!(
+        services()["schema-registry"]["ports"].is_null(),
+        "the registry is published"
+    );
     let grafana = &services()["grafana"]["environment"];
     assert_eq!(grafana["GF_AUTH_ANONYMOUS_ENABLED"], "false");
 }

@@ -214,7 +214,13 @@ impl Proc {
         self.child.start_kill().expect("SIGKILL");
         let status = self.child.wait().await.expect("reaped");
         use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(9), "{} killed ({:?})", self.name, self.log());
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "{} killed ({:?})",
+            self.name,
+            self.log()
+        );
     }
 
     /// Starts it again (same config, same arguments).
@@ -233,7 +239,12 @@ fn log_path(name: &str, incarnation: u32) -> PathBuf {
     common::repo_root().join(format!("target/tmp/{name}-{incarnation}.log"))
 }
 
-fn spawn_child(name: &str, incarnation: u32, config: &Path, args: &[String]) -> tokio::process::Child {
+fn spawn_child(
+    name: &str,
+    incarnation: u32,
+    config: &Path,
+    args: &[String],
+) -> tokio::process::Child {
     let log = log_path(name, incarnation);
     let file = std::fs::File::create(&log).expect("log file");
     tokio::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
@@ -322,7 +333,10 @@ impl System {
         let mut pipelines = HashMap::new();
         for p in CHILD_PIPELINES {
             let proc_name = format!("faults-{name}-{id}-{p}");
-            pipelines.insert(p, Proc::spawn(&proc_name, &pipeline_config, &["project", p]));
+            pipelines.insert(
+                p,
+                Proc::spawn(&proc_name, &pipeline_config, &["project", p]),
+            );
         }
         for p in imstream::pipeline::PIPELINES {
             if !CHILD_PIPELINES.contains(p) {
@@ -336,7 +350,10 @@ impl System {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
             let listen = addr.to_string();
             let proc_name = format!("faults-{name}-{id}-{label}");
-            (Proc::spawn(&proc_name, &file, &["gateway", "--listen", &listen]), addr)
+            (
+                Proc::spawn(&proc_name, &file, &["gateway", "--listen", &listen]),
+                addr,
+            )
         };
         let (mut gateway_a, addr_a) = gateway("gwA");
         let (mut gateway_b, addr_b) = gateway("gwB");
@@ -434,7 +451,10 @@ impl System {
         let rows = stored_rows(&pool, &self.topic).await;
         let mut stored: HashMap<&str, Vec<i64>> = HashMap::new();
         for (seq, cmid) in &rows {
-            stored.entry(cmid.as_deref().unwrap_or("")).or_default().push(*seq);
+            stored
+                .entry(cmid.as_deref().unwrap_or(""))
+                .or_default()
+                .push(*seq);
         }
         let twice: Vec<_> = stored
             .iter()
@@ -497,13 +517,19 @@ impl System {
             .collect();
         r.missing_live = missing.len();
         if !missing.is_empty() {
-            r.notes.push(format!("live: acked, never delivered {:?}", sample(&missing)));
+            r.notes.push(format!(
+                "live: acked, never delivered {:?}",
+                sample(&missing)
+            ));
         }
         let live_wrong: Vec<_> = live
             .iter()
             .filter(|(seq, cmid)| acked.get(cmid).is_some_and(|a| a != seq))
             .collect();
-        r.add_mismatch("live: a message under another seq than its ack", &live_wrong);
+        r.add_mismatch(
+            "live: a message under another seq than its ack",
+            &live_wrong,
+        );
 
         // Dead letters of every pipeline.
         let dlq = self.dlq_counts().await;
@@ -681,7 +707,12 @@ impl System {
                 let seq = m["seq"].as_i64().expect("seq");
                 out.push((seq, m["content"]["txt"].as_str().map(String::from)));
             }
-            let next = body[if oldest_first { "next_since" } else { "next_before" }].as_i64();
+            let next = body[if oldest_first {
+                "next_since"
+            } else {
+                "next_before"
+            }]
+            .as_i64();
             if next.is_none() || next == cursor {
                 break;
             }
@@ -699,7 +730,10 @@ fn live_messages(member: &Client, topic: &str) -> Vec<(i64, String)> {
         .filter(|f| f["data"]["topic"] == json!(topic))
         .filter_map(|f| {
             let seq = f["data"]["seq"].as_i64()?;
-            let txt = f["data"]["content"]["txt"].as_str().unwrap_or("").to_string();
+            let txt = f["data"]["content"]["txt"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
             Some((seq, txt))
         })
         .collect()
@@ -797,9 +831,17 @@ impl Report {
             }
         }
         let dup_seq: Vec<_> = seqs.iter().filter(|(_, n)| **n > 1).collect();
-        self.add_dup(&format!("{what}: seq on two pages"), dup_seq.len(), &sample(&dup_seq));
+        self.add_dup(
+            &format!("{what}: seq on two pages"),
+            dup_seq.len(),
+            &sample(&dup_seq),
+        );
         let dup_msg: Vec<_> = at.iter().filter(|(_, s)| s.len() > 1).collect();
-        self.add_dup(&format!("{what}: one message under two seqs"), dup_msg.len(), &sample(&dup_msg));
+        self.add_dup(
+            &format!("{what}: one message under two seqs"),
+            dup_msg.len(),
+            &sample(&dup_msg),
+        );
         let wrong: Vec<_> = acked
             .iter()
             .filter(|(cmid, seq)| at.get(cmid.as_str()).is_none_or(|s| !s.contains(seq)))
@@ -861,7 +903,11 @@ impl Report {
             || self.stored != self.acked
             || self.duplicates + self.mismatches + self.missing_live + self.dup_live + self.dlq > 0
             || !self.failures.is_empty();
-        assert!(!broken, "fault={}: the promise broke (see above)", self.fault);
+        assert!(
+            !broken,
+            "fault={}: the promise broke (see above)",
+            self.fault
+        );
     }
 }
 
@@ -901,7 +947,10 @@ impl LoadState {
                 self.ack_times.lock().unwrap().push(Instant::now());
             }
             Answer::Refused(code, body) => {
-                self.refused.lock().unwrap().push((cmid.to_string(), code, body))
+                self.refused
+                    .lock()
+                    .unwrap()
+                    .push((cmid.to_string(), code, body))
             }
             Answer::GaveUp(why) => self.gave_up.lock().unwrap().push((cmid.to_string(), why)),
         }
@@ -1069,8 +1118,14 @@ impl Sender {
         let (code, body) = match &self.http {
             Some(http) => {
                 let body = json!({"content": content, "client_msg_id": cmid});
-                http_post(http, self.addr, &self.token, &self.topic, body.to_string().into_bytes())
-                    .await?
+                http_post(
+                    http,
+                    self.addr,
+                    &self.token,
+                    &self.topic,
+                    body.to_string().into_bytes(),
+                )
+                .await?
             }
             None => self.ws_publish(cmid, content).await?,
         };
@@ -1082,7 +1137,8 @@ impl Sender {
             self.ws = Some(WsConn::open(self.addr, &self.token, &self.topic).await?);
         }
         let conn = self.ws.as_mut().unwrap();
-        let msg = json!({"pub": {"topic": self.topic, "content": content, "head": {"client_mid": cmid}}});
+        let msg =
+            json!({"pub": {"topic": self.topic, "content": content, "head": {"client_mid": cmid}}});
         match conn.request(msg).await {
             Ok(ctrl) => {
                 let code = ctrl["code"].as_u64().unwrap_or(0) as u16;
@@ -1186,10 +1242,13 @@ impl WsConn {
             body.insert("id".into(), json!(id));
         }
         let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
-        tokio::time::timeout_at(deadline, self.ws.send(Message::Text(msg.to_string().into())))
-            .await
-            .map_err(|_| "ws send timed out".to_string())?
-            .map_err(|e| format!("ws send: {e}"))?;
+        tokio::time::timeout_at(
+            deadline,
+            self.ws.send(Message::Text(msg.to_string().into())),
+        )
+        .await
+        .map_err(|_| "ws send timed out".to_string())?
+        .map_err(|e| format!("ws send: {e}"))?;
         loop {
             let frame = tokio::time::timeout_at(deadline, self.ws.next())
                 .await
@@ -1259,14 +1318,15 @@ impl Poison {
             })
             .to_string(),
             Poison::LoneSurrogate => {
-                format!(r#"{{"content":{{"txt":"{cmid}","bad":"\ud800"}},"client_msg_id":"{cmid}"}}"#)
+                format!(
+                    r#"{{"content":{{"txt":"{cmid}","bad":"\ud800"}},"client_msg_id":"{cmid}"}}"#
+                )
             }
             Poison::NumberOutOfRange => {
                 format!(r#"{{"content":{{"txt":"{cmid}","n":1e400}},"client_msg_id":"{cmid}"}}"#)
             }
             Poison::InvalidUtf8 => {
-                let mut b =
-                    format!(r#"{{"content":{{"txt":"{cmid}","bad":""#).into_bytes();
+                let mut b = format!(r#"{{"content":{{"txt":"{cmid}","bad":""#).into_bytes();
                 b.extend_from_slice(&[0xff, 0xfe, 0xc3]);
                 b.extend_from_slice(format!(r#""}},"client_msg_id":"{cmid}"}}"#).as_bytes());
                 return Some(b);
@@ -1412,7 +1472,12 @@ async fn tenant_redis_keys_flushed() {
         .finish_after(AFTER + Duration::from_millis(imstream::send::IN_FLIGHT_WINDOW_MS as u64))
         .await;
     let mut report = sys
-        .verify(&outcome, Expect { hot_complete: false })
+        .verify(
+            &outcome,
+            Expect {
+                hot_complete: false,
+            },
+        )
         .await;
     report.extra.push(("keys_flushed".into(), deleted));
     report.failures.extend(outcome.failures());
@@ -1449,10 +1514,15 @@ async fn gateway_kill_9_restarted_with_its_node_id() {
     let (took, exits) = supervise_until_serving(&mut sys.gateway_a, addr).await;
     let outcome = load.finish_after(AFTER).await;
     let mut report = sys.verify(&outcome, Expect::default()).await;
-    report.extra.push(("restart_ms".into(), took.as_millis() as usize));
+    report
+        .extra
+        .push(("restart_ms".into(), took.as_millis() as usize));
     report.extra.push(("restart_exits".into(), exits.len()));
     if let (Some(first), Some(last)) = (exits.first(), exits.last()) {
-        report.notes.push(format!("{} exits of the restarted gateway; first: {first}", exits.len()));
+        report.notes.push(format!(
+            "{} exits of the restarted gateway; first: {first}",
+            exits.len()
+        ));
         report.notes.push(format!("last: {last}"));
     }
     if !exits.is_empty() || took > GATEWAY_RESTART {
@@ -1477,7 +1547,12 @@ async fn poison_content_refused_at_the_door() {
         .build()
         .unwrap();
     let token = sys.stack.token(2, "poison");
-    let mut ws = Sender::new(sys.addr_a, sys.stack.token(3, "poison-ws"), sys.topic.clone(), true);
+    let mut ws = Sender::new(
+        sys.addr_a,
+        sys.stack.token(3, "poison-ws"),
+        sys.topic.clone(),
+        true,
+    );
     let until = Instant::now() + Duration::from_secs(15);
     let mut sent = 0usize;
     let mut poison_acked = Vec::new();
@@ -1489,10 +1564,12 @@ async fn poison_content_refused_at_the_door() {
             let give_up = Instant::now() + RETRY_GRACE;
             let answer = loop {
                 let attempt = match p.http_body(&cmid, max_size) {
-                    Some(body) => match http_post(&http, sys.addr_a, &token, &sys.topic, body).await {
-                        Ok((code, body)) => classify(code, body).map(|a| (a, code)),
-                        Err(e) => Err(e),
-                    },
+                    Some(body) => {
+                        match http_post(&http, sys.addr_a, &token, &sys.topic, body).await {
+                            Ok((code, body)) => classify(code, body).map(|a| (a, code)),
+                            Err(e) => Err(e),
+                        }
+                    }
                     None => match ws.ws_publish(&cmid, &deep_json(&cmid, 40)).await {
                         Ok((code, body)) => classify(code, body).map(|a| (a, code)),
                         Err(e) => Err(e),
@@ -1527,7 +1604,9 @@ async fn poison_content_refused_at_the_door() {
     let outcome = load.finish_after(Duration::ZERO).await;
     let mut report = sys.verify(&outcome, Expect::default()).await;
     report.extra.push(("poison_sent".into(), sent));
-    report.extra.push(("poison_acked".into(), poison_acked.len()));
+    report
+        .extra
+        .push(("poison_acked".into(), poison_acked.len()));
     if !poison_acked.is_empty() {
         report.failures.push(format!(
             "{} bad messages acked (must be refused 400 at the door): {}",

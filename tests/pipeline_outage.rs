@@ -552,8 +552,16 @@ async fn records_that_can_never_be_applied_go_alone_to_the_dlq_and_their_batch_m
         );
         refused_seen += 1;
     }
-    assert_eq!((refused_seen, garbage_seen, deep_seen), (1, 1, 1), "{dead:?}");
-    assert_eq!(stored(&pool, &topic).await.get(&11), None, "the deep message is not stored");
+    assert_eq!(
+        (refused_seen, garbage_seen, deep_seen),
+        (1, 1, 1),
+        "{dead:?}"
+    );
+    assert_eq!(
+        stored(&pool, &topic).await.get(&11),
+        None,
+        "the deep message is not stored"
+    );
     let truncated: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_dellog WHERE event_id = ?")
         .bind(&refused.event_id)
         .fetch_one(&pool)

@@ -59,7 +59,8 @@ async fn racing_creates_of_one_name_leave_one_group_and_one_owner() {
     // A forged GroupCreated for the same topic with another group id and
     // the loser as owner, produced straight into the log.
     let codec = imstream::events::EventCodec::new(&stack.config().registry.url).unwrap();
-    let producer = imstream::kafka::producer::EventProducer::new(&stack.config().kafka, codec).unwrap();
+    let producer =
+        imstream::kafka::producer::EventProducer::new(&stack.config().kafka, codec).unwrap();
     let forged = GroupEvent::new(
         stack.tenant(),
         topic,
@@ -77,13 +78,21 @@ async fn racing_creates_of_one_name_leave_one_group_and_one_owner() {
         .unwrap();
 
     stack.start_pipeline("members").await;
-    let got = wait_for("the group projected", std::time::Duration::from_secs(30), || {
-        let pool = pool.clone();
-        async move {
-            let m = members(&pool, topic).await;
-            if m.is_empty() { Err("no members yet".to_string()) } else { Ok(m) }
-        }
-    })
+    let got = wait_for(
+        "the group projected",
+        std::time::Duration::from_secs(30),
+        || {
+            let pool = pool.clone();
+            async move {
+                let m = members(&pool, topic).await;
+                if m.is_empty() {
+                    Err("no members yet".to_string())
+                } else {
+                    Ok(m)
+                }
+            }
+        },
+    )
     .await;
     // A later event of the topic (same partition, after the forged one):
     // once it is projected, the forged create was handled too.
@@ -97,13 +106,21 @@ async fn racing_creates_of_one_name_leave_one_group_and_one_owner() {
         .status()
         .as_u16();
     assert!(status < 300, "add member: {status}");
-    let after = wait_for("the later member projected", std::time::Duration::from_secs(30), || {
-        let pool = pool.clone();
-        async move {
-            let m = members(&pool, topic).await;
-            if m.iter().any(|(u, _)| *u == 5) { Ok(m) } else { Err(format!("{m:?}")) }
-        }
-    })
+    let after = wait_for(
+        "the later member projected",
+        std::time::Duration::from_secs(30),
+        || {
+            let pool = pool.clone();
+            async move {
+                let m = members(&pool, topic).await;
+                if m.iter().any(|(u, _)| *u == 5) {
+                    Ok(m)
+                } else {
+                    Err(format!("{m:?}"))
+                }
+            }
+        },
+    )
     .await;
     assert_eq!(got, vec![(winner, "owner".to_string())]);
     let mut expected = vec![(5, "member".to_string()), (winner, "owner".to_string())];
@@ -118,7 +135,15 @@ async fn racing_creates_of_one_name_leave_one_group_and_one_owner() {
     assert_ne!(group_id, 777);
     assert_eq!(name, format!("by {winner}"));
     // The loser cannot send.
-    let (status, _) = common::send_http(&reqwest::Client::new(), addr, &stack.token(loser, "web"), topic, "x", "intruder").await;
+    let (status, _) = common::send_http(
+        &reqwest::Client::new(),
+        addr,
+        &stack.token(loser, "web"),
+        topic,
+        "x",
+        "intruder",
+    )
+    .await;
     assert_eq!(status, 403);
 }
 
@@ -145,13 +170,21 @@ async fn a_removed_member_loses_reads_and_its_attachment_without_pubsub() {
         .status()
         .as_u16();
     assert!(status < 300, "remove: {status}");
-    wait_for("the removal projected", std::time::Duration::from_secs(30), || {
-        let pool = pool.clone();
-        async move {
-            let m = members(&pool, topic).await;
-            if m.iter().any(|(u, _)| *u == 2) { Err(format!("{m:?}")) } else { Ok(()) }
-        }
-    })
+    wait_for(
+        "the removal projected",
+        std::time::Duration::from_secs(30),
+        || {
+            let pool = pool.clone();
+            async move {
+                let m = members(&pool, topic).await;
+                if m.iter().any(|(u, _)| *u == 2) {
+                    Err(format!("{m:?}"))
+                } else {
+                    Ok(())
+                }
+            }
+        },
+    )
     .await;
 
     // Still attached as far as its session knows: reads are refused anyway.
@@ -161,18 +194,30 @@ async fn a_removed_member_loses_reads_and_its_attachment_without_pubsub() {
     assert_eq!(ctrl["code"], json!(403), "{ctrl}");
     // Within a heartbeat or two the gateway evicts it by itself.
     kicked
-        .expect("{ctrl 205 evicted}", std::time::Duration::from_secs(10), |f| {
-            f["ctrl"]["code"] == json!(205) && f["ctrl"]["topic"] == json!(topic)
-        })
+        .expect(
+            "{ctrl 205 evicted}",
+            std::time::Duration::from_secs(10),
+            |f| f["ctrl"]["code"] == json!(205) && f["ctrl"]["topic"] == json!(topic),
+        )
         .await;
     // The member who stays is not evicted by the same heartbeats.
-    let ctrl = other.request(json!({"get": {"topic": topic, "what": "data"}})).await;
+    let ctrl = other
+        .request(json!({"get": {"topic": topic, "what": "data"}}))
+        .await;
     assert!(ctrl["code"].as_i64().is_some_and(|c| c < 300), "{ctrl}");
     assert_eq!(
         other.count(|f| f["ctrl"]["code"] == json!(205)),
         0,
         "the member who stays was evicted"
     );
-    let (status, _) = common::send_http(&reqwest::Client::new(), addr, &stack.token(2, "web"), topic, "x", "intruder").await;
+    let (status, _) = common::send_http(
+        &reqwest::Client::new(),
+        addr,
+        &stack.token(2, "web"),
+        topic,
+        "x",
+        "intruder",
+    )
+    .await;
     assert_eq!(status, 403);
 }

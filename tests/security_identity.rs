@@ -55,15 +55,32 @@ async fn a_gateway_refuses_published_or_short_secrets() {
     let stack = Stack::prepared(None).await;
     let defaults = imstream::config::AuthConfig::default();
     for (label, jwt, admin) in [
-        ("built-in defaults", defaults.jwt_secret.clone(), defaults.admin_token.clone()),
-        ("local config's", "local-dev-secret-change-me".to_string(), "x".repeat(40)),
-        ("short admin token", "s".repeat(40), "short-admin-token".to_string()),
+        (
+            "built-in defaults",
+            defaults.jwt_secret.clone(),
+            defaults.admin_token.clone(),
+        ),
+        (
+            "local config's",
+            "local-dev-secret-change-me".to_string(),
+            "x".repeat(40),
+        ),
+        (
+            "short admin token",
+            "s".repeat(40),
+            "short-admin-token".to_string(),
+        ),
     ] {
         let mut config = stack.config().clone();
         config.node.id = format!("weak-{}", stack.world.id);
         config.auth.jwt_secret = jwt;
         config.auth.admin_token = admin;
-        let ended = run_gateway(&config, &format!("weak-{}", stack.world.id), Duration::from_secs(20)).await;
+        let ended = run_gateway(
+            &config,
+            &format!("weak-{}", stack.world.id),
+            Duration::from_secs(20),
+        )
+        .await;
         let (ok, stderr) = ended.unwrap_or_else(|| panic!("{label}: the gateway kept running"));
         assert!(!ok, "{label}: exited successfully");
         assert!(stderr.contains("weak secrets"), "{label}: {stderr}");
@@ -71,8 +88,16 @@ async fn a_gateway_refuses_published_or_short_secrets() {
     // The world's own secrets are strong: it starts (and keeps running).
     let mut config = stack.config().clone();
     config.node.id = format!("strong-{}", stack.world.id);
-    let ended = run_gateway(&config, &format!("strong-{}", stack.world.id), Duration::from_secs(5)).await;
-    assert!(ended.is_none(), "a gateway with strong secrets ended: {ended:?}");
+    let ended = run_gateway(
+        &config,
+        &format!("strong-{}", stack.world.id),
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(
+        ended.is_none(),
+        "a gateway with strong secrets ended: {ended:?}"
+    );
 }
 
 #[tokio::test]
@@ -97,7 +122,9 @@ async fn tokens_of_no_user_are_refused_and_the_member_placeholder_is_no_uid() {
         .unwrap();
     assert!(members.contains(&"1".to_string()), "{members:?}");
     assert!(
-        members.iter().all(|m| m.parse::<i64>().map_or(true, |u| u > 0)),
+        members
+            .iter()
+            .all(|m| m.parse::<i64>().map_or(true, |u| u > 0)),
         "a non-positive uid is a member: {members:?}"
     );
 
@@ -152,10 +179,14 @@ async fn internal_failures_are_not_echoed_and_bad_traceparents_are_not_copied() 
     let mut stack = Stack::prepared(None).await;
     // A tenant whose database does not exist: every query of it fails.
     let broken = format!("b{}", stack.world.id);
-    stack.world.config.tenants.push(imstream::config::TenantConfig {
-        id: broken.clone(),
-        database: format!("imt_missing_{}", stack.world.id),
-    });
+    stack
+        .world
+        .config
+        .tenants
+        .push(imstream::config::TenantConfig {
+            id: broken.clone(),
+            database: format!("imt_missing_{}", stack.world.id),
+        });
     stack.start_pipeline("members").await;
     let addr = stack.start_gateway("node-a").await;
     let token = imstream::gateway::auth::Tokens::new(&stack.config().auth)
@@ -171,14 +202,21 @@ async fn internal_failures_are_not_echoed_and_bad_traceparents_are_not_copied() 
     assert_eq!(resp.status().as_u16(), 503);
     let body: serde_json::Value = resp.json().await.unwrap();
     let text = body.to_string();
-    assert!(!text.contains("imt_missing") && !text.to_lowercase().contains("database"), "{text}");
+    assert!(
+        !text.contains("imt_missing") && !text.to_lowercase().contains("database"),
+        "{text}"
+    );
     assert!(body["params"]["request_id"].is_string(), "{text}");
 
     // A traceparent that is not W3C is dropped; a valid one is kept.
     let topic = "grpTrace";
     stack.create_group(topic, 1, &[]).await;
     let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    for (cmid, header) in [("bad", "x-injected\r"), ("bad2", "not-a-trace"), ("good", good)] {
+    for (cmid, header) in [
+        ("bad", "x-injected\r"),
+        ("bad2", "not-a-trace"),
+        ("good", good),
+    ] {
         let status = reqwest::Client::new()
             .post(format!("http://{addr}/v1/groups/{topic}/messages"))
             .bearer_auth(stack.token(1, "web"))
@@ -199,9 +237,10 @@ async fn internal_failures_are_not_echoed_and_bad_traceparents_are_not_copied() 
     let traces: Vec<(String, String)> = events
         .iter()
         .filter_map(|e| match &e.body {
-            imstream::events::GroupEventBody::MessageSent(m) => {
-                Some((m.client_msg_id.clone().unwrap_or_default(), e.traceparent.clone()))
-            }
+            imstream::events::GroupEventBody::MessageSent(m) => Some((
+                m.client_msg_id.clone().unwrap_or_default(),
+                e.traceparent.clone(),
+            )),
             _ => None,
         })
         .collect();
@@ -250,10 +289,26 @@ async fn registry_changes_need_the_write_token() {
     let http = reqwest::Client::new();
     let subject = &first[0].subject;
     for (method, path, body) in [
-        (reqwest::Method::DELETE, format!("/subjects/{subject}?permanent=true"), None),
-        (reqwest::Method::DELETE, format!("/subjects/{subject}/versions/1"), None),
-        (reqwest::Method::PUT, "/config".to_string(), Some(json!({"compatibility": "NONE"}))),
-        (reqwest::Method::PUT, format!("/config/{subject}"), Some(json!({"compatibility": "NONE"}))),
+        (
+            reqwest::Method::DELETE,
+            format!("/subjects/{subject}?permanent=true"),
+            None,
+        ),
+        (
+            reqwest::Method::DELETE,
+            format!("/subjects/{subject}/versions/1"),
+            None,
+        ),
+        (
+            reqwest::Method::PUT,
+            "/config".to_string(),
+            Some(json!({"compatibility": "NONE"})),
+        ),
+        (
+            reqwest::Method::PUT,
+            format!("/config/{subject}"),
+            Some(json!({"compatibility": "NONE"})),
+        ),
         (reqwest::Method::DELETE, format!("/config/{subject}"), None),
     ] {
         for bearer in [None, Some("wrong-token")] {
@@ -267,7 +322,11 @@ async fn registry_changes_need_the_write_token() {
                 req = req.bearer_auth(t);
             }
             let resp = req.send().await.unwrap();
-            assert_eq!(resp.status().as_u16(), 401, "{method} {path} with {bearer:?}");
+            assert_eq!(
+                resp.status().as_u16(),
+                401,
+                "{method} {path} with {bearer:?}"
+            );
         }
     }
     // Nothing changed: the subject still answers, at its level.

@@ -85,7 +85,13 @@ async fn a_retry_after_a_lost_attempt_gets_its_first_seq_and_is_stored_once() {
     let pool = stack.pool();
     let http = reqwest::Client::new();
     let sender_token = stack.token(1, "web");
-    let member = Client::open_sub(stack.gateway_addr(1), &stack.token(2, "pad"), topic, "member").await;
+    let member = Client::open_sub(
+        stack.gateway_addr(1),
+        &stack.token(2, "pad"),
+        topic,
+        "member",
+    )
+    .await;
 
     // 1. The first attempt dies after its seq was allocated, before its
     //    event was produced (a gateway crash): a second gateway's retry
@@ -95,9 +101,16 @@ async fn a_retry_after_a_lost_attempt_gets_its_first_seq_and_is_stored_once() {
         .await
         .unwrap();
     let codec = imstream::events::EventCodec::new(&stack.config().registry.url).unwrap();
-    let producer = imstream::kafka::producer::EventProducer::new(&stack.config().kafka, codec).unwrap();
+    let producer =
+        imstream::kafka::producer::EventProducer::new(&stack.config().kafka, codec).unwrap();
     let pools = imstream::tenant::TenantPools::connect_lazy(stack.config()).unwrap();
-    let crashed = Sender::new(stack.config().clone(), redis.clone(), pools, producer, snowflake);
+    let crashed = Sender::new(
+        stack.config().clone(),
+        redis.clone(),
+        pools,
+        producer,
+        snowflake,
+    );
     let request = SendRequest {
         tenant: stack.tenant().to_string(),
         topic: topic.to_string(),
@@ -115,15 +128,35 @@ async fn a_retry_after_a_lost_attempt_gets_its_first_seq_and_is_stored_once() {
     let first: i64 = claim.split('|').nth(1).unwrap().parse().unwrap();
     assert!(claim.starts_with("pending|"), "{claim}");
 
-    let (status, body) = send_http(&http, stack.gateway_addr(0), &sender_token, topic, "lost", "lost").await;
+    let (status, body) = send_http(
+        &http,
+        stack.gateway_addr(0),
+        &sender_token,
+        topic,
+        "lost",
+        "lost",
+    )
+    .await;
     assert_eq!(status, 202, "{body}");
-    assert_eq!(body["seq"], json!(first), "the retry keeps the first seq: {body}");
+    assert_eq!(
+        body["seq"],
+        json!(first),
+        "the retry keeps the first seq: {body}"
+    );
     assert_eq!(wait_stored(&pool, topic, first).await, 1);
     member.expect_data(topic, first).await;
 
     // 2. The event reached the log but the ack was lost (the claim is still
     //    pending): the retry produces the same event again.
-    let (status, body) = send_http(&http, stack.gateway_addr(0), &sender_token, topic, "acklost", "twice").await;
+    let (status, body) = send_http(
+        &http,
+        stack.gateway_addr(0),
+        &sender_token,
+        topic,
+        "acklost",
+        "twice",
+    )
+    .await;
     assert_eq!(status, 202, "{body}");
     let twice = body["seq"].as_i64().unwrap();
     let done = claim_of(&stack, topic, 1, "acklost").await.unwrap();
@@ -133,7 +166,15 @@ async fn a_retry_after_a_lost_attempt_gets_its_first_seq_and_is_stored_once() {
         .query_async(&mut redis)
         .await
         .unwrap();
-    let (status, body) = send_http(&http, stack.gateway_addr(0), &sender_token, topic, "acklost", "twice").await;
+    let (status, body) = send_http(
+        &http,
+        stack.gateway_addr(0),
+        &sender_token,
+        topic,
+        "acklost",
+        "twice",
+    )
+    .await;
     assert_eq!((status, body["seq"].as_i64()), (202, Some(twice)), "{body}");
     let events = read_events::<GroupEvent>(stack.config(), TopicKind::GroupEvents, |events| {
         copies(events, topic, twice).len() >= 2
@@ -145,19 +186,47 @@ async fn a_retry_after_a_lost_attempt_gets_its_first_seq_and_is_stored_once() {
 
     // A marker after it: once the member has the marker, every copy of
     // `twice` was fanned out.
-    let (_, body) = send_http(&http, stack.gateway_addr(0), &sender_token, topic, "marker", "marker").await;
+    let (_, body) = send_http(
+        &http,
+        stack.gateway_addr(0),
+        &sender_token,
+        topic,
+        "marker",
+        "marker",
+    )
+    .await;
     let marker = body["seq"].as_i64().unwrap();
     member.expect_data(topic, marker).await;
     wait_stored(&pool, topic, marker).await;
     assert_eq!(stored_rows(&pool, topic, twice).await, 1, "stored once");
     let live = member.data_seqs(topic);
-    assert_eq!(live.iter().filter(|s| **s == twice).count(), 1, "delivered once: {live:?}");
-    assert_eq!(live, vec![first, twice, marker], "each message once, in order");
+    assert_eq!(
+        live.iter().filter(|s| **s == twice).count(),
+        1,
+        "delivered once: {live:?}"
+    );
+    assert_eq!(
+        live,
+        vec![first, twice, marker],
+        "each message once, in order"
+    );
     let history = history_seqs(&stack, topic, &sender_token).await;
-    assert_eq!(history, vec![marker, twice, first], "history shows each once");
+    assert_eq!(
+        history,
+        vec![marker, twice, first],
+        "history shows each once"
+    );
 
     // 3. The same client id for another message is refused.
-    let (status, body) = send_http(&http, stack.gateway_addr(0), &sender_token, topic, "acklost", "something else").await;
+    let (status, body) = send_http(
+        &http,
+        stack.gateway_addr(0),
+        &sender_token,
+        topic,
+        "acklost",
+        "something else",
+    )
+    .await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["params"]["code"], json!("CLIENT_MID_REUSED"), "{body}");
 }
@@ -187,7 +256,10 @@ async fn content_a_database_would_refuse_is_refused_at_the_door() {
     let pool = stack.pool();
     let http = reqwest::Client::new();
     let token = stack.token(1, "web");
-    let url = format!("http://{}/v1/groups/{topic}/messages", stack.gateway_addr(0));
+    let url = format!(
+        "http://{}/v1/groups/{topic}/messages",
+        stack.gateway_addr(0)
+    );
     let post = |body: String| {
         let (http, url, token) = (http.clone(), url.clone(), token.clone());
         async move {
@@ -205,15 +277,20 @@ async fn content_a_database_would_refuse_is_refused_at_the_door() {
     };
 
     // 40 levels (MariaDB's json_valid refuses 32): refused, never acked.
-    let (status, body) = post(json!({"content": nested(40), "client_msg_id": "deep"}).to_string()).await;
+    let (status, body) =
+        post(json!({"content": nested(40), "client_msg_id": "deep"}).to_string()).await;
     assert_eq!(status, 400, "{body}");
     assert!(body.to_string().contains("nests deeper"), "{body}");
     let (status, body) = post(json!({"content": {"txt": "x"}, "head": {"a": nested(MAX_JSON_DEPTH)}, "client_msg_id": "deephead"}).to_string()).await;
     assert_eq!(status, 400, "{body}");
     // An unpaired surrogate (MariaDB refuses it in JSON).
-    let (status, body) = post(r#"{"content": {"txt": "a\ud800b"}, "client_msg_id": "surrogate"}"#.to_string()).await;
+    let (status, body) =
+        post(r#"{"content": {"txt": "a\ud800b"}, "client_msg_id": "surrogate"}"#.to_string()).await;
     assert_eq!(status, 400, "{body}");
-    assert!(claim_of(&stack, topic, 1, "deep").await.is_none(), "nothing claimed");
+    assert!(
+        claim_of(&stack, topic, 1, "deep").await.is_none(),
+        "nothing claimed"
+    );
 
     // Over WebSocket too.
     let mut ws = Client::open_sub(stack.gateway_addr(0), &token, topic, "sender").await;
@@ -223,7 +300,9 @@ async fn content_a_database_would_refuse_is_refused_at_the_door() {
     assert_eq!(ctrl["code"], json!(400), "{ctrl}");
 
     // At the limit: accepted and stored as it is.
-    let (status, body) = post(json!({"content": nested(MAX_JSON_DEPTH), "client_msg_id": "limit"}).to_string()).await;
+    let (status, body) =
+        post(json!({"content": nested(MAX_JSON_DEPTH), "client_msg_id": "limit"}).to_string())
+            .await;
     assert_eq!(status, 202, "{body}");
     let seq = body["seq"].as_i64().unwrap();
     assert_eq!(wait_stored(&pool, topic, seq).await, 1);
@@ -236,7 +315,10 @@ async fn content_a_database_would_refuse_is_refused_at_the_door() {
     .fetch_one(&pool)
     .await
     .unwrap();
-    assert_eq!(serde_json::from_str::<Value>(&stored).unwrap(), nested(MAX_JSON_DEPTH));
+    assert_eq!(
+        serde_json::from_str::<Value>(&stored).unwrap(),
+        nested(MAX_JSON_DEPTH)
+    );
     // The refused ones left no seq behind: the next message follows.
     let (_, body) = send_http(&http, stack.gateway_addr(0), &token, topic, "next", "next").await;
     assert_eq!(body["seq"], json!(seq + 1), "{body}");
@@ -250,7 +332,11 @@ async fn content_a_database_would_refuse_is_refused_at_the_door() {
             .fetch_one(&pool)
             .await
             .map_err(|e| e.to_string())?;
-            if n == 2 { Ok(()) } else { Err(format!("{n} rows")) }
+            if n == 2 {
+                Ok(())
+            } else {
+                Err(format!("{n} rows"))
+            }
         }
     })
     .await;

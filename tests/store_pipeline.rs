@@ -283,7 +283,9 @@ async fn a_missing_month_table_is_waited_for_and_the_dlq_replay_stores_dead_lett
             let moved = counter("group_message_shard_missing_total") - missing_before;
             match imstream::telemetry::Degraded::reason(group_ref) {
                 Some(r) if moved >= attempts * 3.0 => Ok(r),
-                other => Err(format!("degraded: {other:?}; shard_missing moved by {moved}")),
+                other => Err(format!(
+                    "degraded: {other:?}; shard_missing moved by {moved}"
+                )),
             }
         },
     )
@@ -294,7 +296,11 @@ async fn a_missing_month_table_is_waited_for_and_the_dlq_replay_stores_dead_lett
     );
     // The later message of the same topic waits for the earlier one.
     assert_eq!(count_seq(&pool, &current_month(), topic, 2).await, 0);
-    assert_eq!(dlq_depth(&stack).await, 0, "an outage never reaches the DLQ");
+    assert_eq!(
+        dlq_depth(&stack).await,
+        0,
+        "an outage never reaches the DLQ"
+    );
 
     // The table is created (the shard manager's job): both are stored.
     imstream::store::catalog::create_month(&pool, ShardMonth::parse("203001").unwrap())
@@ -318,12 +324,16 @@ async fn a_missing_month_table_is_waited_for_and_the_dlq_replay_stores_dead_lett
     let mut expected_mirror = vec![(current_month(), 2, 2, 1), ("203001".to_string(), 1, 1, 1)];
     expected_mirror.sort();
     assert_eq!(mirror(&pool, topic).await, expected_mirror);
-    wait_for("no longer degraded", Duration::from_secs(30), || async move {
-        match imstream::telemetry::Degraded::reason(group_ref) {
-            None => Ok(()),
-            Some(r) => Err(r),
-        }
-    })
+    wait_for(
+        "no longer degraded",
+        Duration::from_secs(30),
+        || async move {
+            match imstream::telemetry::Degraded::reason(group_ref) {
+                None => Ok(()),
+                Some(r) => Err(r),
+            }
+        },
+    )
     .await;
     assert_eq!(dlq_depth(&stack).await, 0);
 
@@ -500,14 +510,18 @@ async fn events_with_illegal_months_go_to_the_dlq_and_never_create_a_table() {
     }
     // The counter moves once the DLQ acked the record, which can be after a
     // reader already sees it.
-    wait_for("the dead-letter counter", Duration::from_secs(10), || async {
-        let moved = counter("group_message_dead_letter_total") - dead_before;
-        if moved >= bad.len() as f64 {
-            Ok(())
-        } else {
-            Err(format!("{moved}"))
-        }
-    })
+    wait_for(
+        "the dead-letter counter",
+        Duration::from_secs(10),
+        || async {
+            let moved = counter("group_message_dead_letter_total") - dead_before;
+            if moved >= bad.len() as f64 {
+                Ok(())
+            } else {
+                Err(format!("{moved}"))
+            }
+        },
+    )
     .await;
     wait_for("the legal marker stored", Duration::from_secs(30), || {
         let pool = pool.clone();

@@ -51,7 +51,10 @@ async fn produce(
         return refuse(StatusCode::NOT_FOUND, "unknown tenant");
     }
     let Some(uid) = uid.parse::<i64>().ok().filter(|u| *u > 0) else {
-        return refuse(StatusCode::BAD_REQUEST, "malformed: uid must be a positive integer");
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "malformed: uid must be a positive integer",
+        );
     };
     let mut redis = gw.sender.redis();
     let current: Option<i64> = redis::cmd("GET")

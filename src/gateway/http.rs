@@ -191,10 +191,7 @@ pub async fn create_group(
     let claims = authenticate(&gw, &headers).await?;
     let body: CreateGroupBody =
         serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
-    let group_id = gw
-        .snowflake
-        .next_id()
-        .map_err(unavailable)?;
+    let group_id = gw.snowflake.next_id().map_err(unavailable)?;
     let topic = body.topic.unwrap_or_else(|| format!("grp{group_id:x}"));
     if !proto::is_group_topic(&topic) {
         return Err(error(
@@ -208,11 +205,7 @@ pub async fn create_group(
             "malformed: members must be positive uids (at most 100000)",
         ));
     }
-    let pool = gw
-        .sender
-        .pools()
-        .get(&claims.ten)
-        .map_err(unavailable)?;
+    let pool = gw.sender.pools().get(&claims.ten).map_err(unavailable)?;
     let exists: Option<i64> = sqlx::query_scalar("SELECT group_id FROM im_groups WHERE topic = ?")
         .bind(&topic)
         .fetch_optional(pool)

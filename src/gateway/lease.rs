@@ -99,11 +99,23 @@ mod tests {
     #[test]
     fn a_crashed_predecessor_on_this_host_is_gone_and_others_are_waited_for() {
         let alive = |pid: u32| pid == 42;
-        assert_eq!(judge_with("h|42|x", true, "h", 7, alive), Holder::ThisProcess);
+        assert_eq!(
+            judge_with("h|42|x", true, "h", 7, alive),
+            Holder::ThisProcess
+        );
         assert_eq!(judge_with("h|41|x", false, "h", 7, alive), Holder::Gone);
         assert_eq!(judge_with("h|7|x", false, "h", 7, alive), Holder::Gone);
-        assert_eq!(judge_with("h|42|x", false, "h", 7, alive), Holder::Elsewhere);
-        assert_eq!(judge_with("g|41|x", false, "h", 7, alive), Holder::Elsewhere);
-        assert_eq!(judge_with("another-process", false, "h", 7, alive), Holder::Elsewhere);
+        assert_eq!(
+            judge_with("h|42|x", false, "h", 7, alive),
+            Holder::Elsewhere
+        );
+        assert_eq!(
+            judge_with("g|41|x", false, "h", 7, alive),
+            Holder::Elsewhere
+        );
+        assert_eq!(
+            judge_with("another-process", false, "h", 7, alive),
+            Holder::Elsewhere
+        );
     }
 }

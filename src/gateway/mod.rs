@@ -318,8 +318,15 @@ async fn heartbeat(gw: Arc<Gateway>) {
         }
         let (users, topics) = gw.hub.snapshot();
         let now = crate::events::now_ms();
-        if let Err(e) =
-            crate::realtime::presence::refresh(&mut redis, &gw.node_id, &users, &topics, now, every.as_millis() as i64).await
+        if let Err(e) = crate::realtime::presence::refresh(
+            &mut redis,
+            &gw.node_id,
+            &users,
+            &topics,
+            now,
+            every.as_millis() as i64,
+        )
+        .await
         {
             tracing::warn!(error = %e, "presence refresh failed");
         }

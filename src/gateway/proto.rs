@@ -322,7 +322,9 @@ pub fn traceparent(headers: &axum::http::HeaderMap) -> Option<String> {
     let value = headers.get("traceparent")?.to_str().ok()?;
     let parts: Vec<&str> = value.split('-').collect();
     let hex = |s: &str, len: usize| {
-        s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     };
     let valid = matches!(parts[..], [version, trace, parent, flags]
         if hex(version, 2) && version != "ff" && hex(trace, 32) && hex(parent, 16) && hex(flags, 2)

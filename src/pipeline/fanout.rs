@@ -162,10 +162,9 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
     // is skipped.
     if let Some((a, b)) = proto::parse_p2p_topic(topic) {
         let frame_for = |shown: &str| match &event.body {
-            GroupEventBody::MessageSent(m) => Some(frames::data_frame(
-                shown,
-                &StoredMessage::sent(m),
-            )),
+            GroupEventBody::MessageSent(m) => {
+                Some(frames::data_frame(shown, &StoredMessage::sent(m)))
+            }
             GroupEventBody::MessageRecalled(r) => Some(frames::pres_del_frame(
                 shown,
                 &actor,

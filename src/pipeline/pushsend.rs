@@ -140,7 +140,10 @@ fn webhook_failure(status: reqwest::StatusCode) -> FailureKind {
 impl Handler for PushSendHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         // A recipient's tasks are delivered in log order.
-        apply_in_order(&self.codec, records, |task: PushTask| async move { self.deliver(&task).await }).await
+        apply_in_order(&self.codec, records, |task: PushTask| async move {
+            self.deliver(&task).await
+        })
+        .await
     }
 }
 

@@ -106,6 +106,9 @@ impl Handler for ReceiptsHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         // Cursors converge in any order, but their `{info}` frames go out
         // in log order: after a failed one, the key's later ones wait.
-        apply_in_order(&self.codec, records, |event: ReceiptEvent| async move { self.apply(&event).await }).await
+        apply_in_order(&self.codec, records, |event: ReceiptEvent| async move {
+            self.apply(&event).await
+        })
+        .await
     }
 }

@@ -135,6 +135,9 @@ impl Handler for RelationsHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         // A user's events apply in log order (an unblock after its block):
         // after a failed one, the user's later ones wait.
-        apply_in_order(&self.codec, records, |event: UserEvent| async move { self.apply(&event).await }).await
+        apply_in_order(&self.codec, records, |event: UserEvent| async move {
+            self.apply(&event).await
+        })
+        .await
     }
 }

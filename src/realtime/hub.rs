@@ -219,7 +219,8 @@ impl Hub {
             .by_topic
             .iter()
             .flat_map(|((tenant, topic), m)| {
-                m.values().map(move |s| (tenant.clone(), topic.clone(), s.uid))
+                m.values()
+                    .map(move |s| (tenant.clone(), topic.clone(), s.uid))
             })
             .collect();
         out.sort();

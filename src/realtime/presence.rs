@@ -231,7 +231,9 @@ pub async fn online_nodes(
     if !exists || complete_at.is_some_and(|t| (now_ms as f64) < t) {
         return Ok(None);
     }
-    Ok(Some(nodes.into_iter().filter(|n| n != COMPLETE_MARKER).collect()))
+    Ok(Some(
+        nodes.into_iter().filter(|n| n != COMPLETE_MARKER).collect(),
+    ))
 }
 
 /// Heartbeat of one node: refreshes the TTLs of its users and topics.

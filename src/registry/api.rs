@@ -50,7 +50,10 @@ impl AppState {
         if crate::bearer::presented(headers, token) {
             Ok(())
         } else {
-            Err(ApiError::new(40101, "Unauthorized: this change needs the registry write token"))
+            Err(ApiError::new(
+                40101,
+                "Unauthorized: this change needs the registry write token",
+            ))
         }
     }
 }

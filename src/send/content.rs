@@ -109,7 +109,10 @@ mod tests {
             check(r#"{"txt":"a\udc00b"}"#, None),
             Err(ContentError::Invalid { .. })
         ));
-        assert!(matches!(check("[1e400]", None), Err(ContentError::Invalid { .. })));
+        assert!(matches!(
+            check("[1e400]", None),
+            Err(ContentError::Invalid { .. })
+        ));
         assert_eq!(check(r#""\ud83d\ude00 ok""#, None), Ok(()));
     }
 
@@ -121,7 +124,10 @@ mod tests {
             Err(ContentError::NotAnObject { what: "head" })
         );
         assert_eq!(
-            check("\"hi\"", Some(&format!("{{\"a\":{}}}", nested(MAX_JSON_DEPTH)))),
+            check(
+                "\"hi\"",
+                Some(&format!("{{\"a\":{}}}", nested(MAX_JSON_DEPTH)))
+            ),
             Err(ContentError::TooDeep { what: "head" })
         );
         assert!(check("not json", None).is_err());

@@ -215,7 +215,9 @@ fn edit_event_id(sent_event_id: &str) -> String {
     let hash = Sha256::digest(format!("{sent_event_id}:edit").as_bytes());
     let mut bytes = [0u8; 16];
     bytes.copy_from_slice(&hash[..16]);
-    uuid::Builder::from_custom_bytes(bytes).into_uuid().to_string()
+    uuid::Builder::from_custom_bytes(bytes)
+        .into_uuid()
+        .to_string()
 }
 
 /// Everything the send path needs; cheap to clone.
@@ -498,7 +500,9 @@ impl Sender {
         // client_mid, produces them again).
         let deadline = Instant::now() + PRODUCE_RETRY_BUDGET;
         let result = loop {
-            let mut attempt = producer.send(TopicKind::GroupEvents, &key, &event, tp).await;
+            let mut attempt = producer
+                .send(TopicKind::GroupEvents, &key, &event, tp)
+                .await;
             if let (Ok(_), Some(edit)) = (&attempt, &edit) {
                 attempt = producer.send(TopicKind::GroupEvents, &key, edit, tp).await;
             }
@@ -689,7 +693,10 @@ mod tests {
             digest: "00ff".into(),
         };
         assert_eq!(Claim::parse(&claim.text()), Some(claim.clone()));
-        assert_eq!(claim.text(), "pending|42|202612|7|0190-ab|1700000000000|00ff");
+        assert_eq!(
+            claim.text(),
+            "pending|42|202612|7|0190-ab|1700000000000|00ff"
+        );
         assert_eq!(Claim::parse("done|42|202612|7"), None);
         assert_eq!(Claim::parse("failed|42|202612|7|e|1|d"), None);
     }
@@ -711,18 +718,32 @@ mod tests {
         let d = digest(&req("\"hi\""));
         let pending = format!("pending|5|202612|9|ev|1|{d}");
         match duplicate(Some(&pending), &d, 3) {
-            Ok(Allocated::Produce { identity, group_id, again }) => {
-                assert_eq!((identity.seq, identity.event_id.as_str(), group_id, again), (5, "ev", 3, true));
+            Ok(Allocated::Produce {
+                identity,
+                group_id,
+                again,
+            }) => {
+                assert_eq!(
+                    (identity.seq, identity.event_id.as_str(), group_id, again),
+                    (5, "ev", 3, true)
+                );
             }
             other => panic!("{other:?}"),
         }
         let done = pending.replacen("pending", "done", 1);
         assert!(matches!(
             duplicate(Some(&done), &d, 3),
-            Ok(Allocated::Answered(Sent { seq: 5, duplicate: true, .. }))
+            Ok(Allocated::Answered(Sent {
+                seq: 5,
+                duplicate: true,
+                ..
+            }))
         ));
         let other = digest(&req("\"something else\""));
-        assert_eq!(duplicate(Some(&done), &other, 3).err(), Some(SendError::ClientIdReused));
+        assert_eq!(
+            duplicate(Some(&done), &other, 3).err(),
+            Some(SendError::ClientIdReused)
+        );
         // Written by an older gateway.
         assert!(matches!(
             duplicate(Some(&"done|5|202612|9".to_string()), &d, 3),
