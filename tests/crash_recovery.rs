@@ -385,46 +385,6 @@ struct Outcome {
     answered_at_ms: i64,
 }
 
-/// Every Redis key of `tenant`: per-topic `im:{tenant:…}` and tenant-wide
-/// `im:{tenant}…` (only this test's tenant; the server is shared), plus the
-/// keys the re-seed depends on by name. Deletes nothing: SCAN walks the
-/// whole shared keyspace, hundreds of thousands of keys, which takes tens
-/// of seconds on a loaded machine.
-async fn tenant_keys(
-    redis: &mut redis::aio::ConnectionManager,
-    tenant: &str,
-    topic: &str,
-) -> BTreeSet<String> {
-    let mut keys: BTreeSet<String> = [
-        TopicKeys::new(tenant, topic).seq(),
-        TopicKeys::new(tenant, topic).reseed_lock(),
-        TenantKeys::new(tenant).generation(),
-        TenantKeys::new(tenant).active_month(),
-    ]
-    .into_iter()
-    .collect();
-    for pattern in [format!("im:{{{tenant}:*"), format!("im:{{{tenant}}}*")] {
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(redis)
-                .await
-                .unwrap();
-            keys.extend(found);
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-    }
-    keys
-}
-
 /// What [`lose_tenant_data`] did.
 struct Loss {
     /// Keys deleted.
@@ -557,7 +517,7 @@ async fn redis_losing_the_tenant_refuses_sends_until_reseeded_then_never_reuses_
     .await;
 
     let mut redis = stack.redis().await;
-    let keys = tenant_keys(&mut redis, stack.tenant(), topic).await;
+    let keys = common::tenant_keys(&mut redis, stack.tenant(), topic).await;
     phase.store(1, Ordering::SeqCst);
     let lost_at_ms = now_ms();
     let loss = lose_tenant_data(&mut redis, stack.tenant(), topic, &keys).await;

@@ -43,7 +43,7 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
 use imstream::kafka::topics::{TopicNames, PIPELINES_WITH_DLQ};
-use imstream::keys::{TenantKeys, TopicKeys};
+use imstream::keys::TopicKeys;
 use imstream::store::month::ShardMonth;
 
 use common::{write_config_file, Stack};
@@ -1346,43 +1346,6 @@ impl Poison {
 
 // ----------------------------------------------------------- redis flush --
 
-/// Every Redis key of the tenant (SCAN over the shared keyspace), plus the
-/// keys the re-seed depends on by name; see crash_recovery.rs.
-async fn tenant_keys(
-    redis: &mut redis::aio::ConnectionManager,
-    tenant: &str,
-    topic: &str,
-) -> BTreeSet<String> {
-    let mut keys: BTreeSet<String> = [
-        TopicKeys::new(tenant, topic).seq(),
-        TopicKeys::new(tenant, topic).reseed_lock(),
-        TenantKeys::new(tenant).generation(),
-        TenantKeys::new(tenant).active_month(),
-    ]
-    .into_iter()
-    .collect();
-    for pattern in [format!("im:{{{tenant}:*"), format!("im:{{{tenant}}}*")] {
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(redis)
-                .await
-                .unwrap();
-            keys.extend(found);
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-    }
-    keys
-}
-
 // ------------------------------------------------------------------ faults --
 
 /// How long the load goes on after a fault's service is back.
@@ -1459,7 +1422,7 @@ async fn tenant_redis_keys_flushed() {
     let load = sys.load(RATE);
     load.wait_acked(BEFORE).await;
     let mut redis = sys.redis().await;
-    let keys = tenant_keys(&mut redis, sys.stack.tenant(), &sys.topic).await;
+    let keys = common::tenant_keys(&mut redis, sys.stack.tenant(), &sys.topic).await;
     // At one instant, as a failover to an empty replica would.
     let deleted: usize = redis::cmd("DEL")
         .arg(keys.iter().collect::<Vec<_>>())

@@ -241,21 +241,6 @@ async fn wait_stored_once(pool: &MySqlPool, topic: &str, n: i64) {
     .await;
 }
 
-/// Records in the store DLQ (all partitions).
-async fn dlq_depth(config: &Config) -> i64 {
-    let kafka = config.kafka.clone();
-    let dlq = TopicNames::new(&kafka).dlq(TopicKind::GroupEvents, "store");
-    tokio::task::spawn_blocking(move || {
-        imstream::kafka::lag::watermarks(&kafka, &format!("probe-{}", unique_id()), &dlq)
-            .expect("DLQ watermarks")
-            .values()
-            .map(|(low, high)| high - low)
-            .sum()
-    })
-    .await
-    .unwrap()
-}
-
 /// One record read back from the store DLQ: (reason header, payload).
 type Dead = (String, Vec<u8>);
 
@@ -388,7 +373,7 @@ async fn an_unreachable_database_is_waited_out_and_every_message_is_stored_once(
         "the reason names the database: {said:?}"
     );
     assert_eq!(
-        dlq_depth(stack.config()).await,
+        common::store_dlq_depth(stack.config()).await,
         0,
         "nothing in the DLQ during the outage"
     );
@@ -409,7 +394,7 @@ async fn an_unreachable_database_is_waited_out_and_every_message_is_stored_once(
     })
     .await;
     assert_eq!(
-        dlq_depth(stack.config()).await,
+        common::store_dlq_depth(stack.config()).await,
         0,
         "nothing in the DLQ after the outage"
     );
@@ -524,7 +509,7 @@ async fn records_that_can_never_be_applied_go_alone_to_the_dlq_and_their_batch_m
     // Exactly the three that can never be applied are in the DLQ, each once.
     let dead = read_dlq(stack.config(), 3).await;
     assert_eq!(
-        dlq_depth(stack.config()).await,
+        common::store_dlq_depth(stack.config()).await,
         3,
         "only the three refused: {dead:?}"
     );

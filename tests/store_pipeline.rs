@@ -236,21 +236,6 @@ fn current_month() -> String {
     ShardMonth::of(chrono::Utc::now()).to_string()
 }
 
-/// Records in the store DLQ (all partitions).
-async fn dlq_depth(stack: &Stack) -> i64 {
-    let kafka = stack.config().kafka.clone();
-    let dlq = TopicNames::new(&kafka).dlq(TopicKind::GroupEvents, "store");
-    tokio::task::spawn_blocking(move || {
-        imstream::kafka::lag::watermarks(&kafka, &format!("probe-{}", unique_id()), &dlq)
-            .expect("DLQ watermarks")
-            .values()
-            .map(|(low, high)| high - low)
-            .sum()
-    })
-    .await
-    .unwrap()
-}
-
 /// (11) Missing month table: an outage (the shard manager has not made it
 /// yet), not a reason to give up. The event is retried far past
 /// `max_attempts`, the shard-missing metric moves, the pipeline reports
@@ -297,7 +282,7 @@ async fn a_missing_month_table_is_waited_for_and_the_dlq_replay_stores_dead_lett
     // The later message of the same topic waits for the earlier one.
     assert_eq!(count_seq(&pool, &current_month(), topic, 2).await, 0);
     assert_eq!(
-        dlq_depth(&stack).await,
+        common::store_dlq_depth(stack.config()).await,
         0,
         "an outage never reaches the DLQ"
     );
@@ -335,7 +320,7 @@ async fn a_missing_month_table_is_waited_for_and_the_dlq_replay_stores_dead_lett
         },
     )
     .await;
-    assert_eq!(dlq_depth(&stack).await, 0);
+    assert_eq!(common::store_dlq_depth(stack.config()).await, 0);
 
     // A dead letter waiting in the DLQ (refused by an earlier release, say);
     // `imstream dlq replay store` stores it.
@@ -404,7 +389,7 @@ async fn a_missing_month_table_is_waited_for_and_the_dlq_replay_stores_dead_lett
     assert_eq!(mirror(&pool, topic).await, expected_mirror);
     // Nothing failed during the replays: the DLQ still holds only the
     // dead letter put there by hand.
-    assert_eq!(dlq_depth(&stack).await, 1);
+    assert_eq!(common::store_dlq_depth(stack.config()).await, 1);
     pipeline.abort();
 }
 

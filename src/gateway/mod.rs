@@ -347,23 +347,52 @@ async fn heartbeat(gw: Arc<Gateway>) {
 /// that were dissolved): the Pub/Sub eviction may have been lost, so each
 /// heartbeat checks every attachment against the membership cache.
 async fn recheck_members(gw: &Gateway, redis: &mut redis::aio::ConnectionManager) {
-    for (tenant, topic, uid) in gw.hub.attached_members() {
-        if !proto::is_group_topic(&topic) {
-            continue;
+    let attached: Vec<_> = gw
+        .hub
+        .attached_members()
+        .into_iter()
+        .filter(|(_, topic, _)| proto::is_group_topic(topic))
+        .collect();
+    if attached.is_empty() {
+        return;
+    }
+    // One round trip for every cached answer; a group not cached is loaded.
+    let mut pipe = redis::pipe();
+    for (tenant, topic, uid) in &attached {
+        let keys = crate::keys::TopicKeys::new(tenant, topic);
+        pipe.sismember(keys.members(), uid)
+            .exists(keys.members())
+            .hget(keys.meta(), "status");
+    }
+    type Cached = (bool, bool, Option<String>);
+    let cached: Vec<Cached> = match pipe.query_async::<Vec<redis::Value>>(redis).await {
+        Ok(values) => values
+            .chunks(3)
+            .map(|c| redis::from_redis_value(&redis::Value::Array(c.to_vec())).unwrap_or_default())
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "membership re-check failed");
+            return;
         }
-        let Ok(pool) = gw.sender.pools().get(&tenant) else {
-            continue;
+    };
+    for ((tenant, topic, uid), (is_member, members_cached, status)) in attached.iter().zip(cached) {
+        let gone = if members_cached && status.is_some() {
+            status.as_deref() == Some("dissolved") || !is_member
+        } else {
+            let Ok(pool) = gw.sender.pools().get(tenant) else {
+                continue;
+            };
+            match crate::groups::membership(pool, redis, tenant, topic, *uid).await {
+                Ok(m) => m != crate::groups::Membership::Member,
+                Err(e) => {
+                    tracing::warn!(error = %e, "membership re-check failed");
+                    continue;
+                }
+            }
         };
-        match crate::groups::membership(pool, redis, &tenant, &topic, uid).await {
-            Ok(crate::groups::Membership::Member) => {}
-            Ok(_) => {
-                let n = crate::realtime::bus::evict(&gw.hub, &tenant, &topic, Some(uid));
-                tracing::info!(%tenant, %topic, uid, sessions = n, "evicted on heartbeat: no longer a member");
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "membership re-check failed");
-                return;
-            }
+        if gone {
+            let n = crate::realtime::bus::evict(&gw.hub, tenant, topic, Some(*uid));
+            tracing::info!(%tenant, %topic, uid, sessions = n, "evicted on heartbeat: no longer a member");
         }
     }
 }

@@ -123,7 +123,7 @@ enum Allocated {
     /// The message still has to be produced: a new seq, or a retry of a
     /// claim whose event may not have reached the log (`again`).
     Produce {
-        identity: Identity,
+        claim: Claim,
         group_id: i64,
         again: bool,
     },
@@ -302,13 +302,13 @@ impl Sender {
         let mut reproduced = false;
         let result = match result {
             Ok(Allocated::Produce {
-                identity,
+                claim,
                 group_id,
                 again,
             }) => {
                 reproduced = again;
                 let keys = TopicKeys::new(&req.tenant, &req.topic);
-                self.produce(req, &keys, identity, group_id).await
+                self.produce(req, &keys, claim, group_id).await
             }
             Ok(Allocated::Answered(sent)) => Ok(sent),
             Err(e) => Err(e),
@@ -355,7 +355,11 @@ impl Sender {
                 .await?;
         }
 
-        let digest = digest(req);
+        // Only a claimed send needs its digest.
+        let digest = match req.client_msg_id {
+            Some(_) => digest(req),
+            None => String::new(),
+        };
         for _ in 0..4 {
             let active = self.active_month(&req.tenant, pool).await?;
             let message_id = self.inner.snowflake.next_id().map_err(SendError::retry)?;
@@ -390,7 +394,11 @@ impl Sender {
                         created_at,
                     };
                     return Ok(Allocated::Produce {
-                        identity,
+                        claim: Claim {
+                            done: false,
+                            identity,
+                            digest,
+                        },
                         group_id: parse_i64(reply.get(3))?,
                         again: false,
                     });
@@ -434,7 +442,7 @@ impl Sender {
         &self,
         req: &SendRequest,
         keys: &TopicKeys,
-        identity: Identity,
+        mut claim: Claim,
         group_id: i64,
     ) -> Result<Sent, SendError> {
         let Identity {
@@ -443,7 +451,7 @@ impl Sender {
             message_id,
             ref event_id,
             created_at,
-        } = identity;
+        } = claim.identity;
         let event = GroupEvent {
             event_id: event_id.clone(),
             occurred_at: created_at,
@@ -517,11 +525,7 @@ impl Sender {
         match result {
             Ok(_) => {
                 if let Some(cmid) = req.client_msg_id.as_deref() {
-                    let claim = Claim {
-                        done: true,
-                        identity: identity.clone(),
-                        digest: digest(req),
-                    };
+                    claim.done = true;
                     // Best effort: a claim left pending answers a retry by
                     // producing this same event again, which changes nothing.
                     let mut redis = self.inner.redis.clone();
@@ -535,7 +539,7 @@ impl Sender {
                 }
                 Ok(Sent {
                     seq,
-                    shard_month: identity.month,
+                    shard_month: claim.identity.month,
                     message_id,
                     duplicate: false,
                 })
@@ -664,7 +668,7 @@ fn duplicate(claim: Option<&String>, digest: &str, group_id: i64) -> Result<Allo
         }));
     }
     Ok(Allocated::Produce {
-        identity: claim.identity,
+        claim,
         group_id,
         again: true,
     })
@@ -719,10 +723,11 @@ mod tests {
         let pending = format!("pending|5|202612|9|ev|1|{d}");
         match duplicate(Some(&pending), &d, 3) {
             Ok(Allocated::Produce {
-                identity,
+                claim,
                 group_id,
                 again,
             }) => {
+                let identity = &claim.identity;
                 assert_eq!(
                     (identity.seq, identity.event_id.as_str(), group_id, again),
                     (5, "ev", 3, true)

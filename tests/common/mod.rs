@@ -499,3 +499,59 @@ pub async fn call(
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(serde_json::Value::Null))
 }
+
+/// Every Redis key of `tenant`: per-topic `im:{tenant:…}` and tenant-wide
+/// `im:{tenant}…` (only this test's tenant; the server is shared), plus the
+/// keys the re-seed depends on by name. Deletes nothing: SCAN walks the
+/// whole shared keyspace, hundreds of thousands of keys, which takes tens
+/// of seconds on a loaded machine.
+pub async fn tenant_keys(
+    redis: &mut redis::aio::ConnectionManager,
+    tenant: &str,
+    topic: &str,
+) -> std::collections::BTreeSet<String> {
+    let mut keys: std::collections::BTreeSet<String> = [
+        imstream::keys::TopicKeys::new(tenant, topic).seq(),
+        imstream::keys::TopicKeys::new(tenant, topic).reseed_lock(),
+        imstream::keys::TenantKeys::new(tenant).generation(),
+        imstream::keys::TenantKeys::new(tenant).active_month(),
+    ]
+    .into_iter()
+    .collect();
+    for pattern in [format!("im:{{{tenant}:*"), format!("im:{{{tenant}}}*")] {
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(redis)
+                .await
+                .unwrap();
+            keys.extend(found);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    keys
+}
+
+/// Records in the store DLQ (all partitions).
+pub async fn store_dlq_depth(config: &Config) -> i64 {
+    use imstream::kafka::topics::{TopicKind, TopicNames};
+    let kafka = config.kafka.clone();
+    let dlq = TopicNames::new(&kafka).dlq(TopicKind::GroupEvents, "store");
+    tokio::task::spawn_blocking(move || {
+        imstream::kafka::lag::watermarks(&kafka, &format!("probe-{}", unique_id()), &dlq)
+            .expect("DLQ watermarks")
+            .values()
+            .map(|(low, high)| high - low)
+            .sum()
+    })
+    .await
+    .unwrap()
+}
