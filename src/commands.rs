@@ -147,7 +147,12 @@ async fn shards(config: &Config, args: ShardsArgs) -> anyhow::Result<()> {
     let clock = crate::redis_util::Clock::from_override(
         args.now.as_deref().unwrap_or(&config.shards.clock_override),
     );
-    let manager = crate::store::shards::ShardManager::connect(config, clock).await?;
+    let manager = crate::store::shards::ShardManager::connect(
+        config,
+        clock,
+        crate::pipeline::store_topics(config)?,
+    )
+    .await?;
     if args.once {
         for (tenant, pass) in manager.pass().await? {
             for (month, holds) in &pass.held {
@@ -291,6 +296,7 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
     let manager = crate::store::shards::ShardManager::connect(
         config,
         crate::redis_util::Clock::from_override(&config.shards.clock_override),
+        crate::pipeline::store_topics(config)?,
     )
     .await?;
     manager.pass().await?;

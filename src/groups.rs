@@ -67,7 +67,7 @@ pub struct GroupRecord {
 
 pub async fn read_group(pool: &MySqlPool, topic: &str) -> Result<GroupRecord, GroupError> {
     // A one-to-one topic is a group of its two users, always active.
-    if let Some((a, b)) = crate::gateway::proto::parse_p2p_topic(topic) {
+    if let Some((a, b)) = crate::tinode::parse_p2p_topic(topic) {
         return Ok(GroupRecord {
             group_id: 0,
             status: "active".into(),

@@ -17,6 +17,7 @@
 //! - [`events`] — the Avro event contract, the wire-format codec, schema registration.
 //! - [`registry`] — the embedded Confluent-compatible schema registry.
 //! - [`kafka`] — producer, topics of the event log.
+//! - [`failure`] — outage or poison: how every failure is classified.
 //! - [`tenant`] — tenant databases, pools, migrations.
 //! - [`keys`], [`redis_util`] — Redis key names, scripts, locks, the month clock.
 //! - [`store`] — month tables, the catalog, the shard manager, the store writer, routes.
@@ -26,6 +27,7 @@
 //! - [`pipeline`] — the consumer-group runner and the projector pipelines.
 //! - [`send`], [`snowflake`] — the send path: ACL, seq allocation, produce, ack.
 //! - [`gateway`] — the Tinode-compatible WebSocket and HTTP front end.
+//! - [`tinode`] — the Tinode protocol's names, client messages and `{ctrl}` frames, for every layer.
 //! - [`realtime`] — presence, the realtime bus envelope, local session hub, Pub/Sub.
 //! - [`history`] — the read path: hot messages, routes, month tables, dellog, coalescing.
 //! - [`replay`] — `imstream replay`: rebuild a projection from the log and verify it.
@@ -38,6 +40,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod events;
+pub mod failure;
 pub mod gateway;
 pub mod governance;
 pub mod groups;
@@ -58,5 +61,6 @@ pub mod snowflake;
 pub mod store;
 pub mod telemetry;
 pub mod tenant;
+pub mod tinode;
 
 pub use commands::run;

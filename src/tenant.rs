@@ -10,7 +10,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 
 use crate::config::{Config, MysqlConfig, TenantConfig};
-pub use crate::pipeline::failure::FailureKind;
+pub use crate::failure::FailureKind;
 
 /// Migrations applied to every tenant database.
 pub static TENANT_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/tenant");

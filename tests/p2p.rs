@@ -23,8 +23,8 @@ use sqlx::MySqlPool;
 
 use common::{call, read_events, wait_for, Stack};
 use imstream::events::PushTask;
-use imstream::gateway::proto::p2p_topic;
 use imstream::kafka::topics::TopicKind;
+use imstream::tinode::p2p_topic;
 use realtime_support::{accepted_seq, usr, Client, DELIVERY};
 
 /// `POST /v1/users/{peer}/messages` as `uid`: status and body.

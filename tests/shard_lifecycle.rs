@@ -41,9 +41,13 @@ fn month(m: &str) -> ShardMonth {
 
 /// One shard-manager pass at `now`; this tenant's result.
 async fn pass(stack: &Stack, now: &str) -> ShardPass {
-    let manager = ShardManager::connect(stack.config(), Clock::from_override(now))
-        .await
-        .expect("shard manager");
+    let manager = ShardManager::connect(
+        stack.config(),
+        Clock::from_override(now),
+        imstream::pipeline::store_topics(stack.config()).expect("store topics"),
+    )
+    .await
+    .expect("shard manager");
     let mut passes = manager.pass().await.expect("shard pass");
     assert_eq!(passes.len(), 1);
     passes.remove(0).1

@@ -39,7 +39,7 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 fn origin(claims: &Claims, headers: &HeaderMap) -> Origin {
     Origin {
         device: claims.dev.clone(),
-        traceparent: super::proto::traceparent(headers).unwrap_or_default(),
+        traceparent: super::trace::traceparent(headers).unwrap_or_default(),
         ..Default::default()
     }
 }

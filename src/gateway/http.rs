@@ -15,9 +15,9 @@ use crate::kafka::topics::TopicKind;
 use crate::send::SendRequest;
 
 use super::auth::Claims;
-use super::proto;
 use super::session::{send_error_reply, split_head};
 use super::Gateway;
+use crate::tinode;
 
 pub struct ApiError(pub StatusCode, pub String, pub Option<Value>);
 
@@ -98,7 +98,7 @@ pub async fn send_message(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let claims = authenticate(&gw, &headers).await?;
-    if !proto::is_conversation_topic(&topic) {
+    if !tinode::is_conversation_topic(&topic) {
         return Err(error(404, "topic not found"));
     }
     let body: SendBody =
@@ -126,7 +126,7 @@ pub(super) async fn send_as(
         head = Some(Value::Object(map).to_string());
     }
     let edit_of = super::edits::replace_target(head.as_deref()).map_err(refused)?;
-    let traceparent = proto::traceparent(headers);
+    let traceparent = super::trace::traceparent(headers);
     if let Some(target) = edit_of {
         let caller = super::edits::Caller {
             tenant: &claims.ten,
@@ -193,7 +193,7 @@ pub async fn create_group(
         serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
     let group_id = gw.snowflake.next_id().map_err(unavailable)?;
     let topic = body.topic.unwrap_or_else(|| format!("grp{group_id:x}"));
-    if !proto::is_group_topic(&topic) {
+    if !tinode::is_group_topic(&topic) {
         return Err(error(
             400,
             "malformed: topic must be grp followed by 1-61 of [A-Za-z0-9_-]",
@@ -290,8 +290,8 @@ fn message_json(m: &crate::history::StoredMessage) -> Value {
     };
     json!({
         "seq": m.seq,
-        "from": proto::user_id(m.from),
-        "ts": proto::timestamp_ms(m.ts),
+        "from": tinode::user_id(m.from),
+        "ts": tinode::timestamp_ms(m.ts),
         "head": parse(&m.head),
         "content": parse(&m.content),
         "status": m.status,
@@ -477,10 +477,10 @@ pub async fn clear_history(
     let body: ClearBody =
         serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
     let claims = reader(&gw, &headers, &topic).await?;
-    let ranges: Vec<proto::SeqRangeMsg> = body
+    let ranges: Vec<tinode::SeqRangeMsg> = body
         .ranges
         .iter()
-        .map(|r| proto::SeqRangeMsg {
+        .map(|r| tinode::SeqRangeMsg {
             low: r.low,
             hi: r.hi,
         })
@@ -513,7 +513,7 @@ async fn p2p_of(
         .ok()
         .filter(|p| *p > 0 && *p != claims.uid)
         .ok_or_else(|| error(400, "malformed: peer must be another user's uid"))?;
-    let topic = proto::p2p_topic(claims.uid, peer);
+    let topic = tinode::p2p_topic(claims.uid, peer);
     Ok((claims, topic))
 }
 

@@ -10,10 +10,10 @@ pub mod edits;
 pub mod governance;
 pub mod http;
 mod lease;
-pub mod proto;
 pub mod reads;
 pub mod relations;
 pub mod session;
+pub mod trace;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -351,7 +351,7 @@ async fn recheck_members(gw: &Gateway, redis: &mut redis::aio::ConnectionManager
         .hub
         .attached_members()
         .into_iter()
-        .filter(|(_, topic, _)| proto::is_group_topic(topic))
+        .filter(|(_, topic, _)| crate::tinode::is_group_topic(topic))
         .collect();
     if attached.is_empty() {
         return;

@@ -10,8 +10,8 @@ use crate::history::{HistoryError, PageQuery, StoredMessage};
 use crate::kafka::topics::TopicKind;
 use crate::keys::TopicKeys;
 
-use super::proto;
 use super::Gateway;
+use crate::tinode;
 
 /// Why a read or delete was refused, as a Tinode code and text.
 #[derive(Debug)]
@@ -37,7 +37,7 @@ pub async fn ensure_member(
     topic: &str,
     uid: i64,
 ) -> Result<(), Refusal> {
-    if !proto::is_conversation_topic(topic) {
+    if !tinode::is_conversation_topic(topic) {
         return Err(Refusal(404, "topic not found".into()));
     }
     let pool = gw
@@ -62,7 +62,7 @@ pub async fn query_data(
     tenant: &str,
     topic: &str,
     uid: i64,
-    q: &proto::DataQuery,
+    q: &tinode::DataQuery,
 ) -> Result<Vec<StoredMessage>, Refusal> {
     let limit = q
         .limit
@@ -112,7 +112,7 @@ pub async fn clear_history(
     uid: i64,
     device: &str,
     sid: &str,
-    ranges: &[proto::SeqRangeMsg],
+    ranges: &[tinode::SeqRangeMsg],
 ) -> Result<i32, Refusal> {
     if ranges.is_empty() || ranges.len() > 100 {
         return Err(Refusal(400, "malformed: 1 to 100 ranges".into()));
@@ -240,9 +240,9 @@ pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Resu
     let (created, updated) = group.unwrap_or((0, 0));
     let (read, recv) = cursors.unwrap_or((0, 0));
     Ok(json!({
-        "created": proto::timestamp_ms(created),
-        "updated": proto::timestamp_ms(updated),
-        "touched": proto::timestamp_ms(updated),
+        "created": tinode::timestamp_ms(created),
+        "updated": tinode::timestamp_ms(updated),
+        "touched": tinode::timestamp_ms(updated),
         "defacs": {"auth": "JRWPS", "anon": "N"},
         "acs": {"want": "JRWPS", "given": "JRWPS", "mode": "JRWPS"},
         "seq": last.unwrap_or(0),

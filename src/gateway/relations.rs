@@ -30,7 +30,8 @@ use crate::kafka::topics::TopicKind;
 use crate::relations::{contains, Set};
 
 use super::http::{authenticate, error, ApiError};
-use super::{proto, Gateway};
+use super::Gateway;
+use crate::tinode;
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| error(400, format!("malformed: {e}")))
@@ -264,8 +265,8 @@ pub async fn mute_topic(
 ) -> Result<Response, ApiError> {
     let me = authenticate(&gw, &headers).await?;
     let MutedBody { muted } = parse(&body)?;
-    let topic = proto::resolve_topic(&topic, me.uid)
-        .filter(|t| proto::is_conversation_topic(t))
+    let topic = tinode::resolve_topic(&topic, me.uid)
+        .filter(|t| tinode::is_conversation_topic(t))
         .ok_or_else(|| error(404, "topic not found"))?;
     let body = UserEventBody::PushSettingsChanged(PushSettingsChanged {
         dnd: None,

@@ -6,12 +6,12 @@ use redis::aio::ConnectionManager;
 use sha2::{Digest, Sha256};
 
 use crate::events::{new_event_id, now_ms, GroupEvent, GroupEventBody, MessageDeleted, SeqRange};
-use crate::gateway::proto;
 use crate::groups::{self, Standing};
 use crate::kafka::producer::EventProducer;
 use crate::kafka::topics::TopicKind;
 use crate::keys::TopicKeys;
 use crate::tenant::TenantPools;
+use crate::tinode;
 
 use super::{authorize, events, Action, Actor, Refused};
 
@@ -97,7 +97,7 @@ impl Executor {
 
     /// `uid`'s standing in `topic` (cache-aside).
     pub async fn standing(&self, tenant: &str, topic: &str, uid: i64) -> Result<Standing, Refused> {
-        if !proto::is_conversation_topic(topic) {
+        if !tinode::is_conversation_topic(topic) {
             return Ok(Standing::NoGroup);
         }
         let pool = self.pool(tenant)?;
@@ -118,7 +118,7 @@ impl Executor {
         origin: &Origin,
         reason: &str,
     ) -> Result<Outcome, Refused> {
-        if !proto::is_group_topic(topic) {
+        if !tinode::is_group_topic(topic) {
             return Err(Refused(404, "group not found".into()));
         }
         if action == Action::Moderate {
@@ -175,7 +175,7 @@ impl Executor {
         origin: &Origin,
         reason: &str,
     ) -> Result<Outcome, Refused> {
-        if !proto::is_conversation_topic(topic) {
+        if !tinode::is_conversation_topic(topic) {
             return Err(Refused(404, "group not found".into()));
         }
         if matches!(actor, Actor::Operator)

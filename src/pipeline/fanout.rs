@@ -12,13 +12,13 @@ use std::collections::HashMap;
 use redis::aio::ConnectionManager;
 
 use crate::events::{now_ms, EventCodec, GroupEvent, GroupEventBody};
-use crate::gateway::proto;
 use crate::groups::Role;
 use crate::history::StoredMessage;
 use crate::realtime::{
     envelope::node_channel, envelope::BROADCAST_CHANNEL, frames, presence, Envelope, Kind,
     TargetType,
 };
+use crate::tinode;
 
 use super::failure::redis_failure;
 use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
@@ -156,11 +156,11 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
             Reach::All,
         )
     };
-    let actor = proto::user_id(event.actor_uid);
+    let actor = tinode::user_id(event.actor_uid);
     // A one-to-one topic: every device of both users gets the frame, each
     // under its own name for the topic (`usr<peer>`); the sending session
     // is skipped.
-    if let Some((a, b)) = proto::parse_p2p_topic(topic) {
+    if let Some((a, b)) = tinode::parse_p2p_topic(topic) {
         let frame_for = |shown: &str| match &event.body {
             GroupEventBody::MessageSent(m) => {
                 Some(frames::data_frame(shown, &StoredMessage::sent(m)))
@@ -179,7 +179,7 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
         };
         let mut out = Vec::new();
         for (me, peer) in [(a, b), (b, a)] {
-            let Some(frame) = frame_for(&proto::user_id(peer)) else {
+            let Some(frame) = frame_for(&tinode::user_id(peer)) else {
                 continue;
             };
             let mut envelope = base(

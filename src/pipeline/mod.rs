@@ -89,6 +89,17 @@ impl Route {
     }
 }
 
+/// The store pipeline's topics, for the shard manager's sealing check.
+pub fn store_topics(config: &Config) -> anyhow::Result<crate::store::sealing::StoreTopics> {
+    let route = Route::main(config, &load_topology(config, "store")?)?;
+    Ok(crate::store::sealing::StoreTopics {
+        source: route.source,
+        group: route.group,
+        dlq: route.dlq,
+        replay_group: dlq::replay_group(config, "store"),
+    })
+}
+
 /// Runs one pipeline from its topology until `shutdown`.
 pub async fn run_topology(
     config: &Config,

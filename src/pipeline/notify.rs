@@ -9,8 +9,8 @@ use redis::aio::ConnectionManager;
 use serde_json::{json, Value};
 
 use crate::events::{EventCodec, UserEvent, UserEventBody};
-use crate::gateway::proto;
 use crate::realtime::{bus, Envelope, Kind, TargetType};
+use crate::tinode;
 
 use super::failure::redis_failure;
 use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
@@ -28,7 +28,7 @@ impl NotifyHandler {
 
 /// `(src, event, params)` of the frame a user event becomes.
 fn describe(e: &UserEvent) -> (String, &'static str, Value) {
-    let user = proto::user_id;
+    let user = tinode::user_id;
     match &e.body {
         UserEventBody::FriendRequestCreated(r) => (
             user(r.from_uid),
@@ -53,7 +53,7 @@ fn describe(e: &UserEvent) -> (String, &'static str, Value) {
         UserEventBody::PushSettingsChanged(p) => (
             "sys".into(),
             "push.settings",
-            json!({"dnd": p.dnd, "topic": p.topic.as_deref().map(|t| proto::client_topic(t, e.uid)), "muted": p.topic_muted}),
+            json!({"dnd": p.dnd, "topic": p.topic.as_deref().map(|t| tinode::client_topic(t, e.uid)), "muted": p.topic_muted}),
         ),
     }
 }

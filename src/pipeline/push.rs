@@ -11,12 +11,12 @@ use futures::future::join_all;
 use redis::aio::ConnectionManager;
 
 use crate::events::{now_ms, EventCodec, GroupEvent, GroupEventBody, MessageSent, PushTask};
-use crate::gateway::proto;
 use crate::kafka::producer::EventProducer;
 use crate::kafka::topics::TopicKind;
 use crate::keys::{TenantKeys, TopicKeys};
 use crate::metrics as m;
 use crate::tenant::TenantPools;
+use crate::tinode;
 
 use super::failure::{group_failure, produce_failure, redis_failure, FailureKind};
 use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
@@ -50,7 +50,7 @@ impl PushHandler {
 
     /// Members of the topic other than the sender.
     async fn recipients(&self, e: &GroupEvent, m: &MessageSent) -> Result<Vec<i64>, Failed> {
-        if let Some(peer) = proto::p2p_peer(&e.topic, m.from_user) {
+        if let Some(peer) = tinode::p2p_peer(&e.topic, m.from_user) {
             return Ok(vec![peer]);
         }
         let pool = self

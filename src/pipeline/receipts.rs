@@ -7,9 +7,9 @@ use redis::aio::ConnectionManager;
 use serde_json::json;
 
 use crate::events::{EventCodec, ReceiptBody, ReceiptEvent};
-use crate::gateway::proto;
 use crate::realtime::{bus, frames, presence, Envelope, Kind, TargetType};
 use crate::tenant::{db_failure, TenantPools};
+use crate::tinode;
 
 use super::failure::{redis_failure, FailureKind};
 use super::runner::{apply_in_order, Handler, Record, RecordFailure};
@@ -74,16 +74,16 @@ impl ReceiptsHandler {
             payload: frames::info_frame(&e.topic, e.uid, what, Some(seq)),
         };
         // One-to-one: the peer's devices see the topic as `usr<reader>`.
-        if let Some(peer) = proto::p2p_peer(&e.topic, e.uid) {
+        if let Some(peer) = tinode::p2p_peer(&e.topic, e.uid) {
             to_topic.target_type = TargetType::User;
             to_topic.target = peer.to_string();
-            to_topic.payload = frames::info_frame(&proto::user_id(e.uid), e.uid, what, Some(seq));
+            to_topic.payload = frames::info_frame(&tinode::user_id(e.uid), e.uid, what, Some(seq));
         }
         let to_user = Envelope {
             event_id: format!("{}:me", e.event_id),
             target_type: TargetType::User,
             target: e.uid.to_string(),
-            payload: json!({"info": {"topic": "me", "src": proto::client_topic(&e.topic, e.uid), "from": proto::user_id(e.uid), "what": what, "seq": seq}})
+            payload: json!({"info": {"topic": "me", "src": tinode::client_topic(&e.topic, e.uid), "from": tinode::user_id(e.uid), "what": what, "seq": seq}})
                 .to_string(),
             ..to_topic.clone()
         };

@@ -3,8 +3,8 @@
 
 use serde_json::{json, Value};
 
-use crate::gateway::proto;
 use crate::history::StoredMessage;
+use crate::tinode;
 
 /// JSON text as a value; anything unparsable as a string.
 pub fn json_value(text: &Option<String>) -> Option<Value> {
@@ -16,8 +16,8 @@ pub fn json_value(text: &Option<String>) -> Option<Value> {
 pub fn data_body(topic: &str, m: &StoredMessage) -> Value {
     let mut d = json!({
         "topic": topic,
-        "from": proto::user_id(m.from),
-        "ts": proto::timestamp_ms(m.ts),
+        "from": tinode::user_id(m.from),
+        "ts": tinode::timestamp_ms(m.ts),
         "seq": m.seq,
         "content": json_value(&m.content).unwrap_or(Value::Null),
     });
@@ -36,7 +36,7 @@ pub fn data_frame(topic: &str, m: &StoredMessage) -> String {
 
 /// `{"info": {topic, from, what, seq?}}` as text.
 pub fn info_frame(topic: &str, from: i64, what: &str, seq: Option<i64>) -> String {
-    let mut info = json!({"topic": topic, "from": proto::user_id(from), "what": what});
+    let mut info = json!({"topic": topic, "from": tinode::user_id(from), "what": what});
     if let Some(seq) = seq {
         info["seq"] = json!(seq);
     }
@@ -50,7 +50,7 @@ pub fn pres_frame(topic: &str, src: &str, what: &str) -> String {
 
 /// `{ctrl 205 evicted}` for a session removed from a topic.
 pub fn evicted_frame(topic: &str) -> String {
-    json!({"ctrl": {"topic": topic, "code": 205, "text": "evicted", "ts": proto::now()}})
+    json!({"ctrl": {"topic": topic, "code": 205, "text": "evicted", "ts": tinode::now()}})
         .to_string()
 }
 
@@ -96,7 +96,7 @@ pub fn access_mode(role: Option<crate::groups::Role>, muted: bool) -> String {
 /// `{pres what="acs"}` about `uid` in `topic` (seen by the topic's
 /// sessions), with the new mode as Tinode's `dacs` and imstream's `role`.
 pub fn pres_acs_frame(topic: &str, uid: i64, mode: &str, role: Option<&str>) -> String {
-    let mut pres = json!({"topic": topic, "src": proto::user_id(uid), "what": "acs",
+    let mut pres = json!({"topic": topic, "src": tinode::user_id(uid), "what": "acs",
         "dacs": {"want": mode, "given": mode}});
     if let Some(role) = role {
         pres["role"] = json!(role);

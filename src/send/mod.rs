@@ -350,7 +350,7 @@ impl Sender {
             .map_err(|_| SendError::BadRequest(format!("unknown tenant {}", req.tenant)))?;
         let keys = TopicKeys::new(&req.tenant, &req.topic);
         let mut redis = self.inner.redis.clone();
-        if let Some(peer) = crate::gateway::proto::p2p_peer(&req.topic, req.uid) {
+        if let Some(peer) = crate::tinode::p2p_peer(&req.topic, req.uid) {
             self.check_relations(pool, &mut redis, &req.tenant, req.uid, peer)
                 .await?;
         }

@@ -119,38 +119,43 @@ pub enum SealError {
 pub struct SealGate {
     config: Config,
     codec: EventCodec,
-    route: crate::pipeline::Route,
-    replay_group: String,
+    topics: StoreTopics,
+}
+
+/// Where the store pipeline reads, commits and parks dead letters (named by
+/// its topology; the caller resolves them, the store does not know pipelines).
+#[derive(Debug, Clone)]
+pub struct StoreTopics {
+    /// The group-events topic.
+    pub source: String,
+    /// The store pipeline's consumer group.
+    pub group: String,
+    /// The store pipeline's DLQ.
+    pub dlq: String,
+    /// The group that replays the DLQ.
+    pub replay_group: String,
 }
 
 impl SealGate {
-    /// No I/O: the names come from the config and the store topology.
-    pub fn new(config: &Config) -> Result<Self, SealError> {
-        let topology = crate::pipeline::load_topology(config, "store")
-            .map_err(|e| SealError::Pipeline(e.to_string()))?;
-        let route = crate::pipeline::Route::main(config, &topology)
-            .map_err(|e| SealError::Pipeline(e.to_string()))?;
+    /// No I/O.
+    pub fn new(config: &Config, topics: StoreTopics) -> Result<Self, SealError> {
         let codec = EventCodec::new(&config.registry.url)
             .map_err(|e| SealError::Pipeline(e.to_string()))?;
         Ok(Self {
             config: config.clone(),
             codec,
-            replay_group: crate::pipeline::dlq::replay_group(config, "store"),
-            route,
+            topics,
         })
     }
 
     /// The store pipeline's lag and every pending store dead letter now.
     pub async fn observe(&self) -> Result<StoreBacklog, SealError> {
-        let (kafka, route, replay_group) = (
-            self.config.kafka.clone(),
-            self.route.clone(),
-            self.replay_group.clone(),
-        );
+        let (kafka, topics) = (self.config.kafka.clone(), self.topics.clone());
         let (events, records) = tokio::task::spawn_blocking(move || {
-            let events: Vec<PartitionBacklog> = lag::backlog(&kafka, &route.source, &route.group)?;
-            let pending = lag::backlog(&kafka, &route.dlq, &replay_group)?;
-            let records = lag::read_backlog(&kafka, &route.dlq, &pending, DLQ_SCAN_DEADLINE)?;
+            let events: Vec<PartitionBacklog> =
+                lag::backlog(&kafka, &topics.source, &topics.group)?;
+            let pending = lag::backlog(&kafka, &topics.dlq, &topics.replay_group)?;
+            let records = lag::read_backlog(&kafka, &topics.dlq, &pending, DLQ_SCAN_DEADLINE)?;
             Ok::<_, SealError>((events, records))
         })
         .await

@@ -18,7 +18,7 @@ use crate::shutdown::Shutdown;
 
 use super::catalog::{self, ShardStatus};
 use super::month::ShardMonth;
-use super::sealing::{Hold, SealError, SealGate, StoreBacklog};
+use super::sealing::{Hold, SealError, SealGate, StoreBacklog, StoreTopics};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
@@ -176,7 +176,11 @@ pub struct ShardManager {
 }
 
 impl ShardManager {
-    pub async fn connect(config: &Config, clock: Clock) -> Result<Self, ShardError> {
+    pub async fn connect(
+        config: &Config,
+        clock: Clock,
+        topics: StoreTopics,
+    ) -> Result<Self, ShardError> {
         let redis = crate::redis_util::connect(&config.redis.url).await?;
         let mut tenants = Vec::new();
         for t in &config.tenants {
@@ -190,7 +194,7 @@ impl ShardManager {
             redis,
             clock,
             interval: std::time::Duration::from_secs(config.shards.interval_secs.max(1)),
-            gate: SealGate::new(config)?,
+            gate: SealGate::new(config, topics)?,
             sealing_days: config.shards.sealing_days,
         })
     }

@@ -38,11 +38,11 @@ impl StoreError {
     /// Whether this is an outage (retried without a limit) rather than a
     /// record that can never be stored: a month table the shard manager
     /// has not made yet is an outage; the database and Redis are classified
-    /// by `tenant::db_failure` and `pipeline::failure::redis_failure`.
+    /// by `tenant::db_failure` and `failure::redis_failure`.
     pub fn is_retryable(&self) -> bool {
         match self {
             StoreError::MissingTable(_) => true,
-            StoreError::Redis(e) => crate::pipeline::failure::redis_failure(e).is_outage(),
+            StoreError::Redis(e) => crate::failure::redis_failure(e).is_outage(),
             StoreError::Db(e) => crate::tenant::db_failure(e).is_outage(),
             StoreError::IllegalMonth(_) | StoreError::Sealed(..) => false,
         }

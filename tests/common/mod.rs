@@ -247,9 +247,13 @@ impl Stack {
     /// One shard-manager pass at `now` (RFC 3339) or Redis TIME.
     pub async fn shard_pass(&self, now: Option<&str>) {
         let clock = imstream::redis_util::Clock::from_override(now.unwrap_or(""));
-        let manager = imstream::store::shards::ShardManager::connect(&self.world.config, clock)
-            .await
-            .expect("shard manager");
+        let manager = imstream::store::shards::ShardManager::connect(
+            &self.world.config,
+            clock,
+            imstream::pipeline::store_topics(&self.world.config).expect("store topics"),
+        )
+        .await
+        .expect("shard manager");
         manager.pass().await.expect("shard pass");
     }
 

@@ -1,0 +1,241 @@
+//! `{sub}` and `{leave}`: attaching to a topic, presence, and the frames
+//! announced to the topic's other sessions.
+
+use serde_json::json;
+
+use crate::events::{new_event_id, now_ms};
+use crate::groups::Membership;
+use crate::realtime::hub::SessionHandle;
+use crate::realtime::{frames, presence, Envelope, Kind, TargetType};
+use crate::tinode::{self, ctrl, MsgLeave, MsgSub};
+
+use super::Session;
+
+impl Session {
+    pub(super) async fn subscribe(&mut self, sub: MsgSub) {
+        let id = sub.id.as_deref();
+        let topic = sub.topic.as_str();
+        if topic == "me" {
+            self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", None))
+                .await;
+            return;
+        }
+        if !tinode::is_conversation_topic(topic) {
+            self.reply(ctrl(
+                id,
+                Some(&self.shown(topic)),
+                404,
+                "topic not found",
+                None,
+            ))
+            .await;
+            return;
+        }
+        if self.is_attached(topic) {
+            self.reply(ctrl(
+                id,
+                Some(&self.shown(topic)),
+                304,
+                "already subscribed",
+                None,
+            ))
+            .await;
+            return;
+        }
+        let who = self.identity.clone().expect("logged in");
+        let Ok(pool) = self.gateway.sender.pools().get(&who.tenant) else {
+            self.reply(ctrl(
+                id,
+                Some(&self.shown(topic)),
+                500,
+                "internal error",
+                None,
+            ))
+            .await;
+            return;
+        };
+        let mut redis = self.gateway.sender.redis();
+        match crate::groups::membership(pool, &mut redis, &who.tenant, topic, who.uid).await {
+            Ok(Membership::Member) => {
+                self.attached.insert(topic.to_string());
+                if let Some(handle) = self.handle.clone() {
+                    self.gateway.hub.attach(&handle, topic);
+                    let first = presence::attach(
+                        &mut redis,
+                        &who.tenant,
+                        topic,
+                        who.uid,
+                        &self.gateway.node_id,
+                        now_ms(),
+                        self.gateway.config.gateway.heartbeat_secs as i64 * 1000,
+                    )
+                    .await
+                    .unwrap_or(false);
+                    if first && tinode::is_group_topic(topic) {
+                        self.announce(
+                            &who.tenant,
+                            topic,
+                            frames::pres_frame(topic, &tinode::user_id(who.uid), "on"),
+                        )
+                        .await;
+                    }
+                }
+                let acs = json!({"acs": {"want": "JRWPS", "given": "JRWPS", "mode": "JRWPS"}});
+                self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", Some(acs)))
+                    .await;
+                if let Some(query) = &sub.get {
+                    self.get(id, topic, query).await;
+                }
+            }
+            Ok(Membership::NotMember) => {
+                self.reply(ctrl(
+                    id,
+                    Some(&self.shown(topic)),
+                    403,
+                    "permission denied",
+                    None,
+                ))
+                .await
+            }
+            Ok(Membership::Dissolved) => {
+                self.reply(ctrl(
+                    id,
+                    Some(&self.shown(topic)),
+                    404,
+                    "topic not found",
+                    None,
+                ))
+                .await
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "membership check failed");
+                self.reply(ctrl(
+                    id,
+                    Some(&self.shown(topic)),
+                    503,
+                    "service unavailable, retry",
+                    None,
+                ))
+                .await
+            }
+        }
+    }
+
+    pub(super) async fn leave(&mut self, leave: MsgLeave) {
+        let id = leave.id.as_deref();
+        let topic = leave.topic.as_str();
+        if !self.is_attached(topic) || !self.attached.remove(topic) {
+            self.reply(ctrl(id, Some(&self.shown(topic)), 304, "not joined", None))
+                .await;
+            return;
+        }
+        if leave.unsub {
+            // Through governance: an owner may not leave (403).
+            let who = self.identity.clone().expect("logged in");
+            let caller = self.caller(&who);
+            let gov = &self.gateway.governance;
+            let result = match gov.standing(&who.tenant, topic, who.uid).await {
+                Ok(standing) => gov
+                    .act(
+                        &who.tenant,
+                        topic,
+                        crate::governance::Actor::User(who.uid, standing),
+                        crate::governance::Action::Leave,
+                        &caller.origin,
+                        "",
+                    )
+                    .await
+                    .map(|_| ()),
+                Err(e) => Err(e),
+            };
+            if let Err(refused) = result {
+                self.attached.insert(topic.to_string());
+                self.reply(ctrl(
+                    id,
+                    Some(&self.shown(topic)),
+                    refused.0,
+                    &refused.1,
+                    None,
+                ))
+                .await;
+                return;
+            }
+        }
+        if let Some(handle) = self.handle.clone() {
+            self.detach(&handle, topic).await;
+        }
+        self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", None))
+            .await;
+    }
+
+    /// Leaves a topic locally and in presence; tells the others when this was
+    /// the user's last attached session.
+    pub(super) async fn detach(&self, handle: &SessionHandle, topic: &str) {
+        let still_here = self.gateway.hub.detach(handle, topic);
+        let mut redis = self.gateway.sender.redis();
+        let last = presence::detach(
+            &mut redis,
+            &handle.tenant,
+            topic,
+            handle.uid,
+            &self.gateway.node_id,
+            still_here,
+        )
+        .await
+        .unwrap_or(false);
+        if last {
+            self.announce(
+                &handle.tenant,
+                topic,
+                frames::pres_frame(topic, &tinode::user_id(handle.uid), "off"),
+            )
+            .await;
+        }
+    }
+
+    /// Publishes a frame to every session attached to `topic` (all nodes)
+    /// except this one.
+    pub(super) async fn announce(&self, tenant: &str, topic: &str, frame: String) {
+        let envelope = Envelope {
+            event_id: new_event_id(),
+            tenant_id: tenant.to_string(),
+            kind: Kind::Deliver,
+            target_type: TargetType::Topic,
+            target: topic.to_string(),
+            skip_sid: self.sid.clone(),
+            dedup_key: String::new(),
+            occurred_at: now_ms(),
+            payload: frame,
+        };
+        let mut redis = self.gateway.sender.redis();
+        let nodes = presence::online_nodes(&mut redis, tenant, topic, now_ms())
+            .await
+            .ok()
+            .flatten();
+        if let Err(e) = crate::realtime::bus::publish(&mut redis, nodes.as_deref(), &envelope).await
+        {
+            tracing::warn!(error = %e, "realtime publish failed");
+        }
+    }
+
+    /// Whether this session is attached to `topic`. A session the group
+    /// evicted (kicked, dissolved) is no longer in the hub: it forgets the
+    /// topic here too.
+    pub(super) fn is_attached(&mut self, topic: &str) -> bool {
+        if !self.attached.contains(topic) {
+            return false;
+        }
+        let (Some(handle), Some(who)) = (&self.handle, &self.identity) else {
+            return true;
+        };
+        if self
+            .gateway
+            .hub
+            .is_attached(&who.tenant, topic, &handle.sid)
+        {
+            return true;
+        }
+        self.attached.remove(topic);
+        false
+    }
+}

@@ -1,0 +1,152 @@
+//! `{hi}` (version check, session id) and `{login}` (token or basic).
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use crate::events::now_ms;
+use crate::gateway::auth::{self, AuthError};
+use crate::gateway::control;
+use crate::realtime::hub::SessionHandle;
+use crate::realtime::presence;
+use crate::tinode::{self, ctrl, MsgLogin};
+
+use super::{Identity, Session};
+
+impl Session {
+    pub(super) async fn hello(&mut self, hi: tinode::MsgHi) {
+        let id = hi.id.as_deref();
+        let Some(version) = hi.ver.as_deref().and_then(tinode::parse_version) else {
+            self.reply(ctrl(id, None, 400, "malformed", None)).await;
+            return;
+        };
+        if version < tinode::MIN_VERSION {
+            self.reply(ctrl(id, None, 505, "version not supported", None))
+                .await;
+            return;
+        }
+        self.greeted = true;
+        let params = json!({
+            "ver": tinode::VERSION,
+            "build": concat!("imstream:", env!("CARGO_PKG_VERSION")),
+            "sid": self.sid,
+            "maxMessageSize": self.gateway.config.gateway.max_message_size,
+            "msgDelAge": 600,
+        });
+        self.reply(ctrl(id, None, 201, "created", Some(params)))
+            .await;
+    }
+
+    pub(super) async fn login(&mut self, login: MsgLogin) {
+        let id = login.id.as_deref();
+        if self.identity.is_some() {
+            self.reply(ctrl(id, None, 409, "already authenticated", None))
+                .await;
+            return;
+        }
+        let gw = self.gateway.clone();
+        // (identity, token auth_version, token issued at ms); the claims of
+        // a token login, whose expiry the reply keeps.
+        let mut presented: Option<auth::Claims> = None;
+        let identity = match login.scheme.as_str() {
+            "token" => gw.tokens.verify(&login.secret).map(|c| {
+                presented = Some(c.clone());
+                (
+                    Identity {
+                        tenant: c.ten,
+                        uid: c.uid,
+                        device: c.dev,
+                    },
+                    Some(c.av),
+                    c.iat * 1000,
+                )
+            }),
+            "basic" => auth::check_basic(&gw.config.auth, &login.secret).map(|(tenant, uid)| {
+                let device = format!("basic-{}", &self.sid[..8]);
+                (
+                    Identity {
+                        tenant,
+                        uid,
+                        device,
+                    },
+                    None,
+                    now_ms(),
+                )
+            }),
+            _ => Err(AuthError::UnknownScheme),
+        };
+        let (identity, token_av, issued_ms) = match identity {
+            Ok(i) if gw.config.tenant(&i.0.tenant).is_some() => i,
+            Ok(_) | Err(AuthError::Failed) => {
+                self.reply(ctrl(id, None, 401, "authentication failed", None))
+                    .await;
+                return;
+            }
+            Err(AuthError::UnknownScheme) => {
+                self.reply(ctrl(id, None, 401, "unknown authentication scheme", None))
+                    .await;
+                return;
+            }
+        };
+        let mut redis = gw.sender.redis();
+        let Ok(state) =
+            control::state(&mut redis, &identity.tenant, identity.uid, &identity.device).await
+        else {
+            self.reply(ctrl(id, None, 503, "service unavailable, retry", None))
+                .await;
+            return;
+        };
+        // A password login is as new as the current auth_version.
+        let auth_version = token_av.unwrap_or(state.auth_version);
+        if let Some(why) = state.refusal(auth_version, issued_ms) {
+            self.reply(ctrl(
+                id,
+                None,
+                401,
+                "authentication failed",
+                Some(json!({"reason": why})),
+            ))
+            .await;
+            return;
+        }
+        let issued = match &presented {
+            // No sliding expiry: a token login keeps its token's lifetime.
+            Some(claims) => gw.tokens.reissue(claims),
+            None => gw.tokens.issue(
+                &identity.tenant,
+                identity.uid,
+                &identity.device,
+                auth_version,
+            ),
+        };
+        let handle = SessionHandle {
+            sid: Arc::from(self.sid.as_str()),
+            tenant: Arc::from(identity.tenant.as_str()),
+            uid: identity.uid,
+            device: Arc::from(identity.device.as_str()),
+            auth_version,
+            since_ms: issued_ms,
+            tx: self.out.clone(),
+            closing: self.closing.clone(),
+        };
+        gw.hub.add_session(&handle);
+        let _ = presence::user_online(
+            &mut redis,
+            &identity.tenant,
+            identity.uid,
+            &self.sid,
+            &gw.node_id,
+            now_ms(),
+        )
+        .await;
+        self.handle = Some(handle);
+        let params = json!({
+            "user": tinode::user_id(identity.uid),
+            "authlvl": "auth",
+            "token": issued.token,
+            "expires": tinode::timestamp(issued.expires),
+        });
+        self.identity = Some(identity);
+        self.reply(ctrl(id, None, 200, "ok", Some(params))).await;
+    }
+}

@@ -1,0 +1,393 @@
+//! One WebSocket session speaking the Tinode protocol. This module holds the
+//! connection (reader, writer task, dispatch); each message kind has its
+//! own file: [`login`] (`{hi}`, `{login}`), [`attach`] (`{sub}`, `{leave}`),
+//! [`publish`] (`{pub}`), [`get`] (`{get}`), [`delete`] (`{del}`) and
+//! [`note`] (`{note}`). Replies go through a bounded outbound queue drained
+//! by a writer task, so a slow client never blocks others.
+
+mod attach;
+mod delete;
+mod get;
+mod login;
+mod note;
+mod publish;
+
+pub use publish::{send_error_reply, split_head};
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use axum::extract::ws::{Message, WebSocket};
+use futures::{SinkExt, StreamExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::events::{new_event_id, now_ms};
+use crate::realtime::hub::{Outbound, SessionHandle};
+use crate::realtime::presence;
+use crate::shutdown::Shutdown;
+
+use super::control;
+use super::edits;
+use super::Gateway;
+use crate::tinode::{self, ctrl, ClientMsg};
+
+/// Outbound messages queued per session before it counts as too slow and
+/// is closed (room for a burst after an outage; slots are allocated only as
+/// they fill, so an idle session does not pay for them).
+const OUTBOUND_QUEUE: usize = 4096;
+
+/// Who the session is, once logged in.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub tenant: String,
+    pub uid: i64,
+    pub device: String,
+}
+
+struct Session {
+    gateway: Arc<Gateway>,
+    sid: String,
+    out: mpsc::Sender<Outbound>,
+    greeted: bool,
+    identity: Option<Identity>,
+    /// Registered with the hub once logged in.
+    handle: Option<SessionHandle>,
+    attached: HashSet<String>,
+    /// Last control re-check on uplink (epoch ms).
+    checked_at: i64,
+    /// Bounds the sends of this session that are being produced at once.
+    in_flight: Arc<tokio::sync::Semaphore>,
+    /// Last `{note what="kp"}` relayed per topic (epoch ms), for rate limiting.
+    kp_at: std::collections::HashMap<String, i64>,
+    /// Triggered when the session must close (see `SessionHandle::closing`).
+    closing: Shutdown,
+}
+
+/// Sends of one session produced concurrently (their seqs are already fixed).
+const IN_FLIGHT_SENDS: usize = 32;
+/// How long a reply may wait for room in the outbound queue.
+const REPLY_STALL: std::time::Duration = std::time::Duration::from_secs(10);
+/// Uplink traffic re-checks session control at most this often.
+const UPLINK_CHECK_MS: i64 = 5000;
+/// How long a closing session waits for its writer to deliver what is
+/// queued and the final ctrl before it drops the connection anyway.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Serves one upgraded WebSocket until it closes or the gateway stops.
+pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
+    let (mut sink, mut stream) = socket.split();
+    let (tx, mut rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
+    // Cancelled when the gateway stops or the session is evicted.
+    let closed: Shutdown = gateway.shutdown.child();
+    let writer_closed = closed.clone();
+    // Stops when the queue ends, after the final ctrl of a close, or when
+    // `closed` fires — even in the middle of a send a client does not read.
+    let writer = tokio::spawn(async move {
+        loop {
+            let out = tokio::select! {
+                out = rx.recv() => out,
+                _ = writer_closed.cancelled() => None,
+            };
+            let (text, last) = match out {
+                None => break,
+                Some(Outbound::Frame(text)) => (text.as_ref().to_string(), false),
+                Some(Outbound::Close(reason)) => (
+                    ctrl(
+                        None,
+                        None,
+                        401,
+                        "session closed",
+                        Some(json!({"reason": &*reason})),
+                    ),
+                    true,
+                ),
+            };
+            let sent = tokio::select! {
+                r = sink.send(Message::Text(text.into())) => r.is_ok(),
+                _ = writer_closed.cancelled() => false,
+            };
+            if !sent || last {
+                break;
+            }
+        }
+        writer_closed.trigger();
+        let _ = tokio::time::timeout(CLOSE_GRACE, sink.close()).await;
+    });
+    let mut session = Session {
+        sid: new_event_id(),
+        gateway,
+        out: tx,
+        greeted: false,
+        identity: None,
+        handle: None,
+        attached: HashSet::new(),
+        checked_at: 0,
+        kp_at: std::collections::HashMap::new(),
+        in_flight: Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_SENDS)),
+        closing: Shutdown::new(),
+    };
+    loop {
+        let frame = tokio::select! {
+            _ = closed.cancelled() => break,
+            _ = session.closing.cancelled() => {
+                // The writer ends after the final ctrl; a client that does
+                // not read is dropped after the grace anyway.
+                let _ = tokio::time::timeout(CLOSE_GRACE, closed.cancelled()).await;
+                break;
+            }
+            f = stream.next() => f,
+        };
+        let Some(Ok(frame)) = frame else { break };
+        let text = match frame {
+            Message::Text(t) => t.to_string(),
+            Message::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
+            Message::Close(_) => break,
+            _ => continue,
+        };
+        session.dispatch(&text).await;
+    }
+    closed.trigger();
+    session.finish().await;
+    drop(session);
+    let _ = writer.await;
+}
+
+impl Session {
+    /// Queues a reply. Replies are never dropped: a client that stops
+    /// reading stalls its own session (its uplink is not read meanwhile),
+    /// and after `REPLY_STALL` it is disconnected.
+    pub(super) async fn reply(&self, text: String) {
+        let out = Outbound::Frame(Arc::from(text));
+        match tokio::time::timeout(REPLY_STALL, self.out.send(out)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {}
+            Err(_) => {
+                tracing::warn!(sid = %self.sid, "client not reading replies; closing session");
+                self.close("not reading");
+            }
+        }
+    }
+
+    /// Detaches everything and marks the user offline on this node.
+    pub(super) async fn finish(&mut self) {
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        let topics: Vec<String> = self.attached.drain().collect();
+        for topic in topics {
+            self.detach(&handle, &topic).await;
+        }
+        self.gateway.hub.remove_session(&handle);
+        let still_here = !self
+            .gateway
+            .hub
+            .user_sessions(&handle.tenant, handle.uid, None, "")
+            .is_empty();
+        let mut redis = self.gateway.sender.redis();
+        let _ = presence::user_offline(
+            &mut redis,
+            &handle.tenant,
+            handle.uid,
+            &self.sid,
+            &self.gateway.node_id,
+            still_here,
+            now_ms(),
+        )
+        .await;
+    }
+
+    /// Rewrites the message's topic to the stored name; `Err(name)` when
+    /// the name means no topic this user can have (`usr<self>`, someone
+    /// else's p2p topic).
+    pub(super) fn resolve_topic(&self, msg: &mut ClientMsg) -> Result<(), String> {
+        let Some(who) = &self.identity else {
+            return Ok(());
+        };
+        let slot: Option<&mut String> = if let Some(m) = msg.sub.as_mut() {
+            Some(&mut m.topic)
+        } else if let Some(m) = msg.publish.as_mut() {
+            Some(&mut m.topic)
+        } else if let Some(m) = msg.leave.as_mut() {
+            Some(&mut m.topic)
+        } else if let Some(m) = msg.get.as_mut() {
+            Some(&mut m.topic)
+        } else if let Some(m) = msg.del.as_mut() {
+            Some(&mut m.topic)
+        } else {
+            msg.note.as_mut().map(|m| &mut m.topic)
+        };
+        let Some(topic) = slot else { return Ok(()) };
+        if topic == "me" || tinode::is_group_topic(topic) {
+            return Ok(());
+        }
+        match tinode::resolve_topic(topic, who.uid) {
+            Some(stored) => {
+                *topic = stored;
+                Ok(())
+            }
+            None => Err(topic.clone()),
+        }
+    }
+
+    /// The name this user knows a stored topic by (`usr<peer>` for p2p).
+    pub(super) fn shown(&self, topic: &str) -> String {
+        match &self.identity {
+            Some(who) => tinode::client_topic(topic, who.uid),
+            None => topic.to_string(),
+        }
+    }
+
+    /// This session as the actor of an edit, delete or governance action.
+    pub(super) fn caller<'a>(&self, who: &'a Identity) -> edits::Caller<'a> {
+        edits::Caller {
+            tenant: &who.tenant,
+            uid: who.uid,
+            origin: crate::governance::exec::Origin {
+                device: who.device.clone(),
+                sid: self.sid.clone(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Ends the session: the final ctrl 401 with `reason` if it can still be
+    /// queued, and the connection is dropped shortly after in any case.
+    pub(super) fn close(&self, reason: &str) {
+        let _ = self.out.try_send(Outbound::Close(Arc::from(reason)));
+        self.closing.trigger();
+    }
+
+    /// Closes the session if session control says so (checked at most every
+    /// few seconds on uplink). Returns false when the session is closing.
+    pub(super) async fn still_allowed(&mut self) -> bool {
+        if self.closing.is_triggered() {
+            return false;
+        }
+        let Some(handle) = &self.handle else {
+            return true;
+        };
+        let now = now_ms();
+        if now - self.checked_at < UPLINK_CHECK_MS {
+            return true;
+        }
+        self.checked_at = now;
+        let mut redis = self.gateway.sender.redis();
+        match control::recheck(&mut redis, std::slice::from_ref(handle)).await {
+            Ok(refused) if !refused.is_empty() => {
+                self.close(refused[0].1);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    pub(super) async fn dispatch(&mut self, text: &str) {
+        if text == "1" {
+            // Tinode's network probe.
+            self.reply("0".into()).await;
+            return;
+        }
+        let limit = self.gateway.config.gateway.max_message_size + 4096;
+        if text.len() > limit {
+            self.reply(ctrl(None, None, 413, "message too large", None))
+                .await;
+            return;
+        }
+        let msg: ClientMsg = match serde_json::from_str(text) {
+            Ok(m) => m,
+            Err(_) => {
+                self.reply(ctrl(None, None, 400, "malformed", None)).await;
+                return;
+            }
+        };
+        if let Some(hi) = msg.hi {
+            return self.hello(hi).await;
+        }
+        if !self.greeted {
+            let id = message_id(&msg);
+            self.reply(ctrl(
+                id.as_deref(),
+                None,
+                409,
+                "command out of sequence",
+                None,
+            ))
+            .await;
+            return;
+        }
+        if let Some(login) = msg.login {
+            return self.login(login).await;
+        }
+        if self.identity.is_none() {
+            let id = message_id(&msg);
+            let topic = message_topic(&msg);
+            self.reply(ctrl(
+                id.as_deref(),
+                topic.as_deref(),
+                401,
+                "authentication required",
+                None,
+            ))
+            .await;
+            return;
+        }
+        if !self.still_allowed().await {
+            return;
+        }
+        // Clients name a one-to-one topic by the peer (`usr<peer>`); every
+        // handler works with the stored name and answers with the client's.
+        let mut msg = msg;
+        if let Err(client) = self.resolve_topic(&mut msg) {
+            let id = message_id(&msg);
+            self.reply(ctrl(
+                id.as_deref(),
+                Some(&client),
+                404,
+                "topic not found",
+                None,
+            ))
+            .await;
+            return;
+        }
+        if let Some(sub) = msg.sub {
+            self.subscribe(sub).await
+        } else if let Some(publish) = msg.publish {
+            self.publish(publish).await
+        } else if let Some(leave) = msg.leave {
+            self.leave(leave).await
+        } else if let Some(get) = msg.get {
+            self.get(get.id.as_deref(), &get.topic, &get.query).await
+        } else if let Some(del) = msg.del {
+            self.delete(del).await
+        } else if let Some(note) = msg.note {
+            // Notes get no reply; invalid ones are dropped silently.
+            self.note(note).await
+        } else {
+            let id = message_id(&msg);
+            self.reply(ctrl(id.as_deref(), None, 400, "malformed", None))
+                .await
+        }
+    }
+}
+
+fn message_id(msg: &ClientMsg) -> Option<String> {
+    msg.sub
+        .as_ref()
+        .and_then(|m| m.id.clone())
+        .or_else(|| msg.publish.as_ref().and_then(|m| m.id.clone()))
+        .or_else(|| msg.get.as_ref().and_then(|m| m.id.clone()))
+        .or_else(|| msg.leave.as_ref().and_then(|m| m.id.clone()))
+        .or_else(|| msg.del.as_ref().and_then(|m| m.id.clone()))
+        .or_else(|| msg.login.as_ref().and_then(|m| m.id.clone()))
+}
+
+fn message_topic(msg: &ClientMsg) -> Option<String> {
+    msg.sub
+        .as_ref()
+        .map(|m| m.topic.clone())
+        .or_else(|| msg.publish.as_ref().map(|m| m.topic.clone()))
+        .or_else(|| msg.get.as_ref().map(|m| m.topic.clone()))
+        .or_else(|| msg.leave.as_ref().map(|m| m.topic.clone()))
+        .or_else(|| msg.del.as_ref().map(|m| m.topic.clone()))
+}

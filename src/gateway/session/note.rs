@@ -1,0 +1,88 @@
+//! `{note}`: read/recv receipts (to the receipts topic) and typing (relayed live).
+
+use crate::events::{new_event_id, now_ms, ReceiptBody, ReceiptEvent, SeqCursor};
+use crate::gateway::reads;
+use crate::kafka::topics::TopicKind;
+use crate::realtime::frames;
+use crate::tinode;
+
+use super::Session;
+
+/// Minimum spacing of relayed typing notifications per session and topic.
+const KP_INTERVAL_MS: i64 = 3000;
+
+impl Session {
+    /// `{note}`: recv/read go to the receipts topic (the receipts pipeline
+    /// stores the cursor and relays `{info}`); kp is relayed in real time only.
+    pub(super) async fn note(&mut self, note: tinode::MsgNote) {
+        let topic = note.topic.as_str();
+        if !self.is_attached(topic) {
+            return;
+        }
+        let who = self.identity.clone().expect("logged in");
+        if reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        match (note.what.as_str(), note.seq) {
+            ("kp", None) => {
+                let now = now_ms();
+                let last = self.kp_at.get(topic).copied().unwrap_or(0);
+                if now - last < KP_INTERVAL_MS {
+                    return;
+                }
+                self.kp_at.insert(topic.to_string(), now);
+                self.announce(
+                    &who.tenant,
+                    topic,
+                    frames::info_frame(topic, who.uid, "kp", None),
+                )
+                .await;
+            }
+            (what @ ("recv" | "read"), Some(seq)) if seq > 0 => {
+                let keys = crate::keys::TopicKeys::new(&who.tenant, topic);
+                let mut redis = self.gateway.sender.redis();
+                let last: Option<i64> = redis::cmd("HGET")
+                    .arg(keys.seq())
+                    .arg("last_seq")
+                    .query_async(&mut redis)
+                    .await
+                    .ok()
+                    .flatten();
+                if last.is_some_and(|l| seq > l) {
+                    return;
+                }
+                let cursor = SeqCursor { seq };
+                let body = if what == "read" {
+                    ReceiptBody::ReadReceipt(cursor)
+                } else {
+                    ReceiptBody::RecvReceipt(cursor)
+                };
+                let event = ReceiptEvent {
+                    event_id: new_event_id(),
+                    tenant_id: who.tenant.clone(),
+                    topic: topic.to_string(),
+                    occurred_at: now_ms(),
+                    uid: who.uid,
+                    device: who.device.clone(),
+                    source_sid: self.sid.clone(),
+                    source_node: self.gateway.node_id.clone(),
+                    body,
+                };
+                let key = format!("{}:{topic}", who.tenant);
+                if let Err(e) = self
+                    .gateway
+                    .sender
+                    .producer()
+                    .send(TopicKind::Receipts, &key, &event, None)
+                    .await
+                {
+                    tracing::warn!(error = %e, "receipt not produced");
+                }
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! The Tinode protocol's names and frames, below every layer that speaks
+//! it (gateway, pipelines, realtime, send; see
+//! shared/design/TINODE-PROTOCOL.md): client messages as types ([`client`]),
+//! the `{ctrl}` builder and timestamps ([`wire`]), and the naming rules for
+//! users and topics ([`names`]).
+
+pub mod client;
+pub mod names;
+pub mod wire;
+
+pub use client::*;
+pub use names::*;
+pub use wire::*;
+
+#[cfg(test)]
+mod tests;

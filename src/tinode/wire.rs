@@ -1,0 +1,59 @@
+//! Server-side wire basics: the protocol version, timestamps (RFC 3339 with
+//! milliseconds and `Z`) and the `{ctrl}` builder.
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde_json::{json, Map, Value};
+
+/// Protocol version the server speaks.
+pub const VERSION: &str = "0.25";
+/// Oldest client version accepted.
+pub const MIN_VERSION: (u32, u32) = (0, 20);
+
+/// Parses a client version like `0.25.3` into (major, minor).
+pub fn parse_version(v: &str) -> Option<(u32, u32)> {
+    let mut parts = v.split('.');
+    let major = parts.next()?.trim().parse().ok()?;
+    let minor = parts.next().unwrap_or("0").trim().parse().ok()?;
+    Some((major, minor))
+}
+
+/// `2026-07-04T10:00:00.123Z`
+pub fn timestamp(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+pub fn timestamp_ms(ms: i64) -> String {
+    timestamp(
+        Utc.timestamp_millis_opt(ms)
+            .single()
+            .unwrap_or_else(Utc::now),
+    )
+}
+
+pub fn now() -> String {
+    timestamp(Utc::now())
+}
+
+/// A `{ctrl}` message.
+pub fn ctrl(
+    id: Option<&str>,
+    topic: Option<&str>,
+    code: u16,
+    text: &str,
+    params: Option<Value>,
+) -> String {
+    let mut c = Map::new();
+    if let Some(id) = id {
+        c.insert("id".into(), json!(id));
+    }
+    if let Some(topic) = topic {
+        c.insert("topic".into(), json!(topic));
+    }
+    if let Some(p) = params {
+        c.insert("params".into(), p);
+    }
+    c.insert("code".into(), json!(code));
+    c.insert("text".into(), json!(text));
+    c.insert("ts".into(), json!(now()));
+    json!({ "ctrl": c }).to_string()
+}
