@@ -181,10 +181,8 @@ impl Session {
         let Some(handle) = self.handle.take() else {
             return;
         };
-        let topics: Vec<String> = self.attached.drain().collect();
-        for topic in topics {
-            self.detach(&handle, &topic).await;
-        }
+        // The user's presence first, then the topics' `{pres off}`: whoever
+        // sees "off" finds the user's presence already updated.
         self.gateway.hub.remove_session(&handle);
         let still_here = !self
             .gateway
@@ -202,6 +200,10 @@ impl Session {
             now_ms(),
         )
         .await;
+        let topics: Vec<String> = self.attached.drain().collect();
+        for topic in topics {
+            self.detach(&handle, &topic).await;
+        }
     }
 
     /// Rewrites the message's topic to the stored name; `Err(name)` when
