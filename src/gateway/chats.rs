@@ -447,6 +447,51 @@ pub fn group_profile_change(public: &Value) -> Result<GroupProfileChanged, Refus
     Ok(change)
 }
 
+/// Most one-to-one peers told when a user comes online or goes offline
+/// (the most recently active conversations first).
+pub const PRESENCE_PEERS_MAX: i64 = 200;
+
+/// Tells the user's one-to-one peers (their chat lists) that the user came
+/// online (`what="on"`) or went offline (`"off"`). Best effort: presence
+/// is a hint, a lost one is corrected by the next list read.
+pub async fn announce_to_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str) {
+    let Ok(pool) = pool(gw, tenant) else { return };
+    let peers: Vec<i64> = match sqlx::query_scalar(
+        "SELECT c.peer_uid FROM im_conversations c \
+         LEFT JOIN im_conversation_topics t ON t.topic = c.topic \
+         WHERE c.uid = ? AND c.kind = 'p2p' ORDER BY t.touched_ms DESC LIMIT ?",
+    )
+    .bind(uid)
+    .bind(PRESENCE_PEERS_MAX)
+    .fetch_all(pool)
+    .await
+    {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(error = %e, "peers for presence unreadable");
+            return;
+        }
+    };
+    let mut redis = gw.sender.redis();
+    for peer in peers {
+        let envelope = crate::realtime::Envelope {
+            event_id: new_event_id(),
+            tenant_id: tenant.to_string(),
+            kind: crate::realtime::Kind::Deliver,
+            target_type: crate::realtime::TargetType::User,
+            target: peer.to_string(),
+            skip_sid: String::new(),
+            dedup_key: String::new(),
+            occurred_at: now_ms(),
+            payload: crate::realtime::frames::pres_me_frame(&tinode::user_id(uid), what),
+        };
+        if let Err(e) = crate::realtime::bus::publish(&mut redis, None, &envelope).await {
+            tracing::warn!(error = %e, "presence to a peer not published");
+            return;
+        }
+    }
+}
+
 /// Produces the user's `ProfileChanged`; returns its event id.
 pub async fn set_user_profile(
     gw: &Gateway,

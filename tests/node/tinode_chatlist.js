@@ -156,7 +156,13 @@ async function main() {
   assert.equal(teamA.public && teamA.public.fn, 'Team', 'desc carries the name');
   assert.ok(teamA.getAccessMode().isOwner(), "A's own mode on Team");
 
-  for (const x of [a, a2, b, c]) x.t.disconnect();
+  // 6. Presence of one-to-one peers on the chat list: B goes offline, C's
+  // list shows it.
+  await until("B online in C's list", () => contact(c.me, B).online === true);
+  b.t.disconnect();
+  await until("B offline in C's list", () => contact(c.me, B).online === false);
+
+  for (const x of [a, a2, c]) x.t.disconnect();
 }
 
 const timer = setTimeout(() => {

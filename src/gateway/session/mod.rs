@@ -190,7 +190,7 @@ impl Session {
             .user_sessions(&handle.tenant, handle.uid, None, "")
             .is_empty();
         let mut redis = self.gateway.sender.redis();
-        let _ = presence::user_offline(
+        let last = presence::user_offline(
             &mut redis,
             &handle.tenant,
             handle.uid,
@@ -200,6 +200,12 @@ impl Session {
             now_ms(),
         )
         .await;
+        if last.is_ok_and(|l| l) {
+            let (gw, tenant, uid) = (self.gateway.clone(), handle.tenant.to_string(), handle.uid);
+            tokio::spawn(async move {
+                crate::gateway::chats::announce_to_peers(&gw, &tenant, uid, "off").await
+            });
+        }
         let topics: Vec<String> = self.attached.drain().collect();
         for topic in topics {
             self.detach(&handle, &topic).await;
