@@ -80,6 +80,9 @@ const UPLINK_CHECK_MS: i64 = 5000;
 /// queued and the final ctrl before it drops the connection anyway.
 const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Frames written to the socket with one flush, at most.
+const WRITE_BATCH: usize = 64;
+
 /// Serves one upgraded WebSocket until it closes or the gateway stops.
 pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
@@ -95,22 +98,42 @@ pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
                 out = rx.recv() => out,
                 _ = writer_closed.cancelled() => None,
             };
-            let (text, last) = match out {
-                None => break,
-                Some(Outbound::Frame(text)) => (text.as_ref().to_string(), false),
-                Some(Outbound::Close(reason)) => (
-                    ctrl(
-                        None,
-                        None,
-                        401,
-                        "session closed",
-                        Some(json!({"reason": &*reason})),
-                    ),
-                    true,
-                ),
+            let Some(first) = out else { break };
+            // What is already queued goes out together: frames are fed to
+            // the socket and flushed once, so a burst costs one write, not
+            // one per frame.
+            let mut batch = vec![first];
+            while batch.len() < WRITE_BATCH {
+                match rx.try_recv() {
+                    Ok(out) => batch.push(out),
+                    Err(_) => break,
+                }
+            }
+            let mut last = false;
+            let written = async {
+                for out in batch {
+                    let text = match out {
+                        Outbound::Frame(text) => text.as_ref().to_string(),
+                        Outbound::Close(reason) => {
+                            last = true;
+                            ctrl(
+                                None,
+                                None,
+                                401,
+                                "session closed",
+                                Some(json!({"reason": &*reason})),
+                            )
+                        }
+                    };
+                    sink.feed(Message::Text(text.into())).await?;
+                    if last {
+                        break;
+                    }
+                }
+                sink.flush().await
             };
             let sent = tokio::select! {
-                r = sink.send(Message::Text(text.into())) => r.is_ok(),
+                r = written => r.is_ok(),
                 _ = writer_closed.cancelled() => false,
             };
             if !sent || last {
