@@ -148,7 +148,7 @@ pub async fn list(pool: &MySqlPool, uid: i64, q: &Query) -> sqlx::Result<Vec<Con
            CASE WHEN c.kind = 'p2p' THEN p.photo ELSE g.photo END AS photo, \
            CASE WHEN c.kind = 'p2p' THEN p.note ELSE g.description END AS note, \
            CAST(UNIX_TIMESTAMP(GREATEST(c.updated_at, COALESCE(p.updated_at, c.updated_at), \
-             COALESCE(m.updated_at, c.updated_at))) * 1000 AS SIGNED) AS updated_ms \
+             COALESCE(m.updated_at, c.updated_at), COALESCE(g.updated_at, c.updated_at))) * 1000 AS SIGNED) AS updated_ms \
          FROM im_conversations c \
          LEFT JOIN im_conversation_topics t ON t.topic = c.topic \
          LEFT JOIN im_subscriptions s ON s.topic = c.topic AND s.uid = c.uid \
@@ -160,6 +160,12 @@ pub async fn list(pool: &MySqlPool, uid: i64, q: &Query) -> sqlx::Result<Vec<Con
     if q.topic.is_some() {
         sql.push_str(" AND c.topic = ?");
     }
+    if q.changed_since_ms.is_some() {
+        sql.push_str(
+            " AND (COALESCE(t.touched_ms, 0) > ? OR GREATEST(c.updated_at, COALESCE(p.updated_at, c.updated_at), \
+             COALESCE(m.updated_at, c.updated_at), COALESCE(g.updated_at, c.updated_at)) > FROM_UNIXTIME(? / 1000))",
+        );
+    }
     if q.after.is_some() {
         sql.push_str(
             " AND (COALESCE(t.touched_ms, 0) < ? OR (COALESCE(t.touched_ms, 0) = ? AND c.topic > ?))",
@@ -169,6 +175,9 @@ pub async fn list(pool: &MySqlPool, uid: i64, q: &Query) -> sqlx::Result<Vec<Con
     let mut query = sqlx::query(&sql).bind(uid);
     if let Some(topic) = &q.topic {
         query = query.bind(topic);
+    }
+    if let Some(since) = q.changed_since_ms {
+        query = query.bind(since).bind(since);
     }
     if let Some(after) = &q.after {
         query = query
@@ -181,14 +190,7 @@ pub async fn list(pool: &MySqlPool, uid: i64, q: &Query) -> sqlx::Result<Vec<Con
     } else {
         q.limit.min(MAX_PAGE)
     };
-    // `changed_since` filters after the query (it spans two columns of
-    // different tables); fetch enough to fill the page.
-    let fetch = if q.changed_since_ms.is_some() {
-        MAX_PAGE
-    } else {
-        limit
-    };
-    let rows = query.bind(fetch).fetch_all(pool).await?;
+    let rows = query.bind(limit).fetch_all(pool).await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let kind = if r.try_get::<String, _>("kind")? == "p2p" {
@@ -224,15 +226,7 @@ pub async fn list(pool: &MySqlPool, uid: i64, q: &Query) -> sqlx::Result<Vec<Con
                 note: r.try_get("note")?,
             },
         };
-        if let Some(since) = q.changed_since_ms {
-            if c.touched_ms <= since && c.updated_ms <= since {
-                continue;
-            }
-        }
         out.push(c);
-        if out.len() as i64 >= limit {
-            break;
-        }
     }
     count_unread(pool, uid, &mut out).await?;
     Ok(out)

@@ -149,6 +149,13 @@ impl Hub {
     pub fn evict(&self, tenant: &str, topic: &str, uid: Option<i64>) -> Vec<SessionHandle> {
         let mut idx = self.index.lock().expect("hub lock");
         let key: TopicKey = (Arc::from(tenant), Arc::from(topic));
+        // Their chat lists no longer hear of the topic either.
+        if let Some(watchers) = idx.watchers.get_mut(&key) {
+            watchers.retain(|_, s| uid.is_some_and(|u| s.uid != u));
+            if watchers.is_empty() {
+                idx.watchers.remove(&key);
+            }
+        }
         let Some(map) = idx.by_topic.get_mut(&key) else {
             return Vec::new();
         };
@@ -360,5 +367,48 @@ mod tests {
         assert!(!s.closing.is_triggered());
         assert!(!s.offer(Outbound::Frame("b".into())), "full");
         assert!(s.closing.is_triggered(), "the session closes");
+    }
+
+    #[test]
+    fn chat_list_updates_reach_watchers_outside_the_topic_until_they_are_removed() {
+        let hub = Hub::default();
+        let (tx_a, mut rx_a) = mpsc::channel(8);
+        let (tx_b, mut rx_b) = mpsc::channel(8);
+        let a = SessionHandle {
+            sid: "a".into(),
+            ..session(tx_a)
+        };
+        let b = SessionHandle {
+            sid: "b".into(),
+            uid: 2,
+            ..session(tx_b)
+        };
+        for s in [&a, &b] {
+            hub.add_session(s);
+            hub.watch(s, &["grpX".to_string()]);
+        }
+        hub.attach(&b, "grpX");
+        let frame: Arc<str> = Arc::from("pres");
+        assert_eq!(
+            hub.to_watchers("t", "grpX", &frame),
+            1,
+            "b is attached: it gets the data, not the pres"
+        );
+        assert!(rx_a.try_recv().is_ok());
+        assert!(rx_b.try_recv().is_err());
+        assert_eq!(hub.to_watchers("t", "grpY", &frame), 0, "nobody lists grpY");
+        assert_eq!(
+            hub.to_watchers("u", "grpX", &frame),
+            0,
+            "another tenant's grpX"
+        );
+        // A removed member's list hears no more of the topic.
+        hub.evict("t", "grpX", Some(1));
+        assert_eq!(hub.to_watchers("t", "grpX", &frame), 0);
+        // A closed session is forgotten.
+        hub.detach(&b, "grpX");
+        hub.watch(&b, &["grpX".to_string()]);
+        hub.remove_session(&b);
+        assert_eq!(hub.to_watchers("t", "grpX", &frame), 0);
     }
 }
