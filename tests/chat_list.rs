@@ -14,7 +14,7 @@ use std::time::Duration;
 use imstream::replay::{projection, replay, ReplayArgs};
 use serde_json::{json, Value};
 
-use common::{call, repo_root, send_http, wait_for, Stack};
+use common::{call, send_http, wait_for, Stack};
 
 const TEAM: &str = "grpChatsTeam";
 const PAIR: &str = "grpChatsPair";
@@ -42,11 +42,6 @@ fn entry<'a>(list: &'a Value, topic: &str) -> Option<&'a Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chat_list_through_tinode_sdk_and_http() {
-    let node_dir = repo_root().join("tests/node");
-    assert!(
-        node_dir.join("node_modules/tinode-sdk").exists(),
-        "run `npm ci --prefix tests/node` (the README's test command does)"
-    );
     let mut stack = Stack::realtime(2).await;
     let gw = stack.gateway_addr(0);
     for (uid, name) in [(A, "Alice"), (B, "Bob"), (C, "Carol")] {
@@ -225,33 +220,24 @@ async fn chat_list_through_tinode_sdk_and_http() {
     assert_eq!(status, 400);
 
     // The `me` topic and the live updates through the real client.
-    let output = tokio::process::Command::new("node")
-        .arg("tinode_chatlist.js")
-        .current_dir(&node_dir)
-        .env("GATEWAY_A", stack.gateway_addr(0).to_string())
-        .env("GATEWAY_B", stack.gateway_addr(1).to_string())
-        .env("TOKEN_A", stack.token(A, "sdk"))
-        .env("TOKEN_A2", stack.token(A, "phone"))
-        .env("TOKEN_B", stack.token(B, "sdk"))
-        .env("TOKEN_C", stack.token(C, "sdk"))
-        .env("TEAM", TEAM)
-        .env("PAIR", PAIR)
-        .env("A", A.to_string())
-        .env("B", B.to_string())
-        .env("C", C.to_string())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(120), output)
-        .await
-        .expect("node clients did not finish within 120 s")
-        .expect("run node");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.trim_end().ends_with("ok"),
-        "node clients failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
-        output.status
-    );
+    common::run_node(
+        "tinode_chatlist.js",
+        &[
+            ("GATEWAY_A", stack.gateway_addr(0).to_string()),
+            ("GATEWAY_B", stack.gateway_addr(1).to_string()),
+            ("TOKEN_A", stack.token(A, "sdk")),
+            ("TOKEN_A2", stack.token(A, "phone")),
+            ("TOKEN_B", stack.token(B, "sdk")),
+            ("TOKEN_C", stack.token(C, "sdk")),
+            ("TEAM", TEAM.to_string()),
+            ("PAIR", PAIR.to_string()),
+            ("A", A.to_string()),
+            ("B", B.to_string()),
+            ("C", C.to_string()),
+        ],
+        Duration::from_secs(120),
+    )
+    .await;
 
     // Rebuilt from the log: wipe the projection, replay, identical lists;
     // replay again (every record redelivered): still identical.

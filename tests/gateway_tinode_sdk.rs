@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{repo_root, wait_for, Stack};
+use common::{wait_for, Stack};
 
 const TOPIC: &str = "grpTinodeSdk";
 const OWNER: i64 = 1;
@@ -16,14 +16,6 @@ const DEV_UID: i64 = 3;
 
 #[tokio::test]
 async fn tinode_sdk_client_sends_through_the_gateway() {
-    let node_dir = repo_root().join("tests/node");
-    for package in ["tinode-sdk", "ws", "fake-indexeddb"] {
-        assert!(
-            node_dir.join("node_modules").join(package).exists(),
-            "npm package {package} missing: run `npm ci --prefix tests/node` (the README's test command does)"
-        );
-    }
-
     // Stack::running(), plus a development user for `basic` login (the
     // gateway reads dev_users from the config it starts with).
     let mut stack = Stack::prepared(None).await;
@@ -44,26 +36,17 @@ async fn tinode_sdk_client_sends_through_the_gateway() {
     stack.start_gateway("node-a").await;
     stack.create_group(TOPIC, OWNER, &[MEMBER, DEV_UID]).await;
 
-    let output = tokio::process::Command::new("node")
-        .arg("tinode_send.js")
-        .current_dir(&node_dir)
-        .env("GATEWAY_HOST", stack.gateway_addr(0).to_string())
-        .env("TOKEN", stack.token(MEMBER, "sdk"))
-        .env("TOPIC", TOPIC)
-        .env("BASIC", "sdkdev:sdkdev-pass")
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(60), output)
-        .await
-        .expect("node client did not finish within 60 s")
-        .expect("run node");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.trim_end().ends_with("ok"),
-        "node client failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
-        output.status
-    );
+    common::run_node(
+        "tinode_send.js",
+        &[
+            ("GATEWAY_HOST", stack.gateway_addr(0).to_string()),
+            ("TOKEN", stack.token(MEMBER, "sdk")),
+            ("TOPIC", TOPIC.to_string()),
+            ("BASIC", "sdkdev:sdkdev-pass".to_string()),
+        ],
+        Duration::from_secs(60),
+    )
+    .await;
 
     // Two plain publishes, one with client_mid x1 (its retry is a duplicate)
     // by the token user, then one by the basic user: four rows, seqs 1..=4.

@@ -559,3 +559,35 @@ pub async fn store_dlq_depth(config: &Config) -> i64 {
     .await
     .unwrap()
 }
+
+/// Runs `tests/node/<script>` with `env` (its npm packages installed by
+/// `npm ci --prefix tests/node`, as the README's test command does) and
+/// asserts it printed "ok" within `limit`; its output is shown otherwise.
+pub async fn run_node(script: &str, env: &[(&str, String)], limit: Duration) {
+    let node_dir = repo_root().join("tests/node");
+    for package in ["tinode-sdk", "ws", "fake-indexeddb"] {
+        assert!(
+            node_dir.join("node_modules").join(package).exists(),
+            "npm package {package} missing: run `npm ci --prefix tests/node` (the README's test command does)"
+        );
+    }
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg(script)
+        .current_dir(&node_dir)
+        .kill_on_drop(true);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let output = tokio::time::timeout(limit, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} did not finish within {limit:?}"))
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.trim_end().ends_with("ok"),
+        "{script} failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
+        output.status
+    );
+}

@@ -11,7 +11,7 @@
 // SDK's trace otherwise.
 'use strict';
 const assert = require('node:assert/strict');
-const { Tinode } = require('tinode-sdk');
+const { trace, client, connect } = require('./sdk');
 
 const env = (name) => {
   const v = process.env[name];
@@ -27,32 +27,9 @@ const [A, B, C] = [env('A'), env('B'), env('C')].map((u) => `usr${u}`);
 
 const OVERALL_TIMEOUT_MS = 90_000;
 const EVENT_TIMEOUT_MS = 20_000;
-const trace = [];
 
-Tinode.setNetworkProviders(require('ws'), null);
-Tinode.setDatabaseProvider(require('fake-indexeddb').indexedDB);
 
-function client(label, host) {
-  const t = new Tinode({
-    appName: 'imstream-test/1.0',
-    host,
-    apiKey: 'imstream-test',
-    secure: false,
-    transport: 'ws',
-    persist: false,
-  });
-  t.logger = (str, ...args) => trace.push(`[${label}] ${str} ${args.join(' ')}`.trimEnd());
-  t.enableLogging(true);
-  return t;
-}
 
-function connect(t) {
-  return new Promise((resolve, reject) => {
-    t.onConnect = resolve;
-    t.onDisconnect = (err) => reject(new Error(`disconnected: ${err && err.message}`));
-    t.connect().catch(reject);
-  });
-}
 
 // Polls `check` until it returns a truthy value (never a fixed sleep).
 async function until(what, check) {

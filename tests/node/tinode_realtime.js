@@ -10,7 +10,7 @@
 // ws package as network provider, fake-indexeddb's `.indexedDB`).
 'use strict';
 const assert = require('node:assert/strict');
-const { Tinode } = require('tinode-sdk');
+const { trace, client, connect } = require('./sdk');
 
 const hostA = process.env.GATEWAY_A;
 const hostB = process.env.GATEWAY_B;
@@ -27,31 +27,9 @@ const OVERALL_TIMEOUT_MS = 60_000;
 // projector pipeline, then Redis Pub/Sub to the other gateway).
 const EVENT_TIMEOUT_MS = 20_000;
 
-const trace = [];
 
-Tinode.setNetworkProviders(require('ws'), null);
-Tinode.setDatabaseProvider(require('fake-indexeddb').indexedDB);
 
-function client(label, host) {
-  const t = new Tinode({
-    appName: 'imstream-test/1.0',
-    host,
-    apiKey: 'imstream-test',
-    secure: false,
-    transport: 'ws',
-    persist: false,
-  });
-  t.logger = (str, ...args) => trace.push(`[${label}] ${str} ${args.join(' ')}`.trimEnd());
-  return t;
-}
 
-function connect(t) {
-  return new Promise((resolve, reject) => {
-    t.onConnect = resolve;
-    t.onDisconnect = (err) => reject(new Error(`disconnected: ${err && err.message}`));
-    t.connect().catch(reject);
-  });
-}
 
 // Everything a topic's callbacks delivered, with waiters for what a test
 // expects next.

@@ -12,7 +12,8 @@
 // by the gateway yet, so subscribe() is called without a query.
 'use strict';
 const assert = require('node:assert/strict');
-const { Tinode } = require('tinode-sdk');
+const { trace, client: sdkClient, connect } = require('./sdk');
+const client = (label) => sdkClient(label, host);
 
 const host = process.env.GATEWAY_HOST;
 const token = process.env.TOKEN;
@@ -25,34 +26,9 @@ if (!host || !token || !topicName) {
 
 const OVERALL_TIMEOUT_MS = 30_000;
 
-// Everything the SDK logs (including every frame in and out), printed on
-// failure only.
-const trace = [];
 
-Tinode.setNetworkProviders(require('ws'), null);
-Tinode.setDatabaseProvider(require('fake-indexeddb').indexedDB);
 
-function client(label) {
-  const t = new Tinode({
-    appName: 'imstream-test/1.0',
-    host,
-    apiKey: 'imstream-test',
-    secure: false,
-    transport: 'ws',
-    persist: false,
-  });
-  t.logger = (str, ...args) => trace.push(`[${label}] ${str} ${args.join(' ')}`.trimEnd());
-  return t;
-}
 
-// Connects; the SDK sends {hi} itself and calls onConnect on its ctrl.
-function connect(t) {
-  return new Promise((resolve, reject) => {
-    t.onConnect = resolve;
-    t.onDisconnect = (err) => reject(new Error(`disconnected: ${err && err.message}`));
-    t.connect().catch(reject);
-  });
-}
 
 // Awaits a promise that must reject with a server ctrl of `code`.
 async function rejectsWith(promise, code, what) {

@@ -1,0 +1,36 @@
+// The tinode-sdk set-up every test client shares (shared/design/
+// TINODE-PROTOCOL.md §3: transport 'ws', the ws package as network
+// provider, fake-indexeddb's `.indexedDB`), a client whose log (every
+// frame in and out) goes to `trace`, and connect().
+'use strict';
+const { Tinode } = require('tinode-sdk');
+
+Tinode.setNetworkProviders(require('ws'), null);
+Tinode.setDatabaseProvider(require('fake-indexeddb').indexedDB);
+
+// Everything the SDK logs, printed on failure only.
+const trace = [];
+
+function client(label, host) {
+  const t = new Tinode({
+    appName: 'imstream-test/1.0',
+    host,
+    apiKey: 'imstream-test',
+    secure: false,
+    transport: 'ws',
+    persist: false,
+  });
+  t.logger = (str, ...args) => trace.push(`[${label}] ${str} ${args.join(' ')}`.trimEnd());
+  return t;
+}
+
+// Connects; the SDK sends {hi} itself and calls onConnect on its ctrl.
+function connect(t) {
+  return new Promise((resolve, reject) => {
+    t.onConnect = resolve;
+    t.onDisconnect = (err) => reject(new Error(`disconnected: ${err && err.message}`));
+    t.connect().catch(reject);
+  });
+}
+
+module.exports = { Tinode, trace, client, connect };
