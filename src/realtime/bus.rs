@@ -15,7 +15,7 @@ use crate::metrics as m;
 use crate::shutdown::Shutdown;
 
 use super::envelope::{node_channel, Envelope, Kind, TargetType, BROADCAST_CHANNEL};
-use super::hub::{Hub, Outbound};
+use super::hub::{Frame, Hub, Outbound};
 
 /// Recently seen event ids; the oldest are forgotten first.
 pub struct SeenIds {
@@ -76,8 +76,8 @@ pub async fn publish(
 /// how many there were.
 pub fn evict(hub: &Hub, tenant: &str, topic: &str, uid: Option<i64>) -> usize {
     let evicted = hub.evict(tenant, topic, uid);
-    let ctrl: Arc<str> = Arc::from(super::frames::evicted_frame(topic));
-    let gone: Arc<str> = Arc::from(super::frames::pres_me_frame(topic, "gone"));
+    let ctrl = Frame::from(super::frames::evicted_frame(topic));
+    let gone = Frame::from(super::frames::pres_me_frame(topic, "gone"));
     for s in &evicted {
         s.offer(Outbound::Frame(ctrl.clone()));
         s.offer(Outbound::Frame(gone.clone()));
@@ -114,12 +114,11 @@ pub fn dispatch(
     }
     metrics::counter!(m::ENVELOPES_TOTAL, "outcome" => "accepted").increment(1);
     let tenant = envelope.tenant_id.as_str();
-    let payload: Arc<str> = Arc::from(envelope.payload);
     let out = match envelope.kind {
-        Kind::Deliver => Outbound::Frame(payload.clone()),
-        Kind::Close => Outbound::Close(payload.clone()),
+        Kind::Deliver => Outbound::Frame(Frame::from(envelope.payload)),
+        Kind::Close => Outbound::Close(Arc::from(envelope.payload)),
         Kind::Evict => {
-            let uid = payload.parse::<i64>().ok();
+            let uid = envelope.payload.parse::<i64>().ok();
             return evict(hub, tenant, &envelope.target, uid);
         }
     };

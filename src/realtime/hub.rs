@@ -11,11 +11,16 @@ use tokio::sync::mpsc;
 use crate::metrics as m;
 use crate::shutdown::Shutdown;
 
+/// An encoded text frame: built once per event and shared by every session
+/// that receives it (cloning is a reference count; the socket writes the
+/// same bytes for each, never a copy).
+pub type Frame = axum::extract::ws::Utf8Bytes;
+
 /// What a session's writer task receives.
 #[derive(Debug, Clone)]
 pub enum Outbound {
     /// A text frame; shared by every session that gets the same message.
-    Frame(Arc<str>),
+    Frame(Frame),
     /// Close the connection with this reason.
     Close(Arc<str>),
 }
@@ -192,7 +197,7 @@ impl Hub {
 
     /// Queues `frame` for the watchers of `topic` that are not attached to
     /// it; returns how many got it.
-    pub fn to_watchers(&self, tenant: &str, topic: &str, frame: &Arc<str>) -> usize {
+    pub fn to_watchers(&self, tenant: &str, topic: &str, frame: &Frame) -> usize {
         let targets: Vec<SessionHandle> = {
             let idx = self.index.lock().expect("hub lock");
             let key: TopicKey = (Arc::from(tenant), Arc::from(topic));
@@ -238,7 +243,7 @@ impl Hub {
 
     /// Queues `frame` for every session attached to the topic except
     /// `skip_sid`; returns how many got it.
-    pub fn to_topic(&self, tenant: &str, topic: &str, skip_sid: &str, frame: &Arc<str>) -> usize {
+    pub fn to_topic(&self, tenant: &str, topic: &str, skip_sid: &str, frame: &Frame) -> usize {
         let targets: Vec<SessionHandle> = {
             let idx = self.index.lock().expect("hub lock");
             match idx.by_topic.get(&(Arc::from(tenant), Arc::from(topic))) {
@@ -388,7 +393,7 @@ mod tests {
             hub.watch(s, &["grpX".to_string()]);
         }
         hub.attach(&b, "grpX");
-        let frame: Arc<str> = Arc::from("pres");
+        let frame = Frame::from("pres");
         assert_eq!(
             hub.to_watchers("t", "grpX", &frame),
             1,

@@ -113,7 +113,7 @@ pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
             let written = async {
                 for out in batch {
                     let text = match out {
-                        Outbound::Frame(text) => text.as_ref().to_string(),
+                        Outbound::Frame(text) => text,
                         Outbound::Close(reason) => {
                             last = true;
                             ctrl(
@@ -123,9 +123,10 @@ pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
                                 "session closed",
                                 Some(json!({"reason": &*reason})),
                             )
+                            .into()
                         }
                     };
-                    sink.feed(Message::Text(text.into())).await?;
+                    sink.feed(Message::Text(text)).await?;
                     if last {
                         break;
                     }
@@ -188,7 +189,7 @@ impl Session {
     /// reading stalls its own session (its uplink is not read meanwhile),
     /// and after `REPLY_STALL` it is disconnected.
     pub(super) async fn reply(&self, text: String) {
-        let out = Outbound::Frame(Arc::from(text));
+        let out = Outbound::Frame(text.into());
         match tokio::time::timeout(REPLY_STALL, self.out.send(out)).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => {}

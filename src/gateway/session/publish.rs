@@ -1,7 +1,5 @@
 //! `{pub}`: a message or an edit, acknowledged `{ctrl 202 seq}` once produced.
 
-use std::sync::Arc;
-
 use serde_json::{json, Value};
 
 use crate::gateway::edits;
@@ -93,11 +91,9 @@ impl Session {
                     ctrl(id.as_deref(), Some(&topic), code, &text, params)
                 }
             };
-            let _ = tokio::time::timeout(
-                super::REPLY_STALL,
-                out.send(Outbound::Frame(Arc::from(reply))),
-            )
-            .await;
+            let _ =
+                tokio::time::timeout(super::REPLY_STALL, out.send(Outbound::Frame(reply.into())))
+                    .await;
             drop(permit);
         });
     }
