@@ -52,8 +52,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let shutdown = Shutdown::new();
             shutdown.trigger_on_signals();
             let addr = args.listen.unwrap_or(config.gateway.listen);
-            let running =
-                crate::gateway::start(&config, addr, Readiness::default(), shutdown).await?;
+            let readiness = Readiness::default();
+            // Metrics on the telemetry port, off the public one.
+            crate::telemetry::serve_ops(
+                config.telemetry.listen,
+                readiness.clone(),
+                shutdown.clone(),
+            )
+            .await?;
+            let running = crate::gateway::start(&config, addr, readiness, shutdown).await?;
             println!("gateway listening on ws://{}/v0/channels", running.addr);
             running.task.await?;
             Ok(())

@@ -57,6 +57,8 @@ pub struct Config {
     pub pipelines: PipelinesConfig,
     #[serde(default)]
     pub push: PushConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
     /// Tenants served by this deployment; each has its own database.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
@@ -295,6 +297,122 @@ impl Default for GatewayConfig {
             recall_window_secs: 600,
             edit_window_secs: 24 * 3600,
             p2p_friends_only: false,
+        }
+    }
+}
+
+/// A token bucket: `burst` requests at once, refilled at `per_minute`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BucketConfig {
+    pub burst: u32,
+    pub per_minute: u32,
+}
+
+impl BucketConfig {
+    pub const fn new(burst: u32, per_minute: u32) -> Self {
+        Self { burst, per_minute }
+    }
+}
+
+/// What one user, one address or one message may cost (issue 13). The
+/// rate buckets live in Redis under the user's own hash tag
+/// (`im:{<tenant>:u:<uid>}:rl:<what>`); with Redis down a limited request
+/// is refused (503), never let through (seed 001 §10).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Messages and edits (WebSocket `{pub}`, HTTP sends) per user.
+    pub sends: BucketConfig,
+    /// `{note what="recv"|"read"}` per user.
+    pub receipts: BucketConfig,
+    /// History clears (`{del}` without `hard`, `POST …/history/clear`).
+    pub clears: BucketConfig,
+    /// `GET …/search` per user.
+    pub searches: BucketConfig,
+    /// `POST /v1/groups` per user.
+    pub group_creates: BucketConfig,
+    /// `POST /v1/friends/requests` per user.
+    pub friend_requests: BucketConfig,
+    /// Failed logins per login name (`basic`) allowed before a lockout;
+    /// each further failure doubles the lockout.
+    pub login_failures: u32,
+    /// Failed logins per client address (any scheme) before its lockout;
+    /// 0 turns the per-address lockout off (behind a proxy every client
+    /// has the proxy's address).
+    pub login_address_failures: u32,
+    /// Loopback clients (a local proxy, `imstream bench`, tests) are not
+    /// counted per address (connections, failed logins).
+    pub exempt_loopback: bool,
+    /// First lockout after `login_failures` failures, in milliseconds.
+    pub login_lockout_ms: u64,
+    /// Longest lockout, in milliseconds.
+    pub login_lockout_max_ms: u64,
+    /// Open WebSocket and HTTP connections per client address, per gateway.
+    pub connections_per_ip: usize,
+    /// Logged-in sessions per user on one gateway; a login beyond it is
+    /// refused (`{ctrl 429 "too many sessions"}`, then closed), existing
+    /// sessions are kept.
+    pub sessions_per_user: usize,
+    /// A socket that has not logged in (`{hi}` + `{login}`) this long
+    /// after connecting is closed.
+    pub login_deadline_secs: u64,
+    /// A socket with no frame from the client (a message, Tinode's `1`
+    /// probe, a pong to the gateway's pings) this long is closed. The
+    /// gateway pings every third of it.
+    pub idle_timeout_secs: u64,
+    /// HTTP: time to read a request's headers, in seconds.
+    pub header_timeout_secs: u64,
+    /// HTTP: time to handle a request, body included, in seconds.
+    pub request_timeout_secs: u64,
+    /// HTTP: largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// `{get what="data"}`: most ranges in one request.
+    pub get_ranges: usize,
+    /// `{get what="data"}`: most seqs all ranges of one request may span.
+    pub get_range_seqs: i64,
+    /// Groups up to this many members get a push task per offline member;
+    /// in bigger groups only mentioned users are pushed.
+    pub push_group_members: usize,
+    /// Hot messages kept per topic (the newest).
+    pub hot_per_topic: i64,
+    /// History-clear rows kept per user and topic; beyond it the oldest
+    /// ranges are merged into one.
+    pub dellog_per_user: usize,
+    /// Widest moderation or recall delete (seqs) in one request.
+    pub delete_width: i64,
+    /// Concurrent log scans of first sends to topics without a seq.
+    pub reseed_scans: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            sends: BucketConfig::new(30, 600),
+            receipts: BucketConfig::new(60, 1200),
+            clears: BucketConfig::new(10, 60),
+            searches: BucketConfig::new(10, 60),
+            group_creates: BucketConfig::new(5, 30),
+            friend_requests: BucketConfig::new(10, 60),
+            login_failures: 5,
+            login_address_failures: 20,
+            exempt_loopback: true,
+            login_lockout_ms: 1_000,
+            login_lockout_max_ms: 300_000,
+            connections_per_ip: 256,
+            sessions_per_user: 16,
+            login_deadline_secs: 10,
+            idle_timeout_secs: 90,
+            header_timeout_secs: 10,
+            request_timeout_secs: 30,
+            max_body_bytes: 1024 * 1024,
+            get_ranges: 20,
+            get_range_seqs: 2_000,
+            push_group_members: 500,
+            hot_per_topic: 200,
+            dellog_per_user: 256,
+            delete_width: 1_000,
+            reseed_scans: 4,
         }
     }
 }

@@ -53,6 +53,9 @@ pub const ADMIN_COMMANDS_TOTAL: &str = "imstream_admin_commands_total";
 pub const PUSH_TASKS_TOTAL: &str = "imstream_push_tasks_total";
 /// Push deliveries by the push sender, by status.
 pub const PUSH_SENT_TOTAL: &str = "imstream_push_sent_total";
+/// Requests refused by a limit (rate buckets, login lockouts, connection
+/// and session caps), by `what`.
+pub const RATE_LIMITED_TOTAL: &str = "imstream_rate_limited_total";
 
 /// The names of seed 000 §11, verbatim.
 pub const SEED_000: &[&str] = &[
@@ -102,6 +105,7 @@ pub const ALL: &[&str] = &[
     ADMIN_COMMANDS_TOTAL,
     PUSH_TASKS_TOTAL,
     PUSH_SENT_TOTAL,
+    RATE_LIMITED_TOTAL,
 ];
 
 /// Registers descriptions so `/metrics` explains each series.
@@ -192,6 +196,10 @@ pub fn describe_all() {
     describe_counter!(
         PUSH_SENT_TOTAL,
         "Push deliveries by the push sender, by status"
+    );
+    describe_counter!(
+        RATE_LIMITED_TOTAL,
+        "Requests refused by a limit (rate, login lockout, connections, sessions), by what"
     );
 }
 

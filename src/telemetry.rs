@@ -72,8 +72,13 @@ impl Readiness {
 /// process's own HTTP router or served alone by [`serve_ops`].
 pub fn ops_router(readiness: Readiness) -> Router {
     let handle = metrics_handle();
+    health_router(readiness).route("/metrics", get(move || async move { handle.render() }))
+}
+
+/// `/healthz` and `/readyz` only: what a public port (the gateway's) may
+/// serve; its metrics stay on the telemetry port.
+pub fn health_router(readiness: Readiness) -> Router {
     Router::new()
-        .route("/metrics", get(move || async move { handle.render() }))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(readiness)

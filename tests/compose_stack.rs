@@ -280,11 +280,8 @@ fn prometheus_scrapes_every_imstream_process() {
     assert!(running.len() >= 2 + imstream::pipeline::PIPELINES.len());
     for (name, service) in running {
         let config = service_config(name, service);
-        let port = if name == "gateway" {
-            config.gateway.listen.port()
-        } else {
-            config.telemetry.listen.port()
-        };
+        // Every process, the gateway too, serves /metrics on its telemetry port.
+        let port = config.telemetry.listen.port();
         let target = format!("{name}:{port}");
         assert!(
             targets.contains(&target),

@@ -1,7 +1,7 @@
 //! Observability (ARCHITECTURE.md §9, seed 000 §11): after a small run —
 //! sends (one retried with the same client_msg_id), a realtime delivery, a
 //! history read after the Redis route was lost, an undecodable event and a
-//! message for a month without a table — the gateway's `/metrics` exports
+//! message for a month without a table — the telemetry port's `/metrics` exports
 //! every seed 000 §11 name plus send/delivery latency, consumer lag and DLQ
 //! counts, and each of them moved.
 
@@ -63,6 +63,14 @@ async fn a_small_run_moves_every_exported_metric() {
         stack.start_pipeline(p).await;
     }
     let gw = stack.start_gateway("node-m").await;
+    // Metrics are served on the telemetry port, as `imstream gateway` does.
+    let ops = imstream::telemetry::serve_ops(
+        "127.0.0.1:0".parse().unwrap(),
+        imstream::telemetry::Readiness::default(),
+        stack.world.shutdown.child(),
+    )
+    .await
+    .expect("ops endpoint");
     let topic = "grpMetrics";
     stack.create_group(topic, OWNER, &[ALICE]).await;
     let alice = Client::open_sub(gw, &stack.token(ALICE, "phone"), topic, "alice").await;
@@ -154,7 +162,7 @@ async fn a_small_run_moves_every_exported_metric() {
         .await
         .expect("produce");
 
-    // Scrape the gateway's /metrics until everything moved.
+    // Scrape the telemetry port's /metrics until everything moved.
     let moved: &[(&str, String)] = &[
         ("counter", m::PERSIST_TOTAL.to_string()),
         ("histogram", format!("{}_count", m::PERSIST_LATENCY)),
@@ -172,7 +180,7 @@ async fn a_small_run_moves_every_exported_metric() {
         ("counter", m::PIPELINE_DLQ_TOTAL.to_string()),
         ("counter", m::EVENTS_PRODUCED_TOTAL.to_string()),
     ];
-    let url = format!("http://{gw}/metrics");
+    let url = format!("http://{ops}/metrics");
     let (client_ref, moved_ref, url_ref) = (&client, moved, &url);
     let page = wait_for(
         "every metric to move",

@@ -39,6 +39,10 @@ pub struct FanoutArgs {
     pub connect_concurrency: usize,
     #[arg(long)]
     pub tenant: Option<String>,
+    /// The gateways' telemetry endpoints (`/metrics` is not on the public
+    /// port), comma separated, in `--urls` order.
+    #[arg(long, default_value = "http://127.0.0.1:9464,http://127.0.0.1:9465")]
+    pub metrics_urls: String,
 }
 
 const SHARDS: usize = 64;
@@ -92,7 +96,13 @@ pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    let before = scrape_all(&urls).await;
+    let metrics_urls: Vec<String> = args
+        .metrics_urls
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let before = scrape_all(&metrics_urls).await;
     println!(
         "bench fanout: {} members, {sessions} sessions over {} gateways, {} msg/s for {} s",
         args.members,
@@ -126,10 +136,10 @@ pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = scrape_all(&urls).await;
+    let after = scrape_all(&metrics_urls).await;
     for (i, url) in urls.iter().enumerate() {
-        let (rss0, n0) = before[i];
-        let (rss1, n1) = after[i];
+        let (rss0, n0) = before.get(i).copied().unwrap_or_default();
+        let (rss1, n1) = after.get(i).copied().unwrap_or_default();
         if n1 > n0 {
             println!(
                 "gateway {url}: {} sessions, resident {:.1} MiB → {:.1} MiB: {:.1} KiB per idle session",
@@ -225,8 +235,7 @@ fn now_micros() -> i64 {
 async fn scrape_all(urls: &[String]) -> Vec<(f64, f64)> {
     let mut out = Vec::new();
     for u in urls {
-        let http = u.replacen("ws://", "http://", 1);
-        let text = match reqwest::get(format!("{http}/metrics")).await {
+        let text = match reqwest::get(format!("{}/metrics", u.trim_end_matches('/'))).await {
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(_) => String::new(),
         };

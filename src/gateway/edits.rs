@@ -126,6 +126,14 @@ pub async fn hard_delete(
     let privileged = matches!(role, Role::Owner | Role::Admin);
     let ranges = gov.clamp(caller.tenant, topic, ranges).await?;
     let count: i64 = ranges.iter().map(|r| r.hi - r.low).sum();
+    // One delete is one transaction of the store: bounded in width.
+    let width = gw.config.limits.delete_width;
+    if count > width {
+        return Err(Refusal(
+            400,
+            format!("malformed: one delete spans at most {width} messages; split it"),
+        ));
+    }
     let refusal = if count > MAX_RECALL {
         Some(Refusal(
             403,

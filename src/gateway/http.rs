@@ -24,10 +24,23 @@ pub struct ApiError(pub StatusCode, pub String, pub Option<Value>);
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut body = json!({"code": self.0.as_u16(), "error": self.1});
+        // A limit's retry-after, also as the standard header (whole seconds).
+        let retry_after = self
+            .2
+            .as_ref()
+            .and_then(|p| p.get("retry_after_ms"))
+            .and_then(Value::as_u64)
+            .map(|ms| ms.div_ceil(1000).max(1));
         if let Some(p) = self.2 {
             body["params"] = p;
         }
-        (self.0, Json(body)).into_response()
+        let mut response = (self.0, Json(body)).into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 
@@ -41,6 +54,35 @@ pub(super) fn unavailable(e: impl std::fmt::Display) -> ApiError {
         "service unavailable, retry".into(),
         Some(json!({"retry": true, "request_id": request_id})),
     )
+}
+
+/// A request refused by a limit: `429` with `Retry-After`, or `503` when
+/// the limiter could not be asked.
+pub(super) fn limited(l: super::limits::Limited) -> ApiError {
+    let (code, text, params) = l.ctrl_parts();
+    ApiError(
+        StatusCode::from_u16(code).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
+        text.into(),
+        Some(params),
+    )
+}
+
+/// Takes one token of `action` for the caller, or refuses.
+pub(super) async fn rate(
+    gw: &Gateway,
+    claims: &Claims,
+    action: super::limits::Action,
+) -> Result<(), ApiError> {
+    let mut redis = gw.sender.redis();
+    super::limits::take(
+        &mut redis,
+        &gw.config.limits,
+        &claims.ten,
+        claims.uid,
+        action,
+    )
+    .await
+    .map_err(limited)
 }
 
 pub(super) fn error(code: u16, text: impl Into<String>) -> ApiError {
@@ -116,6 +158,7 @@ pub(super) async fn send_as(
     edit_of: Option<i64>,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
+    rate(gw, &claims, super::limits::Action::Send).await?;
     let (head_cmid, mut head) = split_head(body.head);
     if let Some(target) = edit_of {
         let mut map: serde_json::Map<String, Value> = head
@@ -191,6 +234,7 @@ pub async fn create_group(
     let claims = authenticate(&gw, &headers).await?;
     let body: CreateGroupBody =
         serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
+    rate(&gw, &claims, super::limits::Action::GroupCreate).await?;
     let group_id = gw.snowflake.next_id().map_err(unavailable)?;
     let topic = body.topic.unwrap_or_else(|| format!("grp{group_id:x}"));
     if !tinode::is_group_topic(&topic) {
@@ -434,6 +478,7 @@ pub async fn search(
         ));
     };
     let claims = reader(&gw, &headers, &topic).await?;
+    rate(&gw, &claims, super::limits::Action::Search).await?;
     let messages = gw
         .history
         .search(
@@ -477,6 +522,7 @@ pub async fn clear_history(
     let body: ClearBody =
         serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
     let claims = reader(&gw, &headers, &topic).await?;
+    rate(&gw, &claims, super::limits::Action::Clear).await?;
     let ranges: Vec<tinode::SeqRangeMsg> = body
         .ranges
         .iter()

@@ -11,9 +11,11 @@ pub mod edits;
 pub mod governance;
 pub mod http;
 mod lease;
+pub mod limits;
 pub mod me_http;
 pub mod reads;
 pub mod relations;
+mod server;
 pub mod session;
 pub mod trace;
 
@@ -46,6 +48,8 @@ pub struct Gateway {
     /// This node's local sessions.
     pub hub: crate::realtime::hub::Hub,
     pub shutdown: Shutdown,
+    /// Open connections per client address (`limits.connections_per_ip`).
+    pub connections: limits::Connections,
 }
 
 /// A started gateway.
@@ -87,6 +91,7 @@ pub async fn start(
         snowflake,
         hub: crate::realtime::hub::Hub::default(),
         shutdown: shutdown.clone(),
+        connections: limits::Connections::default(),
     });
     let tenants: std::collections::HashSet<String> =
         config.tenants.iter().map(|t| t.id.clone()).collect();
@@ -173,15 +178,16 @@ pub async fn start(
         .route("/v1/me/push", put(relations::set_dnd))
         .route("/v1/me/push/topics/{topic}", put(relations::mute_topic))
         .with_state(gateway.clone())
-        .merge(crate::telemetry::ops_router(readiness.clone()));
+        // `/metrics` is served on the telemetry port only, never here.
+        .merge(crate::telemetry::health_router(readiness.clone()));
+    let app = server::limited(app, &config.limits);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     readiness.set_ready(true);
     tracing::info!(%bound, node = %gateway.node_id, "gateway listening");
+    let (limits, connections) = (config.limits.clone(), gateway.connections.clone());
     let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
+        server::serve(listener, app, limits, connections, shutdown).await;
         gateway
             .sender
             .producer()
@@ -407,11 +413,22 @@ async fn recheck_members(gw: &Gateway, redis: &mut redis::aio::ConnectionManager
     }
 }
 
-async fn upgrade(State(gw): State<Arc<Gateway>>, ws: WebSocketUpgrade) -> Response {
+async fn upgrade(
+    State(gw): State<Arc<Gateway>>,
+    info: Option<axum::Extension<axum::extract::ConnectInfo<SocketAddr>>>,
+    counted: Option<axum::Extension<server::Counted>>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let peer = server::peer_of(info.map(|axum::Extension(i)| i));
+    // The socket holds its connection's place in the per-address count.
+    let counted = counted.map(|axum::Extension(c)| c);
+    // Frames and messages beyond the limit are refused before they are
+    // buffered (the connection closes with 1009).
     let max = gw.config.gateway.max_message_size + 64 * 1024;
     // Small buffers: most sessions are idle most of the time.
     ws.max_message_size(max)
+        .max_frame_size(max)
         .read_buffer_size(4096)
         .write_buffer_size(4096)
-        .on_upgrade(move |socket| session::serve(gw, socket))
+        .on_upgrade(move |socket| session::serve(gw, socket, peer, counted))
 }

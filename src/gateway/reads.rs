@@ -71,15 +71,32 @@ pub async fn query_data(
     let mut out: Vec<StoredMessage> = Vec::new();
     match &q.ranges {
         Some(ranges) if !ranges.is_empty() => {
-            // One page read per range: bounded like `{del}`'s ranges.
-            if ranges.len() > 100 {
-                return Err(Refusal(400, "malformed: at most 100 ranges".into()));
+            // One page read per range: at most `limits.get_ranges` ranges
+            // spanning at most `limits.get_range_seqs` seqs in all.
+            let (max_ranges, max_seqs) =
+                (gw.config.limits.get_ranges, gw.config.limits.get_range_seqs);
+            if ranges.len() > max_ranges {
+                return Err(Refusal(
+                    400,
+                    format!("malformed: at most {max_ranges} ranges per request"),
+                ));
             }
+            let mut span: i64 = 0;
             for r in ranges {
-                let hi = r.hi.unwrap_or(r.low + 1);
+                let hi = r.hi.unwrap_or(r.low.saturating_add(1));
                 if r.low < 1 || hi <= r.low {
                     return Err(Refusal(400, "malformed: invalid range".into()));
                 }
+                span = span.saturating_add(hi - r.low);
+            }
+            if span > max_seqs {
+                return Err(Refusal(
+                    400,
+                    format!("malformed: the ranges span more than {max_seqs} seqs"),
+                ));
+            }
+            for r in ranges {
+                let hi = r.hi.unwrap_or(r.low + 1);
                 let page = gw
                     .history
                     .page(
@@ -116,6 +133,22 @@ pub async fn clear_history(
 ) -> Result<i32, Refusal> {
     if ranges.is_empty() || ranges.len() > 100 {
         return Err(Refusal(400, "malformed: 1 to 100 ranges".into()));
+    }
+    // Every read filters by the reader's delete log: it stays bounded.
+    let cap = gw.config.limits.dellog_per_user;
+    let pool = gw
+        .sender
+        .pools()
+        .get(tenant)
+        .map_err(|_| Refusal(500, "internal error".into()))?;
+    let rows = crate::history::dellog::own_rows(pool, topic, uid)
+        .await
+        .map_err(|_| Refusal(503, "service unavailable, retry".into()))?;
+    if rows as usize + ranges.len() > cap {
+        return Err(Refusal(
+            409,
+            format!("too many history clears in this topic (at most {cap} ranges per user)"),
+        ));
     }
     let keys = TopicKeys::new(tenant, topic);
     let mut redis = gw.sender.redis();

@@ -98,6 +98,7 @@ pub async fn request_friend(
     if message.len() > 512 {
         return Err(error(400, "malformed: message longer than 512 bytes"));
     }
+    super::http::rate(&gw, &me, super::limits::Action::FriendRequest).await?;
     if related(&gw, &me.ten, Set::Blocks, to, me.uid).await? {
         return Err(ApiError(
             StatusCode::FORBIDDEN,

@@ -14,13 +14,16 @@ use super::{HistoryError, PageQuery, StoredMessage};
 /// How long a hot message stays.
 pub const HOT_TTL_SECS: i64 = 24 * 3600;
 
-/// Writes one message snapshot and trims entries older than the TTL.
+/// Writes one message snapshot and trims entries older than the TTL and
+/// beyond the newest `per_topic` (a busy topic holds at most that many:
+/// reads past them fall back to MySQL).
 pub async fn put(
     redis: &mut ConnectionManager,
     tenant: &str,
     topic: &str,
     msg: &StoredMessage,
     now_ms: i64,
+    per_topic: i64,
 ) -> redis::RedisResult<()> {
     let keys = TopicKeys::new(tenant, topic);
     let age_ms = now_ms - msg.ts;
@@ -45,7 +48,32 @@ pub async fn put(
     pipe.zadd(keys.hot_seqs(), member, msg.seq).ignore();
     pipe.expire(keys.hot_seqs(), HOT_TTL_SECS).ignore();
     pipe.query_async::<()>(redis).await?;
-    trim(redis, &keys, now_ms).await
+    trim(redis, &keys, now_ms).await?;
+    cap(redis, &keys, per_topic.max(1)).await
+}
+
+/// Drops the oldest entries (and their snapshots) beyond the newest `n`.
+async fn cap(redis: &mut ConnectionManager, keys: &TopicKeys, n: i64) -> redis::RedisResult<()> {
+    let beyond: Vec<String> = redis::cmd("ZRANGE")
+        .arg(keys.hot_seqs())
+        .arg(0)
+        .arg(-(n + 1))
+        .query_async(redis)
+        .await?;
+    if beyond.is_empty() {
+        return Ok(());
+    }
+    let snapshots: Vec<String> = beyond
+        .iter()
+        .filter_map(|m| m.split_once(':').and_then(|(s, _)| s.parse::<i64>().ok()))
+        .map(|seq| keys.hot_msg(seq))
+        .collect();
+    let mut pipe = redis::pipe();
+    pipe.zrem(keys.hot_seqs(), &beyond).ignore();
+    if !snapshots.is_empty() {
+        pipe.del(snapshots).ignore();
+    }
+    pipe.query_async(redis).await
 }
 
 /// Removes the oldest entries whose time is past the TTL.

@@ -501,24 +501,19 @@ impl History {
 }
 
 /// Moves a page cursor out of the reader's deleted ranges: a descending
-/// cursor below a range ending at it, an ascending one past it.
-fn skip_deleted(q: &mut PageQuery, deleted: &[(i64, i64)]) {
-    for _ in 0..=deleted.len() {
-        let moved = if q.ascending {
-            let since = q.low();
-            deleted
-                .iter()
-                .find(|(lo, hi)| since >= *lo && since < *hi)
-                .map(|(_, hi)| q.since = Some(*hi))
-        } else {
-            let top = q.high();
-            deleted
-                .iter()
-                .find(|(lo, hi)| top != i64::MAX && top > *lo && top - 1 < *hi)
-                .map(|(lo, _)| q.before = Some(*lo))
-        };
-        if moved.is_none() {
-            return;
+/// cursor below a range ending at it, an ascending one past it (the ranges
+/// are merged, so one step is enough).
+fn skip_deleted(q: &mut PageQuery, deleted: &dellog::Hidden) {
+    if q.ascending {
+        if let Some((_, hi)) = deleted.range_of(q.low()) {
+            q.since = Some(hi);
+        }
+    } else {
+        let top = q.high();
+        if top != i64::MAX {
+            if let Some((lo, _)) = deleted.range_of(top - 1) {
+                q.before = Some(lo);
+            }
         }
     }
 }
@@ -584,7 +579,7 @@ mod tests {
 
     #[test]
     fn cursors_skip_whole_deleted_ranges() {
-        let deleted = [(50, 71), (40, 50), (80, 81)];
+        let deleted = dellog::Hidden::new(vec![(50, 71), (40, 50), (80, 81)]);
         let mut q = PageQuery::new(None, Some(71), Some(10), false).unwrap();
         skip_deleted(&mut q, &deleted);
         assert_eq!(q.before, Some(40), "chained ranges below the cursor");

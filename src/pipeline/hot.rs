@@ -1,5 +1,5 @@
 //! The hot pipeline's handler: each MessageSent becomes a 24 h snapshot in
-//! Redis (see `history::hot`); edits update a snapshot, recalls and deletes
+//! Redis (see `history::hot`), at most `limits.hot_per_topic` per topic; edits update a snapshot, recalls and deletes
 //! turn it into a stub. Idempotent: a snapshot is keyed by seq, and changes
 //! apply only to `normal` snapshots (edits only to a newer edit).
 
@@ -14,11 +14,23 @@ use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 pub struct HotHandler {
     codec: EventCodec,
     redis: ConnectionManager,
+    /// Hot messages kept per topic (`limits.hot_per_topic`).
+    per_topic: i64,
 }
 
 impl HotHandler {
     pub fn new(codec: EventCodec, redis: ConnectionManager) -> Self {
-        Self { codec, redis }
+        Self {
+            codec,
+            redis,
+            per_topic: crate::config::LimitsConfig::default().hot_per_topic,
+        }
+    }
+
+    /// Keeps at most `n` hot messages per topic (the newest).
+    pub fn per_topic(mut self, n: i64) -> Self {
+        self.per_topic = n.max(1);
+        self
     }
 }
 
@@ -78,6 +90,6 @@ impl HotHandler {
             _ => return Ok(()),
         };
         let snapshot = StoredMessage::sent(m);
-        hot::put(&mut redis, tenant, topic, &snapshot, now).await
+        hot::put(&mut redis, tenant, topic, &snapshot, now, self.per_topic).await
     }
 }

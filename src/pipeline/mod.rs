@@ -164,7 +164,11 @@ pub async fn with_handler<W: WithHandler>(
         }
         "control" => then.with(control::ControlHandler::new(codec, redis)).await,
         "fanout" => then.with(fanout::FanoutHandler::new(codec, redis)).await,
-        "hot" => then.with(hot::HotHandler::new(codec, redis)).await,
+        "hot" => {
+            let cap = config.limits.hot_per_topic;
+            then.with(hot::HotHandler::new(codec, redis).per_topic(cap))
+                .await
+        }
         "members" => {
             then.with(members::MembersHandler::new(codec, pools, redis))
                 .await
@@ -188,7 +192,8 @@ pub async fn with_handler<W: WithHandler>(
         }
         "push" => {
             let producer = EventProducer::new(&config.kafka, codec.clone())?;
-            then.with(push::PushHandler::new(codec, pools, redis, producer))
+            let cap = config.limits.push_group_members;
+            then.with(push::PushHandler::new(codec, pools, redis, producer).group_cap(cap))
                 .await
         }
         "pushsend" => {

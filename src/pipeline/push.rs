@@ -5,7 +5,9 @@
 //! topic, get none. A per-message claim (`push:{seq}`: pending → done)
 //! makes redelivery and replay produce no second set of tasks; task ids
 //! `{topic}:{seq}:{uid}` let the sender drop any duplicate a crash leaves.
-//! Push never affects messages: this is its own consumer group.
+//! Push never affects messages: this is its own consumer group. In groups
+//! bigger than `limits.push_group_members` only mentioned members are
+//! pushed, so one message costs at most that many tasks.
 
 use futures::future::join_all;
 use redis::aio::ConnectionManager;
@@ -31,6 +33,10 @@ pub struct PushHandler {
     pools: TenantPools,
     redis: ConnectionManager,
     producer: EventProducer,
+    /// Groups with more members push only to mentioned users
+    /// (`limits.push_group_members`): one message never fans out into
+    /// more push tasks (and sender dedup keys) than this.
+    group_cap: usize,
 }
 
 impl PushHandler {
@@ -45,7 +51,14 @@ impl PushHandler {
             pools,
             redis,
             producer,
+            group_cap: crate::config::LimitsConfig::default().push_group_members,
         }
+    }
+
+    /// Pushes to every offline member only in groups of at most `n`.
+    pub fn group_cap(mut self, n: usize) -> Self {
+        self.group_cap = n;
+        self
     }
 
     /// Members of the topic other than the sender.
@@ -76,6 +89,14 @@ impl PushHandler {
                 .collect();
         }
         members.retain(|u| *u > 0 && *u != m.from_user);
+        if members.len() > self.group_cap {
+            // A big group: only the mentioned members (at most the cap;
+            // `@all` pushes nobody here), so no message costs more.
+            let mentioned: std::collections::HashSet<i64> =
+                m.mentioned_user_ids.iter().copied().collect();
+            members.retain(|u| mentioned.contains(u));
+            members.truncate(self.group_cap);
+        }
         Ok(members)
     }
 

@@ -8,7 +8,12 @@
 //!   topic already has messages, so it had an allocator that is gone now),
 //!   only after the in-flight window (a send that allocated from the old
 //!   state either acks or fails within the producer's delivery timeout)
-//!   plus a safety margin. Only a topic without any message is new.
+//!   plus a safety margin. Only a topic without any message is new; one
+//!   with no stored message and no hot index or month route in Redis is
+//!   taken as new without reading the log (anyone can name a new topic, so
+//!   a first send must be cheap). Log scans read only the topic's
+//!   partition, at most `limits.reseed_scans` at once per process, and
+//!   skip records nobody can decode.
 //!
 //! A hole in the seqs is fine; a reused seq never is. Until the re-seed is
 //! done, sends get a retryable error.
@@ -115,7 +120,18 @@ async fn reseed_topic(sender: &Sender, tenant: &str, topic: &str) -> Result<(), 
             // slot failed over, the keys deleted one by one) at a moment we
             // cannot know: wait out a whole in-flight window. Only a topic
             // with no message anywhere is new.
-            let now = recover(sender, tenant, topic).await?;
+            // Anyone can name a new topic (`usr<N>`): one with no stored
+            // message and no other trace of messages (hot index, month
+            // routes) is new without reading the log.
+            let stored = recover_stored(sender, tenant, topic).await?;
+            let traces = has_message_traces(&mut redis, &keys)
+                .await
+                .map_err(|e| retry(&e))?;
+            let now = if stored.seq == 0 && !traces {
+                stored
+            } else {
+                recover(sender, tenant, topic).await?
+            };
             if now.seq > 0 {
                 data_loss = true;
                 wait = IN_FLIGHT_WINDOW_MS;
@@ -180,6 +196,55 @@ struct Recovered {
 
 async fn recover(sender: &Sender, tenant: &str, topic: &str) -> Result<Recovered, SendError> {
     let retry = |e: &dyn std::fmt::Display| SendError::Retryable(format!("re-seed: {e}"));
+    let stored = recover_stored(sender, tenant, topic).await?;
+    let config = sender.config();
+    // Scans are bounded per process (`limits.reseed_scans`); the others
+    // wait (their sends get "retry" meanwhile).
+    let scans =
+        SCANS.get_or_init(|| tokio::sync::Semaphore::new(config.limits.reseed_scans.max(1)));
+    let _permit = scans.acquire().await.map_err(|e| retry(&e))?;
+    let store_group = format!("{}.store", config.pipelines.group_prefix);
+    let tail = crate::kafka::log_tail::max_in_tail(
+        config,
+        &store_group,
+        &format!("{tenant}:{topic}"),
+        sender.producer().codec(),
+        Duration::from_secs(60),
+    )
+    .await
+    .map_err(|e| retry(&e))?;
+    Ok(Recovered {
+        seq: stored.seq.max(tail.seq.unwrap_or(0)),
+        month: stored.month.into_iter().chain(tail.month).max(),
+        scanned: tail.scanned,
+    })
+}
+
+/// Concurrent log-tail scans of this process.
+static SCANS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+
+/// Whether the topic's Redis state shows it had messages (its hot index
+/// or month routes) although its allocator is gone.
+async fn has_message_traces(
+    redis: &mut redis::aio::ConnectionManager,
+    keys: &TopicKeys,
+) -> redis::RedisResult<bool> {
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(keys.hot_seqs())
+        .arg(keys.route())
+        .query_async(redis)
+        .await?;
+    Ok(n > 0)
+}
+
+/// The highest stored seq and month: the MySQL route mirror and, during a
+/// legacy migration, the legacy table (no log scan).
+async fn recover_stored(
+    sender: &Sender,
+    tenant: &str,
+    topic: &str,
+) -> Result<Recovered, SendError> {
+    let retry = |e: &dyn std::fmt::Display| SendError::Retryable(format!("re-seed: {e}"));
     let pool = sender.pools().get(tenant).map_err(|e| retry(&e))?;
     let (mirror_seq, mirror_month): (Option<i64>, Option<String>) = sqlx::query_as(
         "SELECT MAX(max_seq), MAX(shard_month) FROM im_group_message_topic_shards WHERE topic = ?",
@@ -192,24 +257,10 @@ async fn recover(sender: &Sender, tenant: &str, topic: &str) -> Result<Recovered
     let legacy_seq = crate::legacy::table::max_seq(pool, topic)
         .await
         .map_err(|e| retry(&e))?;
-    let config = sender.config();
-    let store_group = format!("{}.store", config.pipelines.group_prefix);
-    let tail = crate::kafka::log_tail::max_in_tail(
-        config,
-        &store_group,
-        &format!("{tenant}:{topic}"),
-        sender.producer().codec(),
-        Duration::from_secs(60),
-    )
-    .await
-    .map_err(|e| retry(&e))?;
     Ok(Recovered {
-        seq: mirror_seq
-            .unwrap_or(0)
-            .max(tail.seq.unwrap_or(0))
-            .max(legacy_seq.unwrap_or(0)),
-        month: mirror_month.into_iter().chain(tail.month).max(),
-        scanned: tail.scanned,
+        seq: mirror_seq.unwrap_or(0).max(legacy_seq.unwrap_or(0)),
+        month: mirror_month,
+        scanned: 0,
     })
 }
 

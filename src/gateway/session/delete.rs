@@ -60,6 +60,12 @@ impl Session {
                 .await;
             return;
         }
+        if !self
+            .rate(id, topic, crate::gateway::limits::Action::Clear)
+            .await
+        {
+            return;
+        }
         let ranges = del.delseq.unwrap_or_default();
         match reads::clear_history(
             &self.gateway,

@@ -7,6 +7,7 @@ use serde_json::json;
 use crate::events::now_ms;
 use crate::gateway::auth::{self, AuthError};
 use crate::gateway::control;
+use crate::gateway::limits::LoginSubjects;
 use crate::realtime::hub::SessionHandle;
 use crate::realtime::presence;
 use crate::tinode::{self, ctrl, MsgLogin};
@@ -45,6 +46,18 @@ impl Session {
             return;
         }
         let gw = self.gateway.clone();
+        // Failed logins lock out the login name and the address for a while
+        // (doubling); a locked-out attempt is not even verified.
+        let basic_name = (login.scheme == "basic")
+            .then(|| crate::gateway::limits::basic_login_name(&login.secret))
+            .flatten();
+        let subjects = LoginSubjects::new(basic_name.as_deref(), self.peer, &gw.config.limits);
+        let mut redis = gw.sender.redis();
+        if let Err(l) = subjects.check(&mut redis).await {
+            let (code, text, params) = l.ctrl_parts();
+            self.reply(ctrl(id, None, code, text, Some(params))).await;
+            return;
+        }
         // (identity, token auth_version, token issued at ms); the claims of
         // a token login, whose expiry the reply keeps.
         let mut presented: Option<auth::Claims> = None;
@@ -78,6 +91,7 @@ impl Session {
         let (identity, token_av, issued_ms) = match identity {
             Ok(i) if gw.config.tenant(&i.0.tenant).is_some() => i,
             Ok(_) | Err(AuthError::Failed) => {
+                subjects.failed(&mut redis, &gw.config.limits).await;
                 self.reply(ctrl(id, None, 401, "authentication failed", None))
                     .await;
                 return;
@@ -88,7 +102,6 @@ impl Session {
                 return;
             }
         };
-        let mut redis = gw.sender.redis();
         let Ok(state) =
             control::state(&mut redis, &identity.tenant, identity.uid, &identity.device).await
         else {
@@ -107,6 +120,29 @@ impl Session {
                 Some(json!({"reason": why})),
             ))
             .await;
+            return;
+        }
+        subjects.succeeded(&mut redis).await;
+        // At most `sessions_per_user` on this gateway: the new one is
+        // refused and closed, the user's existing sessions stay.
+        let max = gw.config.limits.sessions_per_user.max(1);
+        if gw
+            .hub
+            .user_sessions(&identity.tenant, identity.uid, None, "")
+            .len()
+            >= max
+        {
+            metrics::counter!(crate::metrics::RATE_LIMITED_TOTAL, "what" => "sessions")
+                .increment(1);
+            self.reply(ctrl(
+                id,
+                None,
+                429,
+                "too many sessions",
+                Some(json!({"max_sessions": max})),
+            ))
+            .await;
+            self.close("too many sessions");
             return;
         }
         let issued = match &presented {

@@ -20,6 +20,7 @@ pub use publish::{send_error_reply, split_head};
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
 use futures::{SinkExt, StreamExt};
@@ -68,6 +69,8 @@ struct Session {
     closing: Shutdown,
     /// Subscribed to `me`: its chat list gets `{pres topic="me"}`.
     on_me: bool,
+    /// The client's address (failed logins are counted against it).
+    peer: Option<std::net::IpAddr>,
 }
 
 /// Sends of one session produced concurrently (their seqs are already fixed).
@@ -84,7 +87,17 @@ const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 const WRITE_BATCH: usize = 64;
 
 /// Serves one upgraded WebSocket until it closes or the gateway stops.
-pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
+/// `_counted` is this connection's place in the per-address count, held
+/// for as long as the socket is open.
+pub async fn serve(
+    gateway: Arc<Gateway>,
+    socket: WebSocket,
+    peer: Option<std::net::IpAddr>,
+    _counted: Option<super::server::Counted>,
+) {
+    let limits = &gateway.config.limits;
+    let login_deadline = Duration::from_secs(limits.login_deadline_secs.max(1));
+    let idle = Duration::from_secs(limits.idle_timeout_secs.max(1));
     let (mut sink, mut stream) = socket.split();
     let (tx, mut rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
     // Cancelled when the gateway stops or the session is evicted.
@@ -93,10 +106,24 @@ pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
     // Stops when the queue ends, after the final ctrl of a close, or when
     // `closed` fires — even in the middle of a send a client does not read.
     let writer = tokio::spawn(async move {
+        // Pings keep a quiet but live client from counting as idle (its
+        // pongs are frames); a client that answers nothing is closed.
+        let period = (idle / 3).max(Duration::from_millis(100));
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         loop {
             let out = tokio::select! {
                 out = rx.recv() => out,
                 _ = writer_closed.cancelled() => None,
+                _ = ping.tick() => {
+                    let pinged = tokio::select! {
+                        r = sink.send(Message::Ping(Vec::new().into())) => r.is_ok(),
+                        _ = writer_closed.cancelled() => false,
+                    };
+                    if !pinged {
+                        break;
+                    }
+                    continue;
+                }
             };
             let Some(first) = out else { break };
             // What is already queued goes out together: frames are fed to
@@ -157,8 +184,19 @@ pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
         in_flight: Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_SENDS)),
         closing: Shutdown::new(),
         on_me: false,
+        peer,
     };
+    let connected = tokio::time::Instant::now();
+    let mut last_frame = connected;
     loop {
+        // Not logged in by the login deadline, or silent for the idle
+        // timeout: closed with a final ctrl naming why.
+        let (deadline, why) =
+            if session.identity.is_none() && connected + login_deadline < last_frame + idle {
+                (connected + login_deadline, "login deadline passed")
+            } else {
+                (last_frame + idle, "idle timeout")
+            };
         let frame = tokio::select! {
             _ = closed.cancelled() => break,
             _ = session.closing.cancelled() => {
@@ -167,8 +205,14 @@ pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
                 let _ = tokio::time::timeout(CLOSE_GRACE, closed.cancelled()).await;
                 break;
             }
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::info!(sid = %session.sid, why, "closing session");
+                session.close(why);
+                continue;
+            }
             f = stream.next() => f,
         };
+        last_frame = tokio::time::Instant::now();
         let Some(Ok(frame)) = frame else { break };
         let text = match frame {
             Message::Text(t) => t.to_string(),
@@ -297,6 +341,39 @@ impl Session {
     pub(super) fn close(&self, reason: &str) {
         let _ = self.out.try_send(Outbound::Close(Arc::from(reason)));
         self.closing.trigger();
+    }
+
+    /// Takes one token of `action` for this session's user; on refusal
+    /// answers `{ctrl 429 params.retry_after_ms}` (or 503 when the limiter
+    /// is unreachable) to request `id` and returns false. The session and
+    /// its other requests are unaffected.
+    pub(super) async fn rate(
+        &self,
+        id: Option<&str>,
+        topic: &str,
+        action: super::limits::Action,
+    ) -> bool {
+        let Some(who) = &self.identity else {
+            return false;
+        };
+        let mut redis = self.gateway.sender.redis();
+        match super::limits::take(
+            &mut redis,
+            &self.gateway.config.limits,
+            &who.tenant,
+            who.uid,
+            action,
+        )
+        .await
+        {
+            Ok(()) => true,
+            Err(l) => {
+                let (code, text, params) = l.ctrl_parts();
+                self.reply(ctrl(id, Some(&self.shown(topic)), code, text, Some(params)))
+                    .await;
+                false
+            }
+        }
     }
 
     /// Closes the session if session control says so (checked at most every

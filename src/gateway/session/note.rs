@@ -42,6 +42,13 @@ impl Session {
                 .await;
             }
             (what @ ("recv" | "read"), Some(seq)) if seq > 0 => {
+                // Notes carry no id: the 429 names the topic only.
+                if !self
+                    .rate(None, topic, crate::gateway::limits::Action::Receipt)
+                    .await
+                {
+                    return;
+                }
                 let keys = crate::keys::TopicKeys::new(&who.tenant, topic);
                 let mut redis = self.gateway.sender.redis();
                 let last: Option<i64> = redis::cmd("HGET")

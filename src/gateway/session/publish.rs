@@ -3,6 +3,7 @@
 use serde_json::{json, Value};
 
 use crate::gateway::edits;
+use crate::gateway::limits::Action;
 use crate::gateway::reads::Refusal;
 use crate::realtime::hub::Outbound;
 use crate::send::{SendError, SendRequest};
@@ -36,6 +37,9 @@ impl Session {
             .await;
             return;
         };
+        if !self.rate(id, topic, Action::Send).await {
+            return;
+        }
         let who = self.identity.clone().expect("logged in");
         let (client_msg_id, head) = split_head(publish.head);
         let edit_of = match edits::replace_target(head.as_deref()) {

@@ -1,0 +1,276 @@
+//! What one user or one client address may make the gateway do (issue 13):
+//! per-user token buckets in Redis (`lua/rate_limit.lua`), failed-login
+//! lockouts with exponential backoff (`lua/login_failed.lua`) and the
+//! per-address connection count of this gateway. Over a limit a request is
+//! refused with a retry-after (HTTP `429` + `Retry-After`, WebSocket
+//! `{ctrl 429 params.retry_after_ms}`); nothing else about the connection
+//! or the user's data changes. Security checks fail closed (seed 001 §10):
+//! with Redis unreachable a limited request is refused with `503`.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use redis::aio::ConnectionManager;
+use serde_json::json;
+
+use crate::config::{BucketConfig, LimitsConfig};
+
+/// The rate-limited actions, one bucket each per (tenant, uid).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Send,
+    Receipt,
+    Clear,
+    Search,
+    GroupCreate,
+    FriendRequest,
+}
+
+impl Action {
+    fn name(self) -> &'static str {
+        match self {
+            Action::Send => "send",
+            Action::Receipt => "receipt",
+            Action::Clear => "clear",
+            Action::Search => "search",
+            Action::GroupCreate => "group_create",
+            Action::FriendRequest => "friend_request",
+        }
+    }
+
+    fn bucket(self, limits: &LimitsConfig) -> BucketConfig {
+        match self {
+            Action::Send => limits.sends,
+            Action::Receipt => limits.receipts,
+            Action::Clear => limits.clears,
+            Action::Search => limits.searches,
+            Action::GroupCreate => limits.group_creates,
+            Action::FriendRequest => limits.friend_requests,
+        }
+    }
+}
+
+/// Why a limited request was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Limited {
+    /// Over the limit: retry after this many milliseconds.
+    Over(u64),
+    /// The limiter could not be asked (Redis down): refused, fail closed.
+    Unavailable,
+}
+
+impl Limited {
+    /// Tinode ctrl code, text and params.
+    pub fn ctrl_parts(&self) -> (u16, &'static str, serde_json::Value) {
+        match self {
+            Limited::Over(ms) => (429, "too many requests", json!({"retry_after_ms": ms})),
+            Limited::Unavailable => (503, "service unavailable, retry", json!({"retry": true})),
+        }
+    }
+}
+
+/// `im:{<tenant>:u:<uid>}:rl:<what>`: under the user's own hash tag, so the
+/// limiter spreads over the cluster with the users (never a tenant-wide
+/// hot key).
+pub fn bucket_key(tenant: &str, uid: i64, action: Action) -> String {
+    format!("im:{{{tenant}:u:{uid}}}:rl:{}", action.name())
+}
+
+/// Takes one token of `action` from the user's bucket.
+pub async fn take(
+    redis: &mut ConnectionManager,
+    limits: &LimitsConfig,
+    tenant: &str,
+    uid: i64,
+    action: Action,
+) -> Result<(), Limited> {
+    let bucket = action.bucket(limits);
+    let wait: Result<u64, _> = redis::Script::new(include_str!("../../lua/rate_limit.lua"))
+        .key(bucket_key(tenant, uid, action))
+        .arg(bucket.burst.max(1))
+        .arg(bucket.per_minute.max(1))
+        .arg(1)
+        .invoke_async(redis)
+        .await;
+    match wait {
+        Ok(0) => Ok(()),
+        Ok(ms) => {
+            metrics::counter!(crate::metrics::RATE_LIMITED_TOTAL, "what" => action.name())
+                .increment(1);
+            Err(Limited::Over(ms))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, what = action.name(), "rate limiter unavailable; refusing");
+            Err(Limited::Unavailable)
+        }
+    }
+}
+
+/// The login name of a `basic` secret (`base64(login:password)`), if it
+/// has one; failed logins are counted against it.
+pub fn basic_login_name(secret_b64: &str) -> Option<String> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(secret_b64)
+        .ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    text.split_once(':').map(|(login, _)| login.to_string())
+}
+
+/// The subjects a login attempt is counted against: the login name of a
+/// `basic` login (any tenant) and the client address.
+pub struct LoginSubjects {
+    /// (failure counter, lock, free failures) per subject.
+    keys: Vec<(String, String, u32)>,
+    /// Whether the first subject is a login name.
+    named: bool,
+}
+
+impl LoginSubjects {
+    pub fn new(login_name: Option<&str>, ip: Option<IpAddr>, limits: &LimitsConfig) -> Self {
+        let mut keys = Vec::new();
+        let name = login_name.filter(|n| !n.is_empty());
+        if let Some(name) = name {
+            // Hex, so a name cannot break out of the hash tag.
+            let tag = format!("login:n:{}", hex::encode(name.as_bytes()));
+            keys.push((
+                format!("im:{{{tag}}}:fail"),
+                format!("im:{{{tag}}}:lock"),
+                limits.login_failures,
+            ));
+        }
+        let ip = ip.filter(|ip| !(limits.exempt_loopback && ip.is_loopback()));
+        if let (Some(ip), true) = (ip, limits.login_address_failures > 0) {
+            let tag = format!("login:ip:{ip}");
+            keys.push((
+                format!("im:{{{tag}}}:fail"),
+                format!("im:{{{tag}}}:lock"),
+                limits.login_address_failures,
+            ));
+        }
+        Self {
+            keys,
+            named: name.is_some(),
+        }
+    }
+
+    /// Refuses the attempt while any subject is locked out.
+    pub async fn check(&self, redis: &mut ConnectionManager) -> Result<(), Limited> {
+        for (_, lock, _) in &self.keys {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(lock)
+                .query_async(redis)
+                .await
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "login lockout check unavailable; refusing");
+                    Limited::Unavailable
+                })?;
+            if ttl > 0 {
+                metrics::counter!(crate::metrics::RATE_LIMITED_TOTAL, "what" => "login")
+                    .increment(1);
+                return Err(Limited::Over(ttl as u64));
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts a failed attempt against every subject.
+    pub async fn failed(&self, redis: &mut ConnectionManager, limits: &LimitsConfig) {
+        for (fail, lock, free) in &self.keys {
+            let r: redis::RedisResult<i64> =
+                redis::Script::new(include_str!("../../lua/login_failed.lua"))
+                    .key(fail)
+                    .key(lock)
+                    .arg(*free)
+                    .arg(limits.login_lockout_ms.max(1))
+                    .arg(limits.login_lockout_max_ms.max(1))
+                    .invoke_async(redis)
+                    .await;
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "failed login not counted");
+            }
+        }
+    }
+
+    /// A successful login forgets the login name's failures (not the
+    /// address's: one valid account must not unlock guessing others).
+    pub async fn succeeded(&self, redis: &mut ConnectionManager) {
+        if self.named {
+            if let Some((fail, _, _)) = self.keys.first() {
+                let _: redis::RedisResult<i64> =
+                    redis::cmd("DEL").arg(fail).query_async(redis).await;
+            }
+        }
+    }
+}
+
+/// Open connections per client address on this gateway.
+#[derive(Clone, Default)]
+pub struct Connections(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// One counted connection; uncounted when dropped.
+pub struct ConnectionGuard {
+    table: Connections,
+    ip: IpAddr,
+}
+
+impl Connections {
+    /// Counts a connection from `ip` (loopback is not counted when
+    /// `limits.exempt_loopback`), or `None` when it already has the most
+    /// allowed.
+    pub fn admit(&self, ip: IpAddr, limits: &LimitsConfig) -> Result<Option<ConnectionGuard>, ()> {
+        if limits.exempt_loopback && ip.is_loopback() {
+            return Ok(None);
+        }
+        self.open(ip, limits.connections_per_ip).map(Some).ok_or(())
+    }
+
+    /// Counts a connection from `ip`, or `None` when it already has `max`.
+    pub fn open(&self, ip: IpAddr, max: usize) -> Option<ConnectionGuard> {
+        let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = t.entry(ip).or_insert(0);
+        if *n >= max.max(1) {
+            return None;
+        }
+        *n += 1;
+        Some(ConnectionGuard {
+            table: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        let mut t = self.table.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = t.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                t.remove(&self.ip);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_keys_use_the_users_hash_tag() {
+        assert_eq!(bucket_key("acme", 7, Action::Send), "im:{acme:u:7}:rl:send");
+    }
+
+    #[test]
+    fn connections_are_counted_per_address() {
+        let c = Connections::default();
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let a = c.open(ip, 2).unwrap();
+        let _b = c.open(ip, 2).unwrap();
+        assert!(c.open(ip, 2).is_none());
+        assert!(c.open("10.0.0.2".parse().unwrap(), 2).is_some());
+        drop(a);
+        assert!(c.open(ip, 2).is_some());
+    }
+}
