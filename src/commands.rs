@@ -122,7 +122,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 bail!("unknown tenant {tenant:?}");
             }
             let issued =
-                crate::gateway::auth::Tokens::new(&config.auth).issue(&tenant, uid, &device, 0);
+                crate::gateway::auth::Tokens::new(&config).issue(&tenant, uid, &device, 0, 0);
             println!("{}", issued.token);
             Ok(())
         }
@@ -332,7 +332,7 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
     .await?;
     seed_demo(config).await?;
 
-    let tokens = crate::gateway::auth::Tokens::new(&config.auth);
+    let tokens = crate::gateway::auth::Tokens::new(&config);
     println!("imstream dev is up:");
     println!(
         "  WebSocket (Tinode)  ws://{}/v0/channels?apikey=any",
@@ -348,7 +348,7 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
         gateway.addr
     );
     for user in &config.auth.dev_users {
-        let token = tokens.issue(&user.tenant, user.uid, "dev", 0).token;
+        let token = tokens.issue(&user.tenant, user.uid, "dev", 0, 0).token;
         println!(
             "  user {} (tenant {}, uid {}, password {}): token {}",
             user.login, user.tenant, user.uid, user.password, token
@@ -421,7 +421,7 @@ async fn seed_demo(config: &Config) -> anyhow::Result<()> {
 /// a published default or a short secret would let anyone mint tokens or
 /// call the admin API.
 fn refuse_weak_secrets(config: &Config, insecure_dev_secrets: bool) -> anyhow::Result<()> {
-    let problems = config.auth.secret_problems();
+    let problems = config.secret_problems();
     if problems.is_empty() {
         return Ok(());
     }

@@ -447,7 +447,34 @@ pub struct AuthConfig {
     /// Users accepted by the `basic` login scheme (development only).
     pub dev_users: Vec<DevUser>,
     /// Bearer token of the `/v1/admin` endpoints. Must be changed in production.
+    /// An unnamed operator (audited as `admin`) of every tenant; empty
+    /// disables it (allowed when `admin_tokens` lists others).
     pub admin_token: String,
+    /// Named admin tokens: the audit records the name, and a token with a
+    /// `tenant` may act on that tenant only.
+    pub admin_tokens: Vec<AdminToken>,
+    /// `iss` of issued tokens; tokens of another issuer are refused.
+    pub issuer: String,
+}
+
+/// One operator's bearer token for the `/v1/admin` endpoints.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminToken {
+    /// Who holds it: recorded as the operator of every call made with it.
+    pub name: String,
+    pub token: String,
+    /// The one tenant it may act on; absent: every tenant.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// One HS256 key of a tenant's session tokens, named by the `kid` header.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SigningKey {
+    pub kid: String,
+    pub secret: String,
 }
 
 impl Default for AuthConfig {
@@ -457,6 +484,8 @@ impl Default for AuthConfig {
             token_ttl_secs: 14 * 86_400,
             dev_users: Vec::new(),
             admin_token: "dev-admin-token-change-me".into(),
+            admin_tokens: Vec::new(),
+            issuer: "imstream".into(),
         }
     }
 }
@@ -478,22 +507,37 @@ const PUBLISHED_SECRETS: &[&str] = &[
 impl AuthConfig {
     /// Why these secrets must not guard a real deployment (empty: fine).
     pub fn secret_problems(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for (name, value) in [
-            ("auth.jwt_secret", &self.jwt_secret),
-            ("auth.admin_token", &self.admin_token),
-        ] {
-            if PUBLISHED_SECRETS.contains(&value.as_str()) || value.contains("change-me") {
-                out.push(format!("{name} is a published default"));
-            } else if value.len() < MIN_SECRET_BYTES {
-                out.push(format!("{name} is shorter than {MIN_SECRET_BYTES} bytes"));
+        let mut named = vec![("auth.jwt_secret".to_string(), self.jwt_secret.as_str())];
+        // The unnamed token may be switched off once named ones exist.
+        if !(self.admin_token.is_empty() && !self.admin_tokens.is_empty()) {
+            named.push(("auth.admin_token".into(), self.admin_token.as_str()));
+        }
+        for t in &self.admin_tokens {
+            named.push((format!("auth.admin_tokens {:?}", t.name), t.token.as_str()));
+        }
+        weak_secrets(&named)
+    }
+}
+
+/// Problems of named secrets: published defaults, short ones, and one
+/// secret used for two purposes.
+fn weak_secrets(named: &[(String, &str)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, value) in named {
+        if PUBLISHED_SECRETS.contains(value) || value.contains("change-me") {
+            out.push(format!("{name} is a published default"));
+        } else if value.len() < MIN_SECRET_BYTES {
+            out.push(format!("{name} is shorter than {MIN_SECRET_BYTES} bytes"));
+        }
+    }
+    for (i, (a, x)) in named.iter().enumerate() {
+        for (b, y) in &named[i + 1..] {
+            if !x.is_empty() && x == y {
+                out.push(format!("{a} and {b} are the same"));
             }
         }
-        if !self.jwt_secret.is_empty() && self.jwt_secret == self.admin_token {
-            out.push("auth.jwt_secret and auth.admin_token are the same".into());
-        }
-        out
     }
+    out
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -555,6 +599,11 @@ pub struct TenantConfig {
     pub id: String,
     /// The tenant's own database on the MySQL server.
     pub database: String,
+    /// Keys of this tenant's session tokens: the first signs, every one
+    /// verifies (list the new key first and keep the old one during a
+    /// roll-over). Empty: `auth.jwt_secret` signs and verifies.
+    #[serde(default)]
+    pub signing_keys: Vec<SigningKey>,
 }
 
 impl Config {
@@ -614,6 +663,45 @@ impl Config {
                     t.id
                 )));
             }
+            let mut kids = std::collections::HashSet::new();
+            for k in &t.signing_keys {
+                if k.kid.is_empty() || k.kid.len() > 64 {
+                    return Err(ConfigError::Invalid(format!(
+                        "tenants {:?}: signing_keys kid must be 1-64 characters",
+                        t.id
+                    )));
+                }
+                if !kids.insert(k.kid.as_str()) {
+                    return Err(ConfigError::Invalid(format!(
+                        "tenants {:?}: signing key {:?} is listed twice",
+                        t.id, k.kid
+                    )));
+                }
+                if k.secret.len() < 16 {
+                    return Err(ConfigError::Invalid(format!(
+                        "tenants {:?}: signing key {:?} must be at least 16 bytes",
+                        t.id, k.kid
+                    )));
+                }
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for a in &self.auth.admin_tokens {
+            if a.name.is_empty() || !names.insert(a.name.as_str()) {
+                return Err(ConfigError::Invalid(format!(
+                    "auth.admin_tokens: name {:?} is empty or listed twice",
+                    a.name
+                )));
+            }
+            if let Some(t) = a.tenant.as_deref().filter(|t| !seen.contains(t)) {
+                return Err(ConfigError::Invalid(format!(
+                    "auth.admin_tokens {:?}: tenant {t:?} is not configured",
+                    a.name
+                )));
+            }
+        }
+        if self.auth.issuer.is_empty() {
+            return Err(ConfigError::Invalid("auth.issuer is empty".into()));
         }
         crate::tenant::validate_database_name(&self.registry.database).map_err(|e| {
             ConfigError::Invalid(format!(
@@ -673,6 +761,28 @@ impl Config {
             })?;
         }
         Ok(())
+    }
+
+    /// Why this deployment's secrets (`auth`'s and every tenant's signing
+    /// keys) must not guard a real deployment (empty: fine).
+    pub fn secret_problems(&self) -> Vec<String> {
+        let mut out = self.auth.secret_problems();
+        let mut named = Vec::new();
+        for t in &self.tenants {
+            for k in &t.signing_keys {
+                named.push((
+                    format!("tenants {:?} signing key {:?}", t.id, k.kid),
+                    k.secret.as_str(),
+                ));
+            }
+        }
+        out.extend(weak_secrets(&named));
+        for (name, value) in &named {
+            if value == &self.auth.jwt_secret || value == &self.auth.admin_token {
+                out.push(format!("{name} is also an auth secret"));
+            }
+        }
+        out
     }
 
     /// The tenant with this id, if configured.

@@ -58,6 +58,7 @@ pub mod registry;
 pub mod relations;
 pub mod replay;
 pub mod send;
+pub mod session_control;
 pub mod shutdown;
 pub mod snowflake;
 pub mod store;

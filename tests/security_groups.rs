@@ -5,7 +5,9 @@
 //!   in the log (another group id for the same topic) changes nothing;
 //! - a removed member whose eviction never arrives over Pub/Sub (no fan-out
 //!   runs here) still loses `{get}` at once and its attachment within a
-//!   heartbeat, and cannot send.
+//!   heartbeat, and cannot send;
+//! - with Pub/Sub working (heartbeats too slow to matter), a kicked member
+//!   loses `{get}`, `{note}`, `{pub}` and live `{data}` on every gateway.
 
 mod common;
 mod realtime_support;
@@ -220,4 +222,81 @@ async fn a_removed_member_loses_reads_and_its_attachment_without_pubsub() {
     )
     .await;
     assert_eq!(status, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kicked_member_loses_everything_on_every_gateway_through_pubsub() {
+    use realtime_support::{usr, Client};
+    use std::time::Duration;
+    // Every pipeline and two gateways, as Stack::realtime, but with
+    // heartbeats a minute apart: only the Pub/Sub eviction can act in time.
+    let mut stack = Stack::prepared(None).await;
+    stack.world.config.gateway.heartbeat_secs = 60;
+    for p in imstream::pipeline::PIPELINES {
+        stack.start_pipeline(p).await;
+    }
+    let gw0 = stack.start_gateway("gw0").await;
+    let gw1 = stack.start_gateway("gw1").await;
+    let topic = "grpKickedLive";
+    stack.create_group(topic, 1, &[2, 3]).await;
+    let mut owner = Client::open_sub(gw0, &stack.token(1, "o"), topic, "owner@gw0").await;
+    let mut kicked = [
+        Client::open_sub(gw0, &stack.token(2, "a"), topic, "kicked@gw0").await,
+        Client::open_sub(gw1, &stack.token(2, "b"), topic, "kicked@gw1").await,
+    ];
+    let mut stays = Client::open_sub(gw1, &stack.token(3, "c"), topic, "stays@gw1").await;
+    let before = owner.send_text(topic, "before").await;
+    for c in kicked.iter().chain([&stays]) {
+        c.expect_data(topic, before).await;
+    }
+
+    let status = reqwest::Client::new()
+        .delete(format!("http://{gw0}/v1/groups/{topic}/members/2"))
+        .bearer_auth(stack.token(1, "o"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert!(status < 300, "remove: {status}");
+    for c in &kicked {
+        c.expect("{ctrl 205 evicted}", Duration::from_secs(20), |f| {
+            f["ctrl"]["code"] == json!(205) && f["ctrl"]["topic"] == json!(topic)
+        })
+        .await;
+    }
+    for c in kicked.iter_mut() {
+        let label = c.label.clone();
+        // Refused: not a member (403) or no longer attached (409).
+        let refused = |ctrl: &serde_json::Value| [json!(403), json!(409)].contains(&ctrl["code"]);
+        let ctrl = c
+            .request(json!({"get": {"topic": topic, "what": "data"}}))
+            .await;
+        assert!(refused(&ctrl), "{label} get: {ctrl}");
+        let ctrl = c.publish(topic, "still here?", None).await;
+        assert!(refused(&ctrl), "{label} pub: {ctrl}");
+        let ctrl = c.request(json!({"sub": {"topic": topic}})).await;
+        assert_eq!(ctrl["code"], json!(403), "{label} sub again: {ctrl}");
+        c.note(topic, "kp", None).await;
+        c.note(topic, "read", Some(before)).await;
+    }
+    // The member who stays notes too: the owner sees that one only.
+    stays.note(topic, "kp", None).await;
+    let from = |uid: i64| {
+        move |f: &serde_json::Value| {
+            f["info"]["topic"] == json!(topic) && f["info"]["from"] == json!(usr(uid))
+        }
+    };
+    owner
+        .expect("the member's {info kp}", Duration::from_secs(30), from(3))
+        .await;
+    let after = owner.send_text(topic, "after").await;
+    stays.expect_data(topic, after).await;
+    // The kicked sessions' notes reached nobody; no {data} after the kick.
+    owner.assert_alive(topic).await;
+    assert_eq!(owner.count(from(2)), 0, "{:?}", owner.frames());
+    assert_eq!(stays.count(from(2)), 0, "{:?}", stays.frames());
+    for c in &kicked {
+        assert_eq!(c.data_seqs(topic), vec![before], "{}", c.label);
+    }
 }

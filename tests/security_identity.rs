@@ -186,11 +186,12 @@ async fn internal_failures_are_not_echoed_and_bad_traceparents_are_not_copied() 
         .push(imstream::config::TenantConfig {
             id: broken.clone(),
             database: format!("imt_missing_{}", stack.world.id),
+            signing_keys: Vec::new(),
         });
     stack.start_pipeline("members").await;
     let addr = stack.start_gateway("node-a").await;
-    let token = imstream::gateway::auth::Tokens::new(&stack.config().auth)
-        .issue(&broken, 7, "web", 0)
+    let token = imstream::gateway::auth::Tokens::new(stack.config())
+        .issue(&broken, 7, "web", 0, 0)
         .token;
     let resp = reqwest::Client::new()
         .post(format!("http://{addr}/v1/groups"))
@@ -357,9 +358,9 @@ async fn registry_changes_need_the_write_token() {
 async fn a_token_login_keeps_its_expiry_and_revocations_outlive_tokens() {
     let mut stack = Stack::prepared(None).await;
     let addr = stack.start_gateway("node-a").await;
-    let mut short = stack.config().auth.clone();
-    short.token_ttl_secs = 3600;
-    let issued = imstream::gateway::auth::Tokens::new(&short).issue(stack.tenant(), 4, "web", 0);
+    let mut short = stack.config().clone();
+    short.auth.token_ttl_secs = 3600;
+    let issued = imstream::gateway::auth::Tokens::new(&short).issue(stack.tenant(), 4, "web", 0, 0);
     let mut ws = Client::connect(addr, "short").await;
     let ctrl = ws.login(&issued.token).await;
     assert_eq!(ctrl["code"], json!(200), "{ctrl}");
@@ -367,7 +368,7 @@ async fn a_token_login_keeps_its_expiry_and_revocations_outlive_tokens() {
         .unwrap()
         .timestamp();
     assert_eq!(expires, issued.expires.timestamp(), "{ctrl}");
-    let again = imstream::gateway::auth::Tokens::new(&stack.config().auth)
+    let again = imstream::gateway::auth::Tokens::new(stack.config())
         .verify(ctrl["params"]["token"].as_str().unwrap())
         .unwrap();
     assert_eq!(again.exp, issued.expires.timestamp());
@@ -377,4 +378,245 @@ async fn a_token_login_keeps_its_expiry_and_revocations_outlive_tokens() {
         .err()
         .expect("a control topic shorter than a token's life is refused");
     assert!(err.to_string().contains("session_control"), "{err}");
+}
+
+/// A token signed with `secret` under `kid` with these claims.
+fn signed(kid: &str, secret: &str, claims: serde_json::Value) -> String {
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.kid = Some(kid.to_string());
+    jsonwebtoken::encode(
+        &header,
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// What a login and an authenticated HTTP call answer for `token`:
+/// (WebSocket ctrl code, HTTP status).
+async fn answers(addr: std::net::SocketAddr, token: &str) -> (i64, u16) {
+    let mut ws = Client::connect(addr, "keys").await;
+    let ctrl = ws.login(token).await;
+    let status = reqwest::Client::new()
+        .get(format!("http://{addr}/v1/groups/grpNobody/messages"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("gateway reachable")
+        .status()
+        .as_u16();
+    (ctrl["code"].as_i64().unwrap_or(0), status)
+}
+
+fn key(kid: &str, secret: &str) -> imstream::config::SigningKey {
+    imstream::config::SigningKey {
+        kid: kid.into(),
+        secret: secret.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_tenant_signs_its_own_tokens_and_rolls_its_keys_over() {
+    let mut stack = Stack::prepared(None).await;
+    let a = stack.tenant().to_string();
+    let b = format!("{a}b");
+    let old_a = format!("a-old-{}", uuid::Uuid::new_v4().simple());
+    let new_a = format!("a-new-{}", uuid::Uuid::new_v4().simple());
+    let key_b = format!("b-key-{}", uuid::Uuid::new_v4().simple());
+    stack.world.config.tenants[0].signing_keys = vec![key("k1", &old_a)];
+    stack
+        .world
+        .config
+        .tenants
+        .push(imstream::config::TenantConfig {
+            id: b.clone(),
+            database: format!("imt_{}_b", stack.world.id),
+            signing_keys: vec![key("kb", &key_b)],
+        });
+    let global = stack.config().auth.jwt_secret.clone();
+    let issuer = stack.config().auth.issuer.clone();
+    let addr = stack.start_gateway("keys-1").await;
+
+    let now = chrono::Utc::now().timestamp();
+    let claims = |ten: &str, aud: &str, exp: i64| {
+        json!({"ten": ten, "uid": 7, "dev": "web", "av": 0, "gen": 0, "jti": "j",
+               "iss": issuer, "aud": aud, "iat": now, "exp": exp})
+    };
+    let valid = signed("k1", &old_a, claims(&a, &a, now + 3600));
+    let (ws, http) = answers(addr, &valid).await;
+    assert_eq!(ws, 200, "a token of tenant A's key");
+    assert_ne!(http, 401, "a token of tenant A's key over HTTP");
+    // The test helper mints with the tenant's key too.
+    assert_eq!(answers(addr, &stack.token(8, "web")).await.0, 200);
+
+    let mut forged = valid.clone();
+    forged.pop();
+    forged.push(if valid.ends_with('A') { 'B' } else { 'A' });
+    for (label, token) in [
+        ("forged signature", forged),
+        ("expired", signed("k1", &old_a, claims(&a, &a, now - 3600))),
+        (
+            "unknown kid",
+            signed("k9", &old_a, claims(&a, &a, now + 3600)),
+        ),
+        ("no kid", {
+            let c = claims(&a, &a, now + 3600);
+            jsonwebtoken::encode(
+                &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+                &c,
+                &jsonwebtoken::EncodingKey::from_secret(old_a.as_bytes()),
+            )
+            .unwrap()
+        }),
+        // Signed with A's key, claiming to be B's.
+        (
+            "other tenant",
+            signed("k1", &old_a, claims(&b, &b, now + 3600)),
+        ),
+        (
+            "other tenant, B's kid",
+            signed("kb", &old_a, claims(&b, &b, now + 3600)),
+        ),
+        (
+            "audience of B",
+            signed("k1", &old_a, claims(&a, &b, now + 3600)),
+        ),
+        (
+            "global secret",
+            signed("global", &global, claims(&a, &a, now + 3600)),
+        ),
+        ("other issuer", {
+            let mut c = claims(&a, &a, now + 3600);
+            c["iss"] = json!("elsewhere");
+            signed("k1", &old_a, c)
+        }),
+    ] {
+        assert_eq!(answers(addr, &token).await, (401, 401), "{label}");
+    }
+
+    // Roll-over: a new key first, the old one still listed.
+    stack.world.config.tenants[0].signing_keys = vec![key("k2", &new_a), key("k1", &old_a)];
+    let rolling = stack.start_gateway("keys-2").await;
+    let mut ws = Client::connect(rolling, "rolling").await;
+    let ctrl = ws.login(&valid).await;
+    assert_eq!(
+        ctrl["code"],
+        json!(200),
+        "the old key still verifies: {ctrl}"
+    );
+    let reissued = ctrl["params"]["token"].as_str().unwrap().to_string();
+    let header = jsonwebtoken::decode_header(&reissued).unwrap();
+    assert_eq!(
+        header.kid.as_deref(),
+        Some("k2"),
+        "re-issued with the new key"
+    );
+    // The old key removed: its tokens are refused, the new key's are not.
+    stack.world.config.tenants[0].signing_keys = vec![key("k2", &new_a)];
+    let rolled = stack.start_gateway("keys-3").await;
+    assert_eq!(answers(rolled, &valid).await, (401, 401), "removed key");
+    let (ws, http) = answers(rolled, &reissued).await;
+    assert_eq!(ws, 200);
+    assert_ne!(http, 401);
+
+    // A tenant's weak key keeps a gateway from starting.
+    let mut weak = stack.config().clone();
+    weak.node.id = format!("weakkey-{}", stack.world.id);
+    weak.tenants[0].signing_keys = vec![key("k3", "sixteen-bytes-ok")];
+    let ended = run_gateway(
+        &weak,
+        &format!("weakkey-{}", stack.world.id),
+        Duration::from_secs(20),
+    )
+    .await;
+    let (ok, stderr) = ended.expect("the gateway kept running with a weak tenant key");
+    assert!(!ok && stderr.contains("weak secrets"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn admin_calls_are_audited_with_the_tokens_operator_and_scoped_to_its_tenant() {
+    let mut stack = Stack::prepared(None).await;
+    let tenant = stack.tenant().to_string();
+    let other = format!("{tenant}o");
+    let alice = format!("alice-{}", uuid::Uuid::new_v4().simple());
+    let bob = format!("bob-{}", uuid::Uuid::new_v4().simple());
+    stack
+        .world
+        .config
+        .tenants
+        .push(imstream::config::TenantConfig {
+            id: other.clone(),
+            database: format!("imt_{}_o", stack.world.id),
+            signing_keys: Vec::new(),
+        });
+    stack.world.config.auth.admin_tokens = vec![
+        imstream::config::AdminToken {
+            name: "ops-alice".into(),
+            token: alice.clone(),
+            tenant: Some(tenant.clone()),
+        },
+        imstream::config::AdminToken {
+            name: "ops-bob".into(),
+            token: bob.clone(),
+            tenant: Some(other.clone()),
+        },
+    ];
+    stack.start_pipeline("commands").await;
+    let addr = stack.start_gateway("node-a").await;
+    let command = |token: &str, id: &str, operator: &str| {
+        let body = json!({"command_id": id, "tenant": tenant, "operator": operator,
+                          "kind": "user.enable", "uid": 5});
+        let token = token.to_string();
+        async move {
+            reqwest::Client::new()
+                .post(format!("http://{addr}/v1/admin/commands"))
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .expect("gateway reachable")
+                .status()
+                .as_u16()
+        }
+    };
+    // Alice claims to be someone else; Bob's token is for another tenant.
+    assert_eq!(command(&alice, "cmd-alice", "mallory").await, 202);
+    assert_eq!(command(&bob, "cmd-bob", "ops-alice").await, 403);
+    let unnamed = stack.config().auth.admin_token.clone();
+    assert_eq!(command(&unnamed, "cmd-unnamed", "someone").await, 202);
+    for (path, token, expected) in [("5/disable", &bob, 403), ("5/signout", &alice, 202)] {
+        let status = realtime_support::admin(addr, token, path, &tenant).await;
+        assert_eq!(status, expected, "{path}");
+    }
+    assert_eq!(
+        http_admin(addr, &bob, &tenant).await,
+        403,
+        "bob's notification"
+    );
+
+    let pool = stack.pool();
+    let rows = common::wait_for("the audit rows", Duration::from_secs(60), || {
+        let pool = pool.clone();
+        async move {
+            let rows: Vec<(String, String)> = sqlx::query_as(
+                "SELECT command_id, operator FROM im_admin_commands ORDER BY command_id",
+            )
+            .fetch_all(&pool)
+            .await
+            .map_err(|e| e.to_string())?;
+            if rows.len() >= 2 {
+                Ok(rows)
+            } else {
+                Err(format!("{rows:?}"))
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        rows,
+        vec![
+            ("cmd-alice".to_string(), "ops-alice".to_string()),
+            ("cmd-unnamed".to_string(), "admin".to_string()),
+        ]
+    );
 }

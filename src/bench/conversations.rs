@@ -54,7 +54,7 @@ pub async fn run(config: &Config, args: ConversationsArgs) -> anyhow::Result<()>
         run,
     } = Setup::new(config, args.tenant.as_deref())?;
     let user = 4_000_000i64 + (rand::random::<u16>() as i64) * 16;
-    let token = tokens.issue(&tenant, user, "bench", 0).token;
+    let token = tokens.issue(&tenant, user, "bench", 0, 0).token;
     let codec = EventCodec::new(&config.registry.url)?;
     let producer = EventProducer::new(&config.kafka, codec)?;
     let month = ShardMonth::of(chrono::Utc::now()).to_string();

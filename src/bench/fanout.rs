@@ -70,7 +70,7 @@ pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
             .replacen("wss://", "https://", 1)
     };
 
-    let owner_token = tokens.issue(&tenant, base, "bench", 0).token;
+    let owner_token = tokens.issue(&tenant, base, "bench", 0, 0).token;
     let members: Vec<i64> = (1..args.members as i64).map(|i| base + i).collect();
     let resp = reqwest::Client::new()
         .post(format!("{}/v1/groups", http(&urls[0])))
@@ -118,7 +118,7 @@ pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
     for i in 0..sessions {
         let url = urls[i % urls.len()].clone();
         let token = tokens
-            .issue(&tenant, base + i as i64, &format!("fb{i}"), 0)
+            .issue(&tenant, base + i as i64, &format!("fb{i}"), 0, 0)
             .token;
         let topic = topic.clone();
         let sem = sem.clone();

@@ -51,7 +51,7 @@ pub async fn run(config: &Config, args: HistoryArgs) -> anyhow::Result<()> {
     } = Setup::new(config, args.tenant.as_deref())?;
     let run = run.as_str();
     let reader = 3_000_000i64;
-    let token = tokens.issue(&tenant, reader, "bench", 0).token;
+    let token = tokens.issue(&tenant, reader, "bench", 0, 0).token;
     let web = reqwest::Client::new();
 
     let hot_topic = format!("grpHh{run}");

@@ -40,7 +40,7 @@ impl Setup {
             .clone();
         Ok(Setup {
             pool: crate::tenant::database_pool(&config.mysql, &database)?,
-            tokens: Tokens::new(&config.auth),
+            tokens: Tokens::new(&config),
             run: uuid::Uuid::new_v4().simple().to_string()[..8].to_string(),
             tenant,
         })

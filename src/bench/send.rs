@@ -59,7 +59,7 @@ pub async fn run(config: &Config, args: SendArgs) -> anyhow::Result<()> {
 
     // Groups, created through the gateway like a user would.
     let owner = 1i64;
-    let owner_token = tokens.issue(&tenant, owner, "bench", 0).token;
+    let owner_token = tokens.issue(&tenant, owner, "bench", 0, 0).token;
     let uid_of = |i: usize| 1_000_000 + i as i64;
     let topics: Vec<String> = (0..args.groups).map(|g| format!("grpB{run}{g}")).collect();
     let web = reqwest::Client::new();
@@ -103,7 +103,7 @@ pub async fn run(config: &Config, args: SendArgs) -> anyhow::Result<()> {
     let mut sockets = Vec::with_capacity(args.clients);
     for i in 0..args.clients {
         let token = tokens
-            .issue(&tenant, uid_of(i), &format!("bench-{i}"), 0)
+            .issue(&tenant, uid_of(i), &format!("bench-{i}"), 0, 0)
             .token;
         sockets.push(client::connect(&args.url, &token, &topics[i % args.groups]).await?);
     }

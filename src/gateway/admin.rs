@@ -2,8 +2,12 @@
 //! revoke a device, sign a user out everywhere, disable / enable a user;
 //! and `POST /v1/admin/commands`, which puts an admin command (seed 002
 //! §7.2) on the commands topic for the command pipeline.
-//! Bearer `auth.admin_token`; `?tenant=` names the tenant. The control
-//! pipeline applies the events (version keys, closing live sessions).
+//! Bearer: `auth.admin_token` (operator `admin`) or one of
+//! `auth.admin_tokens` (operator: its name; a token with a tenant acts on
+//! that tenant only, 403 elsewhere); `?tenant=` names the tenant. The
+//! operator recorded (audit row, event reason) is the token's, never a
+//! field of the request. The control pipeline applies the events (MySQL
+//! rows, Redis keys, closing live sessions).
 
 use std::sync::Arc;
 
@@ -20,7 +24,7 @@ use crate::events::{
     UserDevice, UserRef,
 };
 use crate::kafka::topics::TopicKind;
-use crate::keys::TenantKeys;
+use crate::session_control::UserControl;
 
 use super::Gateway;
 
@@ -33,8 +37,57 @@ fn refuse(code: StatusCode, text: &str) -> Response {
     (code, Json(json!({"code": code.as_u16(), "error": text}))).into_response()
 }
 
-fn authorized(gw: &Gateway, headers: &HeaderMap) -> bool {
-    crate::bearer::presented(headers, &gw.config.auth.admin_token)
+/// Who makes an admin call: the holder of the admin token it presents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operator {
+    /// The token's name (`admin` for the unnamed `auth.admin_token`).
+    pub name: String,
+    /// The one tenant the token may act on; `None`: every tenant.
+    pub tenant: Option<String>,
+}
+
+/// The operator whose token `headers` present, if any (every configured
+/// token is compared, each in constant time).
+pub fn operator(gw: &Gateway, headers: &HeaderMap) -> Option<Operator> {
+    let presented = crate::bearer::token(headers)?;
+    let auth = &gw.config.auth;
+    let mut found = None;
+    if crate::bearer::matches(presented, &auth.admin_token) {
+        found = Some(Operator {
+            name: "admin".into(),
+            tenant: None,
+        });
+    }
+    for t in &auth.admin_tokens {
+        if crate::bearer::matches(presented, &t.token) && found.is_none() {
+            found = Some(Operator {
+                name: t.name.clone(),
+                tenant: t.tenant.clone(),
+            });
+        }
+    }
+    found
+}
+
+/// The operator of a call on `tenant`: 401 without a valid admin token,
+/// 403 with a token of another tenant, 404 for a tenant not configured.
+fn admit(gw: &Gateway, headers: &HeaderMap, tenant: &str) -> Result<Operator, Response> {
+    let Some(op) = operator(gw, headers) else {
+        return Err(refuse(
+            StatusCode::UNAUTHORIZED,
+            "admin authentication required",
+        ));
+    };
+    if op.tenant.as_deref().is_some_and(|t| t != tenant) {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            "this admin token is for another tenant",
+        ));
+    }
+    if gw.config.tenant(tenant).is_none() {
+        return Err(refuse(StatusCode::NOT_FOUND, "unknown tenant"));
+    }
+    Ok(op)
 }
 
 async fn produce(
@@ -42,34 +95,35 @@ async fn produce(
     headers: &HeaderMap,
     tenant: &str,
     uid: &str,
-    body: impl FnOnce(i64) -> SessionControlBody,
+    body: impl FnOnce(&UserControl) -> SessionControlBody,
 ) -> Response {
-    if !authorized(gw, headers) {
-        return refuse(StatusCode::UNAUTHORIZED, "admin authentication required");
-    }
-    if gw.config.tenant(tenant).is_none() {
-        return refuse(StatusCode::NOT_FOUND, "unknown tenant");
-    }
+    let op = match admit(gw, headers, tenant) {
+        Ok(op) => op,
+        Err(refused) => return refused,
+    };
     let Some(uid) = uid.parse::<i64>().ok().filter(|u| *u > 0) else {
         return refuse(
             StatusCode::BAD_REQUEST,
             "malformed: uid must be a positive integer",
         );
     };
-    let mut redis = gw.sender.redis();
-    let current: Option<i64> = redis::cmd("GET")
-        .arg(TenantKeys::new(tenant).auth_version(uid))
-        .query_async(&mut redis)
-        .await
-        .unwrap_or(None);
+    // Versions are bumped past the ground truth (MySQL), not the cache.
+    let current = match gw.sender.pools().get(tenant) {
+        Ok(pool) => crate::session_control::load(pool, uid).await,
+        Err(_) => return refuse(StatusCode::NOT_FOUND, "unknown tenant"),
+    };
+    let current = match current {
+        Ok(c) => c,
+        Err(e) => return super::http::unavailable(e).into_response(),
+    };
     let event = SessionControlEvent {
         event_id: new_event_id(),
         tenant_id: tenant.to_string(),
         uid,
         occurred_at: now_ms(),
         actor_uid: 0,
-        reason: "admin".into(),
-        body: body(current.unwrap_or(0) + 1),
+        reason: format!("admin {}", op.name),
+        body: body(&current),
     };
     match gw
         .sender
@@ -98,10 +152,18 @@ pub async fn revoke_device(
     Query(t): Query<TenantParam>,
     headers: HeaderMap,
 ) -> Response {
-    produce(&gw, &headers, &t.tenant, &uid, |_| {
+    if device.is_empty() || device.len() > crate::session_control::MAX_DEVICE_LEN {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "malformed: device must be 1-191 bytes",
+        );
+    }
+    produce(&gw, &headers, &t.tenant, &uid, |c| {
+        // Every token of the device issued so far is below this generation.
+        let device_version = c.generation(&device) + 1;
         SessionControlBody::DeviceRevoked(DeviceRevoked {
             device,
-            device_version: now_ms(),
+            device_version,
         })
     })
     .await
@@ -114,8 +176,10 @@ pub async fn sign_out_everywhere(
     Query(t): Query<TenantParam>,
     headers: HeaderMap,
 ) -> Response {
-    produce(&gw, &headers, &t.tenant, &uid, |v| {
-        SessionControlBody::SignedOutEverywhere(AuthVersion { auth_version: v })
+    produce(&gw, &headers, &t.tenant, &uid, |c| {
+        SessionControlBody::SignedOutEverywhere(AuthVersion {
+            auth_version: c.auth_version + 1,
+        })
     })
     .await
 }
@@ -127,8 +191,10 @@ pub async fn disable_user(
     Query(t): Query<TenantParam>,
     headers: HeaderMap,
 ) -> Response {
-    produce(&gw, &headers, &t.tenant, &uid, |v| {
-        SessionControlBody::UserDisabled(AuthVersion { auth_version: v })
+    produce(&gw, &headers, &t.tenant, &uid, |c| {
+        SessionControlBody::UserDisabled(AuthVersion {
+            auth_version: c.auth_version + 1,
+        })
     })
     .await
 }
@@ -151,7 +217,10 @@ pub async fn enable_user(
 pub struct CommandBody {
     pub command_id: String,
     pub tenant: String,
-    pub operator: String,
+    /// Ignored (kept for old clients): the operator recorded is the name
+    /// of the admin token the call presents.
+    #[serde(default)]
+    pub operator: Option<String>,
     #[serde(default)]
     pub reason: String,
     /// A seed 002 §7.2 kind: `user.disable`, `group.admin.set`, …
@@ -222,16 +291,17 @@ pub async fn submit_command(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if !authorized(&gw, &headers) {
+    if operator(&gw, &headers).is_none() {
         return refuse(StatusCode::UNAUTHORIZED, "admin authentication required");
     }
     let c: CommandBody = match serde_json::from_slice(&body) {
         Ok(c) => c,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, &format!("malformed: {e}")),
     };
-    if gw.config.tenant(&c.tenant).is_none() {
-        return refuse(StatusCode::NOT_FOUND, "unknown tenant");
-    }
+    let op = match admit(&gw, &headers, &c.tenant) {
+        Ok(op) => op,
+        Err(refused) => return refused,
+    };
     if c.command_id.is_empty() || c.command_id.len() > 64 {
         return refuse(
             StatusCode::BAD_REQUEST,
@@ -246,7 +316,7 @@ pub async fn submit_command(
         command_id: c.command_id.clone(),
         tenant_id: c.tenant,
         issued_at: now_ms(),
-        operator: c.operator,
+        operator: op.name,
         reason: c.reason,
         body,
     };

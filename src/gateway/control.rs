@@ -1,87 +1,87 @@
 //! Session control at the gateway (seed 002 §5): tokens older than the
-//! user's auth_version, disabled users and revoked devices are refused at
-//! login, and live sessions are re-checked on every heartbeat (in one Redis
-//! round trip for all local sessions) and on uplink — so a lost Pub/Sub
-//! control message still takes effect.
+//! user's auth_version, disabled users and tokens of a revoked device
+//! (below its revocation generation) are refused at login, and live
+//! sessions are re-checked on every heartbeat (in one Redis round trip for
+//! all local sessions) and on uplink — so a lost Pub/Sub control message
+//! still takes effect. State not cached in Redis is read from MySQL
+//! ([`crate::session_control`]); when neither answers, logins are refused.
 
 use redis::aio::ConnectionManager;
 
 use crate::keys::TenantKeys;
 use crate::realtime::hub::SessionHandle;
+use crate::session_control::{self, DeviceControl, Unavailable};
+use crate::tenant::TenantPools;
 
 /// The user's control state, as stored by the control pipeline.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ControlState {
-    pub auth_version: i64,
-    pub disabled: bool,
-    /// Epoch ms the device was revoked at, if ever.
-    pub device_revoked_at: Option<i64>,
-}
+pub type ControlState = DeviceControl;
 
-impl ControlState {
-    /// Why a session or token (with `auth_version`, since `since_ms`) may no
-    /// longer be used, if it may not.
-    pub fn refusal(&self, auth_version: i64, since_ms: i64) -> Option<&'static str> {
-        if self.disabled {
-            Some("user disabled")
-        } else if auth_version < self.auth_version {
-            Some("signed out")
-        } else if self.device_revoked_at.is_some_and(|at| at >= since_ms) {
-            Some("device revoked")
-        } else {
-            None
-        }
+/// Why a session or token (with `auth_version`, issued under the device's
+/// revocation `generation`) may no longer be used, if it may not.
+pub fn refusal(state: &ControlState, auth_version: i64, generation: i64) -> Option<&'static str> {
+    if state.disabled {
+        Some("user disabled")
+    } else if auth_version < state.auth_version {
+        Some("signed out")
+    } else if generation < state.generation {
+        Some("device revoked")
+    } else {
+        None
     }
 }
 
-/// Reads the control state of one user/device.
+/// Reads the control state of one user/device (Redis, else MySQL).
 pub async fn state(
     redis: &mut ConnectionManager,
+    pools: &TenantPools,
     tenant: &str,
     uid: i64,
     device: &str,
-) -> redis::RedisResult<ControlState> {
-    let k = TenantKeys::new(tenant);
-    let (av, disabled, revoked): (Option<i64>, bool, Option<i64>) = redis::pipe()
-        .get(k.auth_version(uid))
-        .exists(k.user_disabled(uid))
-        .get(k.device_revoked(uid, device))
-        .query_async(redis)
-        .await?;
-    Ok(ControlState {
-        auth_version: av.unwrap_or(0),
-        disabled,
-        device_revoked_at: revoked,
-    })
+) -> Result<ControlState, Unavailable> {
+    session_control::read(redis, pools.get(tenant).ok(), tenant, uid, device).await
 }
 
 /// Re-checks every given session; returns those that must close, with why.
+/// Sessions whose user's state is not cached are checked against MySQL.
 pub async fn recheck(
     redis: &mut ConnectionManager,
+    pools: &TenantPools,
     sessions: &[SessionHandle],
-) -> redis::RedisResult<Vec<(SessionHandle, &'static str)>> {
+) -> Result<Vec<(SessionHandle, &'static str)>, Unavailable> {
     let mut out = Vec::new();
     for chunk in sessions.chunks(2000) {
         let mut pipe = redis::pipe();
         for s in chunk {
             let k = TenantKeys::new(&s.tenant);
-            pipe.get(k.auth_version(s.uid))
+            pipe.get(k.control_version(s.uid))
+                .get(k.auth_version(s.uid))
                 .exists(k.user_disabled(s.uid))
                 .get(k.device_revoked(s.uid, &s.device));
         }
-        let values: Vec<redis::Value> = pipe.query_async(redis).await?;
-        for (s, triple) in chunk.iter().zip(values.chunks(3)) {
-            let state = ControlState {
-                auth_version: redis::from_redis_value::<Option<i64>>(&triple[0])
-                    .ok()
-                    .flatten()
-                    .unwrap_or(0),
-                disabled: redis::from_redis_value::<bool>(&triple[1]).unwrap_or(false),
-                device_revoked_at: redis::from_redis_value::<Option<i64>>(&triple[2])
-                    .ok()
-                    .flatten(),
+        let values: Option<Vec<redis::Value>> = match pipe.query_async(redis).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(error = %e, "session control: redis unavailable, reading MySQL");
+                None
+            }
+        };
+        for (i, s) in chunk.iter().enumerate() {
+            let cached = values.as_ref().and_then(|v| {
+                let four = &v[i * 4..i * 4 + 4];
+                let int =
+                    |v: &redis::Value| redis::from_redis_value::<Option<i64>>(v).ok().flatten();
+                int(&four[0])?;
+                Some(ControlState {
+                    auth_version: int(&four[1]).unwrap_or(0),
+                    disabled: redis::from_redis_value::<bool>(&four[2]).unwrap_or(false),
+                    generation: int(&four[3]).unwrap_or(0),
+                })
+            });
+            let state = match cached {
+                Some(c) => c,
+                None => state(redis, pools, &s.tenant, s.uid, &s.device).await?,
             };
-            if let Some(why) = state.refusal(s.auth_version, s.since_ms) {
+            if let Some(why) = refusal(&state, s.auth_version, s.generation) {
                 out.push((s.clone(), why));
             }
         }
@@ -96,27 +96,27 @@ mod tests {
     #[test]
     fn refusals() {
         let ok = ControlState::default();
-        assert_eq!(ok.refusal(0, 100), None);
+        assert_eq!(refusal(&ok, 0, 0), None);
         let signed_out = ControlState {
             auth_version: 2,
             ..ok
         };
-        assert_eq!(signed_out.refusal(1, 100), Some("signed out"));
-        assert_eq!(signed_out.refusal(2, 100), None);
+        assert_eq!(refusal(&signed_out, 1, 0), Some("signed out"));
+        assert_eq!(refusal(&signed_out, 2, 0), None);
         let revoked = ControlState {
-            device_revoked_at: Some(150),
+            generation: 3,
             ..ok
         };
-        assert_eq!(revoked.refusal(0, 100), Some("device revoked"));
+        assert_eq!(refusal(&revoked, 0, 2), Some("device revoked"));
         assert_eq!(
-            revoked.refusal(0, 200),
+            refusal(&revoked, 0, 3),
             None,
-            "logged in again after the revocation"
+            "issued under the revocation's generation: after it"
         );
         let disabled = ControlState {
             disabled: true,
             ..ok
         };
-        assert_eq!(disabled.refusal(9, 999), Some("user disabled"));
+        assert_eq!(refusal(&disabled, 9, 9), Some("user disabled"));
     }
 }

@@ -109,10 +109,17 @@ pub(super) async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Cl
         return Err(error(401, "authentication failed"));
     }
     let mut redis = gw.sender.redis();
-    let state = super::control::state(&mut redis, &claims.ten, claims.uid, &claims.dev)
-        .await
-        .map_err(|_| error(503, "service unavailable, retry"))?;
-    if let Some(why) = state.refusal(claims.av, claims.iat * 1000) {
+    // Fails closed: when neither Redis nor MySQL answers, nobody is let in.
+    let state = super::control::state(
+        &mut redis,
+        gw.sender.pools(),
+        &claims.ten,
+        claims.uid,
+        &claims.dev,
+    )
+    .await
+    .map_err(unavailable)?;
+    if let Some(why) = super::control::refusal(&state, claims.av, claims.gen) {
         return Err(ApiError(
             StatusCode::UNAUTHORIZED,
             "authentication failed".into(),

@@ -87,7 +87,7 @@ pub async fn start(
         sender,
         history,
         governance,
-        tokens: auth::Tokens::new(&config.auth),
+        tokens: auth::Tokens::new(config),
         snowflake,
         hub: crate::realtime::hub::Hub::default(),
         shutdown: shutdown.clone(),
@@ -347,7 +347,7 @@ async fn heartbeat(gw: Arc<Gateway>) {
             tracing::warn!(error = %e, "presence refresh failed");
         }
         recheck_members(&gw, &mut redis).await;
-        match control::recheck(&mut redis, &gw.hub.all_sessions()).await {
+        match control::recheck(&mut redis, gw.sender.pools(), &gw.hub.all_sessions()).await {
             Ok(refused) => {
                 for (session, why) in refused {
                     tracing::info!(sid = %session.sid, uid = session.uid, why, "closing session on heartbeat");

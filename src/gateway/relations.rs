@@ -277,12 +277,15 @@ pub async fn mute_topic(
     produce(&gw, vec![UserEvent::new(&me.ten, me.uid, me.uid, body)]).await
 }
 
-fn admin(gw: &Gateway, headers: &HeaderMap) -> Result<(), ApiError> {
-    let ok = crate::bearer::presented(headers, &gw.config.auth.admin_token);
-    if ok {
-        Ok(())
-    } else {
-        Err(error(401, "admin authentication required"))
+/// The operator of an admin call on `tenant` (see [`super::admin::operator`]):
+/// 401 without an admin token, 403 with a token of another tenant.
+fn admin(gw: &Gateway, headers: &HeaderMap, tenant: &str) -> Result<(), ApiError> {
+    match super::admin::operator(gw, headers) {
+        None => Err(error(401, "admin authentication required")),
+        Some(op) if op.tenant.as_deref().is_some_and(|t| t != tenant) => {
+            Err(error(403, "this admin token is for another tenant"))
+        }
+        Some(_) => Ok(()),
     }
 }
 
@@ -302,8 +305,11 @@ pub async fn notify(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    admin(&gw, &headers)?;
+    if super::admin::operator(&gw, &headers).is_none() {
+        return Err(error(401, "admin authentication required"));
+    }
     let n: NotificationBody = parse(&body)?;
+    admin(&gw, &headers, &n.tenant)?;
     if gw.config.tenant(&n.tenant).is_none() {
         return Err(error(404, "unknown tenant"));
     }
@@ -333,8 +339,11 @@ pub async fn badge(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    admin(&gw, &headers)?;
+    if super::admin::operator(&gw, &headers).is_none() {
+        return Err(error(401, "admin authentication required"));
+    }
     let b: BadgeBody = parse(&body)?;
+    admin(&gw, &headers, &b.tenant)?;
     if gw.config.tenant(&b.tenant).is_none() {
         return Err(error(404, "unknown tenant"));
     }

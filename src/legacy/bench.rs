@@ -108,6 +108,7 @@ pub async fn run(config: &Config, args: LegacyCopyArgs) -> anyhow::Result<()> {
     let tenant = TenantConfig {
         id: format!("bench_{run}"),
         database: format!("imbench_legacy_{run}"),
+        signing_keys: Vec::new(),
     };
     let mut scratch = config.clone();
     scratch.tenants = vec![tenant.clone()];

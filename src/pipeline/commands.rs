@@ -24,7 +24,6 @@ use crate::governance::exec::{derived_event_id, Origin};
 use crate::governance::{Action, Actor, Executor, Refused};
 use crate::kafka::producer::{EventProducer, ProduceError};
 use crate::kafka::topics::TopicKind;
-use crate::keys::TenantKeys;
 use crate::metrics as m;
 use crate::tenant::{db_failure, TenantPools};
 
@@ -34,7 +33,6 @@ use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 pub struct CommandsHandler {
     codec: EventCodec,
     pools: TenantPools,
-    redis: ConnectionManager,
     producer: EventProducer,
     governance: Executor,
 }
@@ -47,11 +45,10 @@ impl CommandsHandler {
         producer: EventProducer,
         node: String,
     ) -> Self {
-        let governance = Executor::new(pools.clone(), redis.clone(), producer.clone(), node);
+        let governance = Executor::new(pools.clone(), redis, producer.clone(), node);
         Self {
             codec,
             pools,
-            redis,
             producer,
             governance,
         }
@@ -216,8 +213,10 @@ impl CommandsHandler {
         let (topic, action): (&String, Action) = match &cmd.body {
             AdminCommandBody::UserDisable(u) => {
                 return self
-                    .control(cmd, u.uid, |v| {
-                        SessionControlBody::UserDisabled(AuthVersion { auth_version: v })
+                    .control(cmd, u.uid, |c| {
+                        SessionControlBody::UserDisabled(AuthVersion {
+                            auth_version: c.auth_version + 1,
+                        })
                     })
                     .await
             }
@@ -228,19 +227,25 @@ impl CommandsHandler {
             }
             AdminCommandBody::UserPasswordReset(u) => {
                 return self
-                    .control(cmd, u.uid, |v| {
-                        SessionControlBody::PasswordReset(AuthVersion { auth_version: v })
+                    .control(cmd, u.uid, |c| {
+                        SessionControlBody::PasswordReset(AuthVersion {
+                            auth_version: c.auth_version + 1,
+                        })
                     })
                     .await
             }
             AdminCommandBody::UserDeviceRevoke(d) => {
                 let device = d.device.clone();
-                let issued = cmd.issued_at;
+                if device.is_empty() || device.len() > crate::session_control::MAX_DEVICE_LEN {
+                    return Err(Refused(400, "device must be 1-191 bytes".into()));
+                }
                 return self
-                    .control(cmd, d.uid, move |_| {
+                    .control(cmd, d.uid, move |c| {
+                        // Every token of the device issued so far is below.
+                        let device_version = c.generation(&device) + 1;
                         SessionControlBody::DeviceRevoked(DeviceRevoked {
                             device,
-                            device_version: issued,
+                            device_version,
                         })
                     })
                     .await;
@@ -267,22 +272,24 @@ impl CommandsHandler {
         Ok(outcome.event_ids)
     }
 
-    /// Produces one session-control event for `uid` (auth version bumped
-    /// past the current one), with an id derived from the command.
+    /// Produces one session-control event for `uid` (versions bumped past
+    /// the user's current state in MySQL, the ground truth), with an id
+    /// derived from the command.
     async fn control(
         &self,
         cmd: &AdminCommand,
         uid: i64,
-        body: impl FnOnce(i64) -> SessionControlBody,
+        body: impl FnOnce(&crate::session_control::UserControl) -> SessionControlBody,
     ) -> Result<Vec<String>, Refused> {
         if uid <= 0 {
             return Err(Refused(400, "uid must be positive".into()));
         }
         let unavailable = |e: &dyn std::fmt::Display| Refused(503, e.to_string());
-        let mut redis = self.redis.clone();
-        let current: Option<i64> = redis::cmd("GET")
-            .arg(TenantKeys::new(&cmd.tenant_id).auth_version(uid))
-            .query_async(&mut redis)
+        let pool = self
+            .pools
+            .get(&cmd.tenant_id)
+            .map_err(|e| Refused(404, e.to_string()))?;
+        let current = crate::session_control::load(pool, uid)
             .await
             .map_err(|e| unavailable(&e))?;
         let event = SessionControlEvent {
@@ -296,7 +303,7 @@ impl CommandsHandler {
             } else {
                 cmd.reason.clone()
             },
-            body: body(current.unwrap_or(0) + 1),
+            body: body(&current),
         };
         self.producer
             .send(

@@ -1,77 +1,82 @@
-//! The control pipeline's handler: session-control events into the Redis
-//! control keys (versions only move forward), then a close envelope to
-//! every gateway. Gateways also re-check the keys on heartbeat, so a lost
-//! envelope still takes effect.
+//! The control pipeline's handler: session-control events into the MySQL
+//! session-control rows (the ground truth; versions only move forward),
+//! then the user's whole state into the Redis control keys, then a close
+//! envelope to every gateway. Gateways also re-check the keys on
+//! heartbeat, so a lost envelope still takes effect.
 
 use redis::aio::ConnectionManager;
 
 use crate::events::{EventCodec, SessionControlBody, SessionControlEvent};
-use crate::keys::TenantKeys;
 use crate::realtime::{bus, Envelope, Kind, TargetType};
+use crate::session_control::{self, Change};
+use crate::tenant::TenantPools;
 
-use super::failure::redis_failure;
+use super::failure::{redis_failure, FailureKind};
 use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
-
-/// Sets a key to a number unless it already holds a larger one.
-const SET_MAX: &str = "local cur = tonumber(redis.call('GET', KEYS[1]) or '0') \
-    if tonumber(ARGV[1]) > cur then redis.call('SET', KEYS[1], ARGV[1]) end return 1";
 
 pub struct ControlHandler {
     codec: EventCodec,
+    pools: TenantPools,
     redis: ConnectionManager,
 }
 
 impl ControlHandler {
-    pub fn new(codec: EventCodec, redis: ConnectionManager) -> Self {
-        Self { codec, redis }
+    pub fn new(codec: EventCodec, pools: TenantPools, redis: ConnectionManager) -> Self {
+        Self {
+            codec,
+            pools,
+            redis,
+        }
     }
 
-    async fn apply(&self, e: &SessionControlEvent) -> redis::RedisResult<()> {
-        let k = TenantKeys::new(&e.tenant_id);
-        let mut redis = self.redis.clone();
-        let set_max = redis::Script::new(SET_MAX);
-        let (target_type, target, reason) = match &e.body {
-            SessionControlBody::DeviceRevoked(d) => {
-                let _: i64 = set_max
-                    .key(k.device_revoked(e.uid, &d.device))
-                    .arg(e.occurred_at)
-                    .invoke_async(&mut redis)
-                    .await?;
-                (
-                    TargetType::Device,
-                    format!("{}/{}", e.uid, d.device),
-                    "device revoked",
-                )
-            }
-            SessionControlBody::SignedOutEverywhere(v) | SessionControlBody::PasswordReset(v) => {
-                let _: i64 = set_max
-                    .key(k.auth_version(e.uid))
-                    .arg(v.auth_version)
-                    .invoke_async(&mut redis)
-                    .await?;
-                (TargetType::User, e.uid.to_string(), "signed out")
-            }
-            SessionControlBody::UserDisabled(v) => {
-                let _: i64 = set_max
-                    .key(k.auth_version(e.uid))
-                    .arg(v.auth_version)
-                    .invoke_async(&mut redis)
-                    .await?;
-                let _: () = redis::cmd("SET")
-                    .arg(k.user_disabled(e.uid))
-                    .arg(e.occurred_at)
-                    .query_async(&mut redis)
-                    .await?;
-                (TargetType::User, e.uid.to_string(), "user disabled")
-            }
+    async fn apply(&self, e: &SessionControlEvent) -> Result<(), (FailureKind, String)> {
+        let (change, target_type, target, reason) = match &e.body {
+            SessionControlBody::DeviceRevoked(d) => (
+                Change::RevokeDevice {
+                    device: d.device.clone(),
+                    generation: d.device_version,
+                },
+                TargetType::Device,
+                format!("{}/{}", e.uid, d.device),
+                "device revoked",
+            ),
+            SessionControlBody::SignedOutEverywhere(v) | SessionControlBody::PasswordReset(v) => (
+                Change::AuthVersion(v.auth_version),
+                TargetType::User,
+                e.uid.to_string(),
+                "signed out",
+            ),
+            SessionControlBody::UserDisabled(v) => (
+                Change::Disable {
+                    auth_version: v.auth_version,
+                },
+                TargetType::User,
+                e.uid.to_string(),
+                "user disabled",
+            ),
             SessionControlBody::UserEnabled(_) => {
-                let _: () = redis::cmd("DEL")
-                    .arg(k.user_disabled(e.uid))
-                    .query_async(&mut redis)
-                    .await?;
-                return Ok(());
+                (Change::Enable, TargetType::User, e.uid.to_string(), "")
             }
         };
+        let pool = self.pools.get(&e.tenant_id).map_err(|err| {
+            let kind = if err.is_retryable() {
+                FailureKind::Outage
+            } else {
+                FailureKind::Poison
+            };
+            (kind, err.to_string())
+        })?;
+        // MySQL first (the ground truth), then the cache, then the close.
+        let state = session_control::apply(pool, e.uid, &change)
+            .await
+            .map_err(|err| (crate::tenant::db_failure(&err), format!("mysql: {err}")))?;
+        let mut redis = self.redis.clone();
+        session_control::cache(&mut redis, &e.tenant_id, e.uid, &state)
+            .await
+            .map_err(|err| (redis_failure(&err), format!("redis: {err}")))?;
+        if change == Change::Enable {
+            return Ok(());
+        }
         let envelope = Envelope {
             event_id: e.event_id.clone(),
             tenant_id: e.tenant_id.clone(),
@@ -83,7 +88,9 @@ impl ControlHandler {
             occurred_at: e.occurred_at,
             payload: reason.to_string(),
         };
-        bus::publish(&mut redis, None, &envelope).await
+        bus::publish(&mut redis, None, &envelope)
+            .await
+            .map_err(|err| (redis_failure(&err), format!("redis: {err}")))
     }
 }
 
@@ -99,12 +106,8 @@ impl Handler for ControlHandler {
             if !gate.admit(i) {
                 continue;
             }
-            if let Err(e) = self.apply(&event).await {
-                gate.fail(RecordFailure::new(
-                    i,
-                    redis_failure(&e),
-                    format!("redis: {e}"),
-                ));
+            if let Err((kind, why)) = self.apply(&event).await {
+                gate.fail(RecordFailure::new(i, kind, why));
             }
         }
         gate.outcome()

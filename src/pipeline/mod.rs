@@ -162,7 +162,10 @@ pub async fn with_handler<W: WithHandler>(
             then.with(receipts::ReceiptsHandler::new(codec, pools, redis))
                 .await
         }
-        "control" => then.with(control::ControlHandler::new(codec, redis)).await,
+        "control" => {
+            then.with(control::ControlHandler::new(codec, pools, redis))
+                .await
+        }
         "fanout" => then.with(fanout::FanoutHandler::new(codec, redis)).await,
         "hot" => {
             let cap = config.limits.hot_per_topic;

@@ -265,7 +265,7 @@ mod tests {
             uid: 1,
             device: device.into(),
             auth_version: 0,
-            since_ms: 0,
+            generation: 0,
             tx,
             closing: crate::shutdown::Shutdown::new(),
         };

@@ -34,8 +34,9 @@ pub struct SessionHandle {
     pub device: Arc<str>,
     /// auth_version of the token the session logged in with.
     pub auth_version: i64,
-    /// When the session logged in (epoch ms); a device revoked later closes it.
-    pub since_ms: i64,
+    /// Revocation generation of its device the session's token was issued
+    /// under; a device revocation raising it closes the session.
+    pub generation: i64,
     pub tx: mpsc::Sender<Outbound>,
     /// Triggered when the session must close. The session then gives its
     /// writer a short grace to deliver what is queued and the final ctrl,
@@ -345,7 +346,7 @@ mod tests {
             uid: 1,
             device: "d".into(),
             auth_version: 0,
-            since_ms: 0,
+            generation: 0,
             tx,
             closing: Shutdown::new(),
         }

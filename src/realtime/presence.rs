@@ -37,12 +37,18 @@ impl TenantKeys {
     pub fn auth_version(&self, uid: i64) -> String {
         format!("{}:control:user:{uid}:auth_version", self.base())
     }
-    /// INT epoch ms: sessions and tokens of this device from before are revoked.
+    /// INT revocation generation of the device: its tokens (and sessions)
+    /// with a lower `gen` are revoked.
     pub fn device_revoked(&self, uid: i64, device: &str) -> String {
         format!(
-            "{}:control:user:{uid}:device:{device}:revoked_at",
+            "{}:control:user:{uid}:device:{device}:generation",
             self.base()
         )
+    }
+    /// INT row version of the user's cached control state
+    /// (`session_control`); absent: not cached, read MySQL.
+    pub fn control_version(&self, uid: i64) -> String {
+        format!("{}:control:user:{uid}:version", self.base())
     }
     /// Present while the user is disabled.
     pub fn user_disabled(&self, uid: i64) -> String {

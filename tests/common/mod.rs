@@ -121,6 +121,7 @@ impl World {
         config.tenants = vec![TenantConfig {
             id: format!("t{id}"),
             database: format!("imt_{id}"),
+            signing_keys: Vec::new(),
         }];
         World {
             id,
@@ -311,8 +312,8 @@ impl Stack {
     }
 
     pub fn token(&self, uid: i64, device: &str) -> String {
-        imstream::gateway::auth::Tokens::new(&self.world.config.auth)
-            .issue(self.tenant(), uid, device, 0)
+        imstream::gateway::auth::Tokens::new(&self.world.config)
+            .issue(self.tenant(), uid, device, 0, 0)
             .token
     }
 

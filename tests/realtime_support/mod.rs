@@ -380,8 +380,8 @@ pub fn token_for(
     device: &str,
     auth_version: i64,
 ) -> String {
-    imstream::gateway::auth::Tokens::new(&config.auth)
-        .issue(tenant, uid, device, auth_version)
+    imstream::gateway::auth::Tokens::new(config)
+        .issue(tenant, uid, device, auth_version, 0)
         .token
 }
 

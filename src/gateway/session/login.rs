@@ -58,7 +58,7 @@ impl Session {
             self.reply(ctrl(id, None, code, text, Some(params))).await;
             return;
         }
-        // (identity, token auth_version, token issued at ms); the claims of
+        // (identity, token auth_version, token generation); the claims of
         // a token login, whose expiry the reply keeps.
         let mut presented: Option<auth::Claims> = None;
         let identity = match login.scheme.as_str() {
@@ -71,7 +71,7 @@ impl Session {
                         device: c.dev,
                     },
                     Some(c.av),
-                    c.iat * 1000,
+                    Some(c.gen),
                 )
             }),
             "basic" => auth::check_basic(&gw.config.auth, &login.secret).map(|(tenant, uid)| {
@@ -83,12 +83,12 @@ impl Session {
                         device,
                     },
                     None,
-                    now_ms(),
+                    None,
                 )
             }),
             _ => Err(AuthError::UnknownScheme),
         };
-        let (identity, token_av, issued_ms) = match identity {
+        let (identity, token_av, token_gen) = match identity {
             Ok(i) if gw.config.tenant(&i.0.tenant).is_some() => i,
             Ok(_) | Err(AuthError::Failed) => {
                 subjects.failed(&mut redis, &gw.config.limits).await;
@@ -102,16 +102,29 @@ impl Session {
                 return;
             }
         };
-        let Ok(state) =
-            control::state(&mut redis, &identity.tenant, identity.uid, &identity.device).await
-        else {
-            self.reply(ctrl(id, None, 503, "service unavailable, retry", None))
-                .await;
-            return;
+        // Fails closed: when neither Redis nor MySQL answers, nobody is let in.
+        let state = match control::state(
+            &mut redis,
+            gw.sender.pools(),
+            &identity.tenant,
+            identity.uid,
+            &identity.device,
+        )
+        .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "session control unavailable at login");
+                self.reply(ctrl(id, None, 503, "service unavailable, retry", None))
+                    .await;
+                return;
+            }
         };
-        // A password login is as new as the current auth_version.
+        // A password login is as new as the current auth_version and the
+        // device's current revocation generation.
         let auth_version = token_av.unwrap_or(state.auth_version);
-        if let Some(why) = state.refusal(auth_version, issued_ms) {
+        let generation = token_gen.unwrap_or(state.generation);
+        if let Some(why) = control::refusal(&state, auth_version, generation) {
             self.reply(ctrl(
                 id,
                 None,
@@ -153,6 +166,7 @@ impl Session {
                 identity.uid,
                 &identity.device,
                 auth_version,
+                generation,
             ),
         };
         let handle = SessionHandle {
@@ -161,7 +175,7 @@ impl Session {
             uid: identity.uid,
             device: Arc::from(identity.device.as_str()),
             auth_version,
-            since_ms: issued_ms,
+            generation,
             tx: self.out.clone(),
             closing: self.closing.clone(),
         };

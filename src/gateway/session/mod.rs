@@ -391,7 +391,13 @@ impl Session {
         }
         self.checked_at = now;
         let mut redis = self.gateway.sender.redis();
-        match control::recheck(&mut redis, std::slice::from_ref(handle)).await {
+        match control::recheck(
+            &mut redis,
+            self.gateway.sender.pools(),
+            std::slice::from_ref(handle),
+        )
+        .await
+        {
             Ok(refused) if !refused.is_empty() => {
                 self.close(refused[0].1);
                 false

@@ -1,0 +1,246 @@
+//! Session-control state (seed 002 §5: auth version, disabled flag, device
+//! revocation generations) with MySQL as ground truth and Redis as its
+//! cache. The control pipeline changes the rows, then caches the user's
+//! whole state; readers take Redis and, when a user's state is not cached
+//! (a Redis loss), rebuild it from MySQL — a missing key never means "no
+//! revocations". Every cached state carries the row version it was read
+//! at, so a slow rebuild cannot overwrite a newer state.
+
+use redis::aio::ConnectionManager;
+use sqlx::MySqlPool;
+
+use crate::keys::TenantKeys;
+
+/// A user without a row is cached this long (the key set stays bounded by
+/// active users); a user with a row is cached for good.
+const EMPTY_STATE_TTL_SECS: i64 = 86_400;
+
+/// One user's control state, as of row `version` (0: no row yet).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserControl {
+    pub version: i64,
+    pub auth_version: i64,
+    pub disabled: bool,
+    /// (device, revocation generation) of every revoked device.
+    pub devices: Vec<(String, i64)>,
+}
+
+impl UserControl {
+    /// The revocation generation of `device` (0: never revoked).
+    pub fn generation(&self, device: &str) -> i64 {
+        self.devices
+            .iter()
+            .find(|(d, _)| d == device)
+            .map_or(0, |(_, g)| *g)
+    }
+}
+
+/// One change to a user's control state; versions only move forward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Signed out everywhere or password reset: tokens below are refused.
+    AuthVersion(i64),
+    Disable {
+        auth_version: i64,
+    },
+    Enable,
+    /// Tokens of `device` below `generation` are refused.
+    RevokeDevice {
+        device: String,
+        generation: i64,
+    },
+}
+
+/// Longest device id a revocation can name (the column's width).
+pub const MAX_DEVICE_LEN: usize = 191;
+
+/// The user's state from MySQL.
+pub async fn load(pool: &MySqlPool, uid: i64) -> sqlx::Result<UserControl> {
+    let row: Option<(i64, i64, bool)> = sqlx::query_as(
+        "SELECT version, auth_version, disabled FROM im_session_control_users WHERE uid = ?",
+    )
+    .bind(uid)
+    .fetch_optional(pool)
+    .await?;
+    let devices: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT device, generation FROM im_session_control_devices WHERE uid = ? ORDER BY device",
+    )
+    .bind(uid)
+    .fetch_all(pool)
+    .await?;
+    let (version, auth_version, disabled) = row.unwrap_or((0, 0, false));
+    Ok(UserControl {
+        version,
+        auth_version,
+        disabled,
+        devices,
+    })
+}
+
+/// Applies `change` in one transaction (bumping the row version) and
+/// returns the state after it.
+pub async fn apply(pool: &MySqlPool, uid: i64, change: &Change) -> sqlx::Result<UserControl> {
+    let mut tx = pool.begin().await?;
+    let (av, disabled_sql) = match change {
+        Change::AuthVersion(v) => (*v, "disabled"),
+        Change::Disable { auth_version } => (*auth_version, "1"),
+        Change::Enable => (0, "0"),
+        Change::RevokeDevice { .. } => (0, "disabled"),
+    };
+    let initial_disabled = matches!(change, Change::Disable { .. });
+    // `VALUES()` rather than a row alias: MariaDB has no `AS new`.
+    sqlx::query(&format!(
+        "INSERT INTO im_session_control_users (uid, version, auth_version, disabled) \
+         VALUES (?, 1, ?, ?) ON DUPLICATE KEY UPDATE version = version + 1, \
+         auth_version = GREATEST(auth_version, VALUES(auth_version)), disabled = {disabled_sql}"
+    ))
+    .bind(uid)
+    .bind(av)
+    .bind(initial_disabled)
+    .execute(&mut *tx)
+    .await?;
+    if let Change::RevokeDevice { device, generation } = change {
+        sqlx::query(
+            "INSERT INTO im_session_control_devices (uid, device, generation) VALUES (?, ?, ?) \
+             ON DUPLICATE KEY UPDATE generation = GREATEST(generation, VALUES(generation))",
+        )
+        .bind(uid)
+        .bind(device)
+        .bind(generation)
+        .execute(&mut *tx)
+        .await?;
+    }
+    let row: (i64, i64, bool) = sqlx::query_as(
+        "SELECT version, auth_version, disabled FROM im_session_control_users WHERE uid = ?",
+    )
+    .bind(uid)
+    .fetch_one(&mut *tx)
+    .await?;
+    let devices: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT device, generation FROM im_session_control_devices WHERE uid = ? ORDER BY device",
+    )
+    .bind(uid)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(UserControl {
+        version: row.0,
+        auth_version: row.1,
+        disabled: row.2,
+        devices,
+    })
+}
+
+/// Caches `state` in Redis unless a newer version is cached already.
+pub async fn cache(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    uid: i64,
+    state: &UserControl,
+) -> redis::RedisResult<()> {
+    let k = TenantKeys::new(tenant);
+    let script = redis::Script::new(include_str!("../lua/cache_control.lua"));
+    let mut call = script.key(k.control_version(uid));
+    call.key(k.auth_version(uid)).key(k.user_disabled(uid));
+    for (device, _) in &state.devices {
+        call.key(k.device_revoked(uid, device));
+    }
+    call.arg(state.version)
+        .arg(state.auth_version)
+        .arg(if state.disabled { 1 } else { 0 })
+        .arg(if state.version == 0 {
+            EMPTY_STATE_TTL_SECS
+        } else {
+            0
+        });
+    for (_, generation) in &state.devices {
+        call.arg(*generation);
+    }
+    let _: i64 = call.invoke_async(redis).await?;
+    Ok(())
+}
+
+/// Why a user's state could not be read from either store.
+#[derive(Debug, thiserror::Error)]
+#[error("session control unavailable: redis: {redis}; mysql: {mysql}")]
+pub struct Unavailable {
+    pub redis: String,
+    pub mysql: String,
+}
+
+/// What a reader needs of one user and device.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceControl {
+    pub auth_version: i64,
+    pub disabled: bool,
+    /// The device's revocation generation: tokens below it are refused.
+    pub generation: i64,
+}
+
+impl From<(&UserControl, &str)> for DeviceControl {
+    fn from((u, device): (&UserControl, &str)) -> Self {
+        Self {
+            auth_version: u.auth_version,
+            disabled: u.disabled,
+            generation: u.generation(device),
+        }
+    }
+}
+
+/// The state of `uid`'s `device`: from Redis when cached, else from MySQL
+/// (cached again on the way). Fails only when neither store answers; the
+/// caller then refuses (security checks fail closed).
+pub async fn read(
+    redis: &mut ConnectionManager,
+    pool: Option<&MySqlPool>,
+    tenant: &str,
+    uid: i64,
+    device: &str,
+) -> Result<DeviceControl, Unavailable> {
+    let k = TenantKeys::new(tenant);
+    let cached: redis::RedisResult<(Option<i64>, Option<i64>, bool, Option<i64>)> = redis::pipe()
+        .get(k.control_version(uid))
+        .get(k.auth_version(uid))
+        .exists(k.user_disabled(uid))
+        .get(k.device_revoked(uid, device))
+        .query_async(redis)
+        .await;
+    let redis_error = match cached {
+        Ok((Some(_), av, disabled, generation)) => {
+            return Ok(DeviceControl {
+                auth_version: av.unwrap_or(0),
+                disabled,
+                generation: generation.unwrap_or(0),
+            })
+        }
+        Ok(_) => None,
+        Err(e) => Some(e),
+    };
+    let state = rebuild(redis, pool, tenant, uid, redis_error.is_none())
+        .await
+        .map_err(|mysql| Unavailable {
+            redis: redis_error
+                .as_ref()
+                .map_or_else(|| "not cached".to_string(), |e| e.to_string()),
+            mysql,
+        })?;
+    Ok(DeviceControl::from((&state, device)))
+}
+
+/// Loads `uid`'s state from MySQL and, when Redis answers, caches it.
+pub async fn rebuild(
+    redis: &mut ConnectionManager,
+    pool: Option<&MySqlPool>,
+    tenant: &str,
+    uid: i64,
+    redis_up: bool,
+) -> Result<UserControl, String> {
+    let pool = pool.ok_or_else(|| format!("unknown tenant {tenant:?}"))?;
+    let state = load(pool, uid).await.map_err(|e| e.to_string())?;
+    if redis_up {
+        if let Err(e) = cache(redis, tenant, uid, &state).await {
+            tracing::warn!(tenant, uid, error = %e, "session control: caching the rebuilt state failed");
+        }
+    }
+    Ok(state)
+}

@@ -1,0 +1,200 @@
+//! Session control against the real services: revocations live in MySQL
+//! and survive the loss of their Redis keys (a revoked device's token, and
+//! the token a login re-issued it, stay refused; a disabled user stays
+//! disabled), and a login is refused (503), not admitted, when neither
+//! Redis nor MySQL can say whether the user may enter.
+
+mod common;
+mod realtime_support;
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use common::{wait_for, Stack};
+use realtime_support::{admin, token_for, Client};
+
+/// Deletes `uid`'s Redis control keys (of this test's tenant only; the
+/// server is shared): what a Redis flush or restart leaves of them.
+async fn lose_control_keys(stack: &Stack, uid: i64, devices: &[&str]) {
+    let k = imstream::keys::TenantKeys::new(stack.tenant());
+    let mut keys = vec![
+        k.control_version(uid),
+        k.auth_version(uid),
+        k.user_disabled(uid),
+    ];
+    keys.extend(devices.iter().map(|d| k.device_revoked(uid, d)));
+    let mut redis = stack.redis().await;
+    let _: i64 = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+}
+
+/// An HTTP call that authenticates (listing a group's messages); its status.
+async fn http_status(addr: std::net::SocketAddr, token: &str) -> u16 {
+    reqwest::Client::new()
+        .get(format!("http://{addr}/v1/groups/grpNobody/messages"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("gateway reachable")
+        .status()
+        .as_u16()
+}
+
+async fn login(addr: std::net::SocketAddr, token: &str, label: &str) -> serde_json::Value {
+    let mut c = Client::connect(addr, label).await;
+    c.login(token).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn revocations_outlive_the_loss_of_their_redis_keys() {
+    let mut stack = Stack::prepared(None).await;
+    stack.start_pipeline("control").await;
+    let addr = stack.start_gateway("node-a").await;
+    let admin_token = stack.config().auth.admin_token.clone();
+    let tenant = stack.tenant().to_string();
+    let pool = stack.pool();
+    const A: i64 = 41;
+    const B: i64 = 42;
+
+    // A logs in on its phone with a token; the login re-issues one.
+    let stolen = stack.token(A, "phone");
+    let ctrl = login(addr, &stolen, "a-phone").await;
+    assert_eq!(ctrl["code"], json!(200), "{ctrl}");
+    let reissued = ctrl["params"]["token"].as_str().unwrap().to_string();
+    let laptop = stack.token(A, "laptop");
+
+    // The phone is revoked; B is disabled.
+    assert_eq!(
+        admin(
+            addr,
+            &admin_token,
+            &format!("{A}/devices/phone/revoke"),
+            &tenant
+        )
+        .await,
+        202
+    );
+    assert_eq!(
+        admin(addr, &admin_token, &format!("{B}/disable"), &tenant).await,
+        202
+    );
+    wait_for("the revocations applied", Duration::from_secs(30), || {
+        let addr = addr;
+        let (stolen, b) = (stolen.clone(), stack.token(B, "web"));
+        async move {
+            match (
+                http_status(addr, &stolen).await,
+                http_status(addr, &b).await,
+            ) {
+                (401, 401) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+
+    // Redis loses the users' control keys.
+    lose_control_keys(&stack, A, &["phone", "laptop"]).await;
+    lose_control_keys(&stack, B, &["web"]).await;
+
+    for (label, token) in [("stolen", &stolen), ("re-issued", &reissued)] {
+        let ctrl = login(addr, token, label).await;
+        assert_eq!(
+            (ctrl["code"].clone(), ctrl["params"]["reason"].clone()),
+            (json!(401), json!("device revoked")),
+            "{label}: {ctrl}"
+        );
+        assert_eq!(http_status(addr, token).await, 401, "{label} over HTTP");
+    }
+    // A's other device is not concerned.
+    let ctrl = login(addr, &laptop, "a-laptop").await;
+    assert_eq!(ctrl["code"], json!(200), "{ctrl}");
+
+    lose_control_keys(&stack, B, &["web"]).await;
+    let ctrl = login(addr, &stack.token(B, "web"), "b").await;
+    assert_eq!(
+        (ctrl["code"].clone(), ctrl["params"]["reason"].clone()),
+        (json!(401), json!("user disabled")),
+        "{ctrl}"
+    );
+    lose_control_keys(&stack, B, &["web"]).await;
+    assert_eq!(http_status(addr, &stack.token(B, "web")).await, 401);
+
+    // The ground truth is in the tenant's database.
+    let (generation,): (i64,) = sqlx::query_as(
+        "SELECT generation FROM im_session_control_devices WHERE uid = ? AND device = 'phone'",
+    )
+    .bind(A)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(generation >= 1, "{generation}");
+    let (disabled,): (bool,) =
+        sqlx::query_as("SELECT disabled FROM im_session_control_users WHERE uid = ?")
+            .bind(B)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(disabled);
+
+    // Enabling B lets it in again (with a token of its new auth version:
+    // disabling signed it out), also after another loss.
+    let (av,): (i64,) =
+        sqlx::query_as("SELECT auth_version FROM im_session_control_users WHERE uid = ?")
+            .bind(B)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let fresh = token_for(stack.config(), &tenant, B, "web", av);
+    assert_eq!(
+        admin(addr, &admin_token, &format!("{B}/enable"), &tenant).await,
+        202
+    );
+    wait_for("B enabled", Duration::from_secs(30), || {
+        let fresh = fresh.clone();
+        async move {
+            match http_status(addr, &fresh).await {
+                401 => Err("still refused".to_string()),
+                _ => Ok(()),
+            }
+        }
+    })
+    .await;
+    lose_control_keys(&stack, B, &["web"]).await;
+    let ctrl = login(addr, &fresh, "b-enabled").await;
+    assert_eq!(ctrl["code"], json!(200), "{ctrl}");
+    // The token it was issued before being disabled stays refused.
+    let ctrl = login(addr, &stack.token(B, "web"), "b-old").await;
+    assert_eq!(ctrl["code"], json!(401), "{ctrl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_login_nobody_can_check_is_refused() {
+    let mut stack = Stack::prepared(None).await;
+    // A tenant whose database does not exist, and no control keys in
+    // Redis for its user: nothing can say whether the user may enter.
+    let broken = format!("{}x", stack.tenant());
+    stack
+        .world
+        .config
+        .tenants
+        .push(imstream::config::TenantConfig {
+            id: broken.clone(),
+            database: format!("imt_missing_{}", stack.world.id),
+            signing_keys: Vec::new(),
+        });
+    let addr = stack.start_gateway("node-a").await;
+    let token = imstream::gateway::auth::Tokens::new(stack.config())
+        .issue(&broken, 7, "web", 0, 0)
+        .token;
+    let ctrl = login(addr, &token, "unknowable").await;
+    assert_eq!(ctrl["code"], json!(503), "{ctrl}");
+    assert_eq!(http_status(addr, &token).await, 503);
+    // A user of the healthy tenant gets in.
+    let ctrl = login(addr, &stack.token(5, "web"), "healthy").await;
+    assert_eq!(ctrl["code"], json!(200), "{ctrl}");
+}
