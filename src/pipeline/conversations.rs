@@ -155,7 +155,10 @@ impl ConversationsHandler {
                     continue;
                 }
             };
+            // One transaction: a reader never sees a conversation without
+            // its topic's state (a first one-to-one message).
             let result = async {
+                let mut tx = pool.begin().await?;
                 let p2p: Vec<_> = new_p2p.iter().filter(|(k, _)| ours(k)).collect();
                 if !p2p.is_empty() {
                     let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
@@ -175,7 +178,7 @@ impl ConversationsHandler {
                             .push_bind(at_time(at));
                     });
                     q.push(" ON DUPLICATE KEY UPDATE peer_uid = VALUES(peer_uid)");
-                    q.build().execute(pool).await?;
+                    q.build().execute(&mut *tx).await?;
                 }
                 let rows: Vec<_> = touches.iter().filter(|(k, _)| ours(k)).collect();
                 let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
@@ -197,7 +200,7 @@ impl ConversationsHandler {
                      preview = IF(VALUES(last_seq) > last_seq, VALUES(preview), preview), \
                      last_seq = GREATEST(last_seq, VALUES(last_seq))",
                 );
-                q.build().execute(pool).await?;
+                q.build().execute(&mut *tx).await?;
                 let cursors: Vec<_> = senders.iter().filter(|((t, _, _), _)| t == tenant).collect();
                 let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
                     "INSERT INTO im_subscriptions (topic, uid, read_seq, recv_seq) ",
@@ -209,8 +212,8 @@ impl ConversationsHandler {
                     " ON DUPLICATE KEY UPDATE read_seq = GREATEST(read_seq, VALUES(read_seq)), \
                      recv_seq = GREATEST(recv_seq, VALUES(recv_seq))",
                 );
-                q.build().execute(pool).await?;
-                Ok::<(), sqlx::Error>(())
+                q.build().execute(&mut *tx).await?;
+                tx.commit().await
             }
             .await;
             match result {
