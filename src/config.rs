@@ -284,6 +284,15 @@ pub struct GatewayConfig {
     pub edit_window_secs: u64,
     /// One-to-one messages only between friends (blocks always apply).
     pub p2p_friends_only: bool,
+    /// Folder where `npm ci --prefix webapp` installed the Tinode web app
+    /// and the packages its page would load from CDNs; the gateway then
+    /// serves the app at `/`. Empty: no web app (`imstream dev` uses
+    /// `webapp` when it is installed).
+    pub webapp_dir: String,
+    /// Origins (`scheme://host[:port]`) whose pages may open the WebSocket
+    /// besides the gateway's own (the page it serves); `*` allows any.
+    /// Clients that send no `Origin` (non-browser) are not checked.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for GatewayConfig {
@@ -295,6 +304,8 @@ impl Default for GatewayConfig {
             recall_window_secs: 600,
             edit_window_secs: 24 * 3600,
             p2p_friends_only: false,
+            webapp_dir: String::new(),
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -330,6 +341,20 @@ pub struct AuthConfig {
     pub dev_users: Vec<DevUser>,
     /// Bearer token of the `/v1/admin` endpoints. Must be changed in production.
     pub admin_token: String,
+    /// Password logins of real deployments (`{login scheme="basic"}`).
+    pub basic: BasicAuthConfig,
+}
+
+/// Where `basic` logins are looked up besides the development users: the
+/// `im_basic_logins` table (Argon2id hashes, `imstream users add`) of
+/// these tenants.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BasicAuthConfig {
+    /// Tenants whose logins table answers `basic` logins. A login names one
+    /// person across them (`imstream users add` refuses a login another of
+    /// these tenants has). Empty: only `auth.dev_users` (development).
+    pub tenants: Vec<String>,
 }
 
 impl Default for AuthConfig {
@@ -339,6 +364,7 @@ impl Default for AuthConfig {
             token_ttl_secs: 14 * 86_400,
             dev_users: Vec::new(),
             admin_token: "dev-admin-token-change-me".into(),
+            basic: BasicAuthConfig::default(),
         }
     }
 }
@@ -373,6 +399,12 @@ impl AuthConfig {
         }
         if !self.jwt_secret.is_empty() && self.jwt_secret == self.admin_token {
             out.push("auth.jwt_secret and auth.admin_token are the same".into());
+        }
+        if !self.dev_users.is_empty() {
+            out.push(
+                "auth.dev_users holds plaintext passwords (development only; use auth.basic and `imstream users add`)"
+                    .into(),
+            );
         }
         out
     }
@@ -546,6 +578,27 @@ impl Config {
                 u.login, u.uid
             )));
         }
+        if let Some(t) = self
+            .auth
+            .basic
+            .tenants
+            .iter()
+            .find(|t| self.tenant(t).is_none())
+        {
+            return Err(ConfigError::Invalid(format!(
+                "auth.basic.tenants: {t:?} is not a configured tenant"
+            )));
+        }
+        if let Some(o) = self
+            .gateway
+            .allowed_origins
+            .iter()
+            .find(|o| *o != "*" && !o.contains("://"))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "gateway.allowed_origins: {o:?} is not an origin (scheme://host[:port]) or \"*\""
+            )));
+        }
         if !self.shards.clock_override.is_empty() {
             chrono::DateTime::parse_from_rfc3339(&self.shards.clock_override).map_err(|e| {
                 ConfigError::Invalid(format!(
@@ -688,6 +741,48 @@ mod tests {
             err.contains("max_message_size") || err.contains("invalid type"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn plaintext_dev_users_are_a_secret_problem() {
+        let strong = AuthConfig {
+            jwt_secret: "j".repeat(40),
+            admin_token: "a".repeat(40),
+            ..AuthConfig::default()
+        };
+        assert!(strong.secret_problems().is_empty());
+        let with_dev = AuthConfig {
+            dev_users: vec![DevUser {
+                tenant: "demo".into(),
+                uid: 1,
+                login: "alice".into(),
+                password: "alice123".into(),
+            }],
+            ..strong
+        };
+        let problems = with_dev.secret_problems();
+        assert!(
+            problems.iter().any(|p| p.contains("auth.dev_users")),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn basic_tenants_and_origins_are_checked() {
+        let err = load("[auth.basic]\ntenants = [\"nope\"]\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("nope"), "{err}");
+        let err = load("[gateway]\nallowed_origins = [\"example.com\"]\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("example.com"), "{err}");
+        let c = load(
+            "[gateway]\nallowed_origins = [\"https://chat.example.com\", \"*\"]\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.gateway.allowed_origins.len(), 2);
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! - [`store`] — month tables, the catalog, the shard manager, the store writer, routes.
 //! - [`groups`] — group facts (members, roles, mutes) in MySQL and their Redis cache.
 //! - [`governance`] — who may govern a group and the events each action becomes.
+//! - [`users`] — password logins (`basic`): the logins table, Argon2id hashes.
 //! - [`relations`] — friends and blocks between users, cached for the one-to-one send path.
 //! - [`pipeline`] — the consumer-group runner and the projector pipelines.
 //! - [`send`], [`snowflake`] — the send path: ACL, seq allocation, produce, ack.
@@ -62,5 +63,6 @@ pub mod store;
 pub mod telemetry;
 pub mod tenant;
 pub mod tinode;
+pub mod users;
 
 pub use commands::run;

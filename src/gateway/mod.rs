@@ -1,7 +1,8 @@
 //! `imstream gateway`: the thin front end. WebSocket at `/v0/channels`
 //! (Tinode protocol, [`session`]) and HTTP under `/v1` ([`http`]); it
 //! authenticates, checks ACLs, produces events and serves reads. Apart from
-//! its live connections it holds no state.
+//! its live connections it holds no state. With `gateway.webapp_dir` it
+//! also serves the Tinode web app at `/` ([`webapp`]).
 
 pub mod admin;
 pub mod auth;
@@ -10,16 +11,19 @@ pub mod edits;
 pub mod governance;
 pub mod http;
 mod lease;
+pub mod origin;
 pub mod reads;
 pub mod relations;
 pub mod session;
 pub mod trace;
+pub mod webapp;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{State, WebSocketUpgrade};
-use axum::response::Response;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::Router;
 
@@ -60,6 +64,11 @@ pub async fn start(
     readiness: Readiness,
     shutdown: Shutdown,
 ) -> anyhow::Result<RunningGateway> {
+    // Before any lease: a missing web app install fails the start at once.
+    let webapp = match config.gateway.webapp_dir.as_str() {
+        "" => None,
+        dir => Some(Arc::new(webapp::WebApp::load(std::path::Path::new(dir))?)),
+    };
     let mut redis = crate::redis_util::connect(&config.redis.url).await?;
     let node_id = config.node.resolved_id();
     lease_node_id(&mut redis, &node_id, shutdown.clone()).await?;
@@ -164,6 +173,16 @@ pub async fn start(
         .route("/v1/me/push/topics/{topic}", put(relations::mute_topic))
         .with_state(gateway.clone())
         .merge(crate::telemetry::ops_router(readiness.clone()));
+    let app = match webapp {
+        Some(web) => app.merge(
+            Router::new()
+                .route("/v0/file/u/", post(webapp::no_files))
+                .route("/v0/file/s/{*path}", get(webapp::no_files))
+                .fallback(webapp::serve)
+                .with_state(web),
+        ),
+        None => app,
+    };
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     readiness.set_ready(true);
@@ -397,7 +416,28 @@ async fn recheck_members(gw: &Gateway, redis: &mut redis::aio::ConnectionManager
     }
 }
 
-async fn upgrade(State(gw): State<Arc<Gateway>>, ws: WebSocketUpgrade) -> Response {
+async fn upgrade(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let origin = header(axum::http::header::ORIGIN);
+    if !origin::allowed(
+        origin,
+        header(axum::http::header::HOST),
+        &gw.config.gateway.allowed_origins,
+    ) {
+        tracing::info!(
+            origin,
+            "WebSocket refused: origin not allowed (gateway.allowed_origins)"
+        );
+        return (
+            StatusCode::FORBIDDEN,
+            "origin not allowed (gateway.allowed_origins)",
+        )
+            .into_response();
+    }
     let max = gw.config.gateway.max_message_size + 64 * 1024;
     // Small buffers: most sessions are idle most of the time.
     ws.max_message_size(max)

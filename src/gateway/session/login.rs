@@ -61,18 +61,20 @@ impl Session {
                     c.iat * 1000,
                 )
             }),
-            "basic" => auth::check_basic(&gw.config.auth, &login.secret).map(|(tenant, uid)| {
-                let device = format!("basic-{}", &self.sid[..8]);
-                (
-                    Identity {
-                        tenant,
-                        uid,
-                        device,
-                    },
-                    None,
-                    now_ms(),
-                )
-            }),
+            "basic" => auth::check_basic_login(&gw.config.auth, gw.sender.pools(), &login.secret)
+                .await
+                .map(|(tenant, uid)| {
+                    let device = format!("basic-{}", &self.sid[..8]);
+                    (
+                        Identity {
+                            tenant,
+                            uid,
+                            device,
+                        },
+                        None,
+                        now_ms(),
+                    )
+                }),
             _ => Err(AuthError::UnknownScheme),
         };
         let (identity, token_av, issued_ms) = match identity {
@@ -84,6 +86,11 @@ impl Session {
             }
             Err(AuthError::UnknownScheme) => {
                 self.reply(ctrl(id, None, 401, "unknown authentication scheme", None))
+                    .await;
+                return;
+            }
+            Err(AuthError::Unavailable) => {
+                self.reply(ctrl(id, None, 503, "service unavailable, retry", None))
                     .await;
                 return;
             }
