@@ -75,6 +75,8 @@ pub enum BenchCommand {
     Fanout(crate::bench::fanout::FanoutArgs),
     /// History page latency (hot path and MySQL across two months) and request coalescing.
     History(crate::bench::history::HistoryArgs),
+    /// The chat list and unread badge of a user in many conversations.
+    Conversations(crate::bench::conversations::ConversationsArgs),
     /// Legacy-table copy throughput (rows/s) into monthly tables, on a scratch database.
     LegacyCopy(crate::legacy::bench::LegacyCopyArgs),
 }

@@ -134,6 +134,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(crate::cli::BenchCommand::History(args)) => {
             crate::bench::history::run(&config, args).await
         }
+        Command::Bench(crate::cli::BenchCommand::Conversations(args)) => {
+            crate::bench::conversations::run(&config, args).await
+        }
         Command::Bench(crate::cli::BenchCommand::LegacyCopy(args)) => {
             crate::legacy::bench::run(&config, args).await
         }

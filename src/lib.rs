@@ -23,6 +23,7 @@
 //! - [`store`] — month tables, the catalog, the shard manager, the store writer, routes.
 //! - [`groups`] — group facts (members, roles, mutes) in MySQL and their Redis cache.
 //! - [`governance`] — who may govern a group and the events each action becomes.
+//! - [`conversations`] — the chat list read model: conversations, unread counts, profiles, member lists.
 //! - [`users`] — password logins (`basic`): the logins table, Argon2id hashes.
 //! - [`relations`] — friends and blocks between users, cached for the one-to-one send path.
 //! - [`pipeline`] — the consumer-group runner and the projector pipelines.
@@ -40,6 +41,7 @@ pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod conversations;
 pub mod events;
 pub mod failure;
 pub mod gateway;

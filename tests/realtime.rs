@@ -391,10 +391,10 @@ async fn a_read_on_one_device_reaches_the_other_devices_and_the_sender() {
         .await;
     a_web
         .expect("read of A's phone, on me", DELIVERY, |f| {
-            f["info"]["topic"] == json!("me")
-                && f["info"]["src"] == json!(TOPIC)
-                && f["info"]["what"] == json!("read")
-                && f["info"]["seq"] == json!(last)
+            f["pres"]["topic"] == json!("me")
+                && f["pres"]["src"] == json!(TOPIC)
+                && f["pres"]["what"] == json!("read")
+                && f["pres"]["seq"] == json!(last)
         })
         .await;
     // The sender sees the read on all of B's devices.

@@ -132,7 +132,7 @@ async fn a_session_never_gets_another_tenants_realtime_traffic() {
         .await;
     b_member2
         .expect("B's read at B's member's other device", DELIVERY, |f| {
-            f["info"]["topic"] == json!("me") && f["info"]["what"] == json!("read")
+            f["pres"]["topic"] == json!("me") && f["pres"]["what"] == json!("read")
         })
         .await;
     // Both gateways have dispatched the receipts; one more message each way

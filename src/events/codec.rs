@@ -250,6 +250,7 @@ mod tests {
             "GroupMuteChanged",
             "GroupCreated",
             "GroupDissolved",
+            "GroupProfileChanged",
         ]);
         assert_branches_match::<ReceiptEvent>(&["ReadReceipt", "RecvReceipt"]);
         assert_branches_match::<SessionControlEvent>(&[

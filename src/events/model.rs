@@ -51,6 +51,7 @@ pub enum GroupEventBody {
     GroupMuteChanged(GroupMuteChanged),
     GroupCreated(GroupCreated),
     GroupDissolved(GroupDissolved),
+    GroupProfileChanged(GroupProfileChanged),
 }
 
 impl GroupEventBody {
@@ -68,6 +69,7 @@ impl GroupEventBody {
             GroupEventBody::GroupMuteChanged(_) => "GroupMuteChanged",
             GroupEventBody::GroupCreated(_) => "GroupCreated",
             GroupEventBody::GroupDissolved(_) => "GroupDissolved",
+            GroupEventBody::GroupProfileChanged(_) => "GroupProfileChanged",
         }
     }
 }
@@ -243,6 +245,17 @@ pub struct GroupCreated {
 pub struct GroupDissolved {
     #[serde(default)]
     pub reason: String,
+}
+
+/// A group's public profile changed; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupProfileChanged {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub photo: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
 }
 
 // ---------------------------------------------------------------- receipts
@@ -464,6 +477,7 @@ pub enum UserEventBody {
     SystemNotification(SystemNotification),
     BadgeRefresh(BadgeRefresh),
     PushSettingsChanged(PushSettingsChanged),
+    ProfileChanged(ProfileChanged),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -512,6 +526,17 @@ pub struct PushSettingsChanged {
     pub topic_muted: bool,
 }
 
+/// A user's public profile changed; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfileChanged {
+    #[serde(default, rename = "fn")]
+    pub full_name: Option<String>,
+    #[serde(default)]
+    pub photo: Option<String>,
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
 impl UserEventBody {
     pub fn name(&self) -> &'static str {
         match self {
@@ -524,6 +549,7 @@ impl UserEventBody {
             UserEventBody::SystemNotification(_) => "SystemNotification",
             UserEventBody::BadgeRefresh(_) => "BadgeRefresh",
             UserEventBody::PushSettingsChanged(_) => "PushSettingsChanged",
+            UserEventBody::ProfileChanged(_) => "ProfileChanged",
         }
     }
 }

@@ -36,7 +36,7 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| error(400, format!("malformed: {e}")))
 }
 
-fn origin(claims: &Claims, headers: &HeaderMap) -> Origin {
+pub(super) fn origin(claims: &Claims, headers: &HeaderMap) -> Origin {
     Origin {
         device: claims.dev.clone(),
         traceparent: super::trace::traceparent(headers).unwrap_or_default(),

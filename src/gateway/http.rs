@@ -283,7 +283,7 @@ async fn reader(gw: &Gateway, headers: &HeaderMap, topic: &str) -> Result<Claims
     Ok(claims)
 }
 
-fn message_json(m: &crate::history::StoredMessage) -> Value {
+pub(super) fn message_json(m: &crate::history::StoredMessage) -> Value {
     let parse = |t: &Option<String>| {
         t.as_ref()
             .map(|t| serde_json::from_str::<Value>(t).unwrap_or_else(|_| Value::String(t.clone())))

@@ -6,11 +6,13 @@
 
 pub mod admin;
 pub mod auth;
+pub mod chats;
 pub mod control;
 pub mod edits;
 pub mod governance;
 pub mod http;
 mod lease;
+pub mod me_http;
 pub mod origin;
 pub mod reads;
 pub mod relations;
@@ -169,6 +171,14 @@ pub async fn start(
         .route("/v1/friends/{uid}", delete(relations::remove_friend))
         .route("/v1/blocks", post(relations::block))
         .route("/v1/blocks/{uid}", delete(relations::unblock))
+        .route("/v1/me/conversations", get(me_http::conversations))
+        .route("/v1/me/unread", get(me_http::unread))
+        .route("/v1/me/profile", put(me_http::set_profile))
+        .route(
+            "/v1/groups/{topic}/profile",
+            put(me_http::set_group_profile),
+        )
+        .route("/v1/groups/{topic}/subscribers", get(me_http::members))
         .route("/v1/me/push", put(relations::set_dnd))
         .route("/v1/me/push/topics/{topic}", put(relations::mute_topic))
         .with_state(gateway.clone())

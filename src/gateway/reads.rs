@@ -239,14 +239,41 @@ pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Resu
     .map_err(|_| unavailable())?;
     let (created, updated) = group.unwrap_or((0, 0));
     let (read, recv) = cursors.unwrap_or((0, 0));
-    Ok(json!({
+    // What the conversation shows: the group's profile, or the peer's; and
+    // the access mode of the reader's role.
+    let (profile, mode) = match tinode::p2p_peer(topic, uid) {
+        Some(peer) => (
+            crate::conversations::user_profile(pool, peer)
+                .await
+                .map_err(|_| unavailable())?,
+            super::chats::P2P_MODE.to_string(),
+        ),
+        None => {
+            let standing = gw
+                .governance
+                .standing(tenant, topic, uid)
+                .await
+                .map_err(|_| unavailable())?;
+            (
+                crate::conversations::group_profile(pool, topic)
+                    .await
+                    .map_err(|_| unavailable())?,
+                super::chats::standing_mode(standing),
+            )
+        }
+    };
+    let mut desc = json!({
         "created": tinode::timestamp_ms(created),
         "updated": tinode::timestamp_ms(updated),
         "touched": tinode::timestamp_ms(updated),
         "defacs": {"auth": "JRWPS", "anon": "N"},
-        "acs": {"want": "JRWPS", "given": "JRWPS", "mode": "JRWPS"},
+        "acs": super::chats::acs(&mode),
         "seq": last.unwrap_or(0),
         "read": read,
         "recv": recv,
-    }))
+    });
+    if !profile.is_empty() {
+        desc["public"] = profile.public();
+    }
+    Ok(desc)
 }

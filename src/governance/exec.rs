@@ -127,6 +127,9 @@ impl Executor {
                 "moderation names the messages to delete".into(),
             ));
         }
+        if action == Action::EditProfile {
+            return Err(Refused(400, "a profile change names the profile".into()));
+        }
         if let Actor::User(_, Standing::NoGroup) = actor {
             return Err(Refused(404, "group not found".into()));
         }
@@ -203,6 +206,41 @@ impl Executor {
         Ok(Outcome {
             event_ids: ids,
             del_id: Some(del_id),
+        })
+    }
+
+    /// Changes a group's public profile (owner, admin or operator):
+    /// `GroupProfileChanged`; a `None` field stays as it is.
+    pub async fn set_profile(
+        &self,
+        tenant: &str,
+        topic: &str,
+        actor: Actor,
+        profile: crate::events::GroupProfileChanged,
+        origin: &Origin,
+    ) -> Result<Outcome, Refused> {
+        if !tinode::is_group_topic(topic) {
+            return Err(Refused(404, "group not found".into()));
+        }
+        let group = match actor {
+            Actor::User(_, standing) => standing,
+            Actor::Operator => self.standing(tenant, topic, 0).await?,
+        };
+        if group == Standing::NoGroup {
+            return Err(Refused(404, "group not found".into()));
+        }
+        authorize(actor, Action::EditProfile, Standing::NotMember)?;
+        let actor_uid = match actor {
+            Actor::User(uid, _) => uid,
+            Actor::Operator => 0,
+        };
+        let body = GroupEventBody::GroupProfileChanged(profile);
+        let ids = self
+            .produce(tenant, topic, actor_uid, vec![body], origin)
+            .await?;
+        Ok(Outcome {
+            event_ids: ids,
+            del_id: None,
         })
     }
 

@@ -39,6 +39,8 @@ pub enum Action {
     Dissolve,
     /// Delete any member's messages for everyone (moderation).
     Moderate,
+    /// Change the group's public profile (name, photo, description).
+    EditProfile,
 }
 
 impl Action {
@@ -51,7 +53,11 @@ impl Action {
             | Action::RemoveAdmin(u)
             | Action::TransferOwner(u)
             | Action::Mute(u, _) => Some(u),
-            Action::Leave | Action::MuteAll(_) | Action::Dissolve | Action::Moderate => None,
+            Action::Leave
+            | Action::MuteAll(_)
+            | Action::Dissolve
+            | Action::Moderate
+            | Action::EditProfile => None,
         }
     }
 
@@ -67,6 +73,7 @@ impl Action {
             Action::MuteAll(_) => "mute all",
             Action::Dissolve => "dissolve",
             Action::Moderate => "moderate messages",
+            Action::EditProfile => "edit the group's profile",
         }
     }
 }
@@ -215,6 +222,15 @@ pub fn authorize(actor: Actor, action: Action, target: Standing) -> Result<(), R
             }
             Ok(())
         }
+        Action::EditProfile => {
+            if !privileged {
+                return refuse(
+                    403,
+                    "only the owner or an admin may change the group's profile",
+                );
+            }
+            Ok(())
+        }
     }
 }
 
@@ -257,7 +273,9 @@ pub fn events(
             reason: reason.to_string(),
         })],
         // Moderation needs the ranges and a delete id: see `exec`.
-        Action::Moderate => Vec::new(),
+        // Both carry more than the action (ranges, a profile): see
+        // `Executor::moderate` and `Executor::set_profile`.
+        Action::Moderate | Action::EditProfile => Vec::new(),
     }
 }
 

@@ -193,6 +193,19 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
             if let GroupEventBody::MessageSent(m) = &event.body {
                 envelope.dedup_key = format!("msg:{topic}:{}:{me}", m.seq);
                 envelope.occurred_at = m.created_at;
+                // The chat lists of both users' sessions that are not in
+                // the conversation: re-sort, badge (the sender's own too:
+                // its other devices see the conversation move up).
+                let mut pres = base(
+                    &format!(":me:{me}"),
+                    Kind::Deliver,
+                    TargetType::UserOutside,
+                    format!("{me}:{topic}"),
+                    frames::pres_me_msg_frame(&tinode::user_id(peer), m.seq, m.from_user),
+                );
+                pres.dedup_key = format!("pres:{topic}:{}:{me}", m.seq);
+                pres.skip_sid = event.source_sid.clone();
+                out.push((pres, Reach::All));
             }
             out.push((envelope, Reach::All));
         }
@@ -205,7 +218,18 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
             envelope.skip_sid = event.source_sid.clone();
             envelope.dedup_key = format!("msg:{topic}:{}", m.seq);
             envelope.occurred_at = m.created_at;
-            vec![(envelope, Reach::Topic)]
+            // Members' sessions that watch the topic in their chat list
+            // but are not attached to it: one envelope per node, never one
+            // per member, so a big group costs what a small one does.
+            let mut pres = base(
+                ":watchers",
+                Kind::Deliver,
+                TargetType::Watchers,
+                topic.to_string(),
+                frames::pres_me_msg_frame(topic, m.seq, m.from_user),
+            );
+            pres.dedup_key = format!("pres:{topic}:{}", m.seq);
+            vec![(envelope, Reach::Topic), (pres, Reach::All)]
         }
         GroupEventBody::MessageRecalled(r) => vec![to_topic(frames::pres_del_frame(
             topic,
@@ -250,6 +274,19 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
                 .to_string(),
         )],
         GroupEventBody::GroupDissolved(_) => vec![evict(None)],
+        GroupEventBody::GroupProfileChanged(_) => vec![
+            to_topic(frames::pres_frame(topic, topic, "upd")),
+            (
+                base(
+                    ":watchers",
+                    Kind::Deliver,
+                    TargetType::Watchers,
+                    topic.to_string(),
+                    frames::pres_me_frame(topic, "upd"),
+                ),
+                Reach::All,
+            ),
+        ],
         GroupEventBody::MessageEdited(_)
         | GroupEventBody::HistoryCleared(_)
         | GroupEventBody::GroupCreated(_) => Vec::new(),

@@ -70,6 +70,7 @@ impl MembersHandler {
                 | GroupEventBody::MemberMuted(_)
                 | GroupEventBody::GroupMuteChanged(_)
                 | GroupEventBody::GroupDissolved(_)
+                | GroupEventBody::GroupProfileChanged(_)
         );
         if !membership_event {
             return Ok(());
@@ -203,6 +204,18 @@ async fn apply_mysql(pool: &MySqlPool, event: &GroupEvent) -> Result<bool, sqlx:
                 .bind(topic)
                 .execute(pool)
                 .await?;
+        }
+        GroupEventBody::GroupProfileChanged(p) => {
+            sqlx::query(
+                "UPDATE im_groups SET name = COALESCE(?, name), photo = COALESCE(?, photo), \
+                 description = COALESCE(?, description) WHERE topic = ?",
+            )
+            .bind(&p.name)
+            .bind(&p.photo)
+            .bind(&p.description)
+            .bind(topic)
+            .execute(pool)
+            .await?;
         }
         _ => {}
     }

@@ -4,6 +4,7 @@
 
 pub mod commands;
 pub mod control;
+pub mod conversations;
 pub mod dlq;
 pub mod failure;
 pub mod fanout;
@@ -43,6 +44,7 @@ pub const PIPELINES: &[&str] = &[
     "notify",
     "push",
     "pushsend",
+    "conversations",
 ];
 
 /// Loads `topologies/<name>.toml` (from the configured directory, else the
@@ -180,6 +182,10 @@ pub async fn with_handler<W: WithHandler>(
                 .await
         }
         "notify" => then.with(notify::NotifyHandler::new(codec, redis)).await,
+        "conversations" => {
+            then.with(conversations::ConversationsHandler::new(codec, pools))
+                .await
+        }
         "push" => {
             let producer = EventProducer::new(&config.kafka, codec.clone())?;
             then.with(push::PushHandler::new(codec, pools, redis, producer))

@@ -50,6 +50,11 @@ fn describe(e: &UserEvent) -> (String, &'static str, Value) {
             json!({"id": n.notification_id, "title": n.title, "text": n.text}),
         ),
         UserEventBody::BadgeRefresh(b) => ("sys".into(), "badge", json!({"unread": b.unread})),
+        UserEventBody::ProfileChanged(p) => (
+            user(e.uid),
+            "profile",
+            json!({"fn": p.full_name, "photo": p.photo, "note": p.note}),
+        ),
         UserEventBody::PushSettingsChanged(p) => (
             "sys".into(),
             "push.settings",

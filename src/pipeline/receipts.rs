@@ -1,10 +1,9 @@
 //! The receipts pipeline's handler: read/recv cursors into
 //! `im_subscriptions` (max wins, so any order and redelivery converge),
 //! then `{info}` to the topic's online sessions (except the sender's) and
-//! `{info topic="me"}` to the user's own other sessions.
+//! `{pres topic="me" what="read"|"recv"}` to the user's own other sessions.
 
 use redis::aio::ConnectionManager;
-use serde_json::json;
 
 use crate::events::{EventCodec, ReceiptBody, ReceiptEvent};
 use crate::realtime::{bus, frames, presence, Envelope, Kind, TargetType};
@@ -83,8 +82,9 @@ impl ReceiptsHandler {
             event_id: format!("{}:me", e.event_id),
             target_type: TargetType::User,
             target: e.uid.to_string(),
-            payload: json!({"info": {"topic": "me", "src": tinode::client_topic(&e.topic, e.uid), "from": tinode::user_id(e.uid), "what": what, "seq": seq}})
-                .to_string(),
+            // Tinode's shape: the chat list of the user's other devices
+            // moves its read/recv cursor (the unread badge clears).
+            payload: frames::pres_me_seq_frame(&tinode::client_topic(&e.topic, e.uid), what, seq),
             ..to_topic.clone()
         };
         if to_topic.target_type == TargetType::User {

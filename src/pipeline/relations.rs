@@ -125,6 +125,20 @@ impl RelationsHandler {
                         .map_err(rd)?;
                 }
             }
+            UserEventBody::ProfileChanged(p) => {
+                sqlx::query(
+                    "INSERT INTO im_user_profiles (uid, full_name, photo, note) VALUES (?, ?, ?, ?) \
+                     ON DUPLICATE KEY UPDATE full_name = COALESCE(VALUES(full_name), full_name), \
+                     photo = COALESCE(VALUES(photo), photo), note = COALESCE(VALUES(note), note)",
+                )
+                .bind(e.uid)
+                .bind(&p.full_name)
+                .bind(&p.photo)
+                .bind(&p.note)
+                .execute(pool)
+                .await
+                .map_err(db)?;
+            }
             UserEventBody::SystemNotification(_) | UserEventBody::BadgeRefresh(_) => {}
         }
         Ok(())

@@ -109,6 +109,7 @@ impl Topology {
             "notify" => include_str!("../../topologies/notify.toml"),
             "push" => include_str!("../../topologies/push.toml"),
             "pushsend" => include_str!("../../topologies/pushsend.toml"),
+            "conversations" => include_str!("../../topologies/conversations.toml"),
             _ => return None,
         };
         Self::parse(text, &format!("topologies/{name}.toml")).ok()

@@ -143,6 +143,23 @@ pub fn dispatch(
                 .filter(|s| s.offer(out.clone()))
                 .count()
         }
+        TargetType::Watchers => match &out {
+            Outbound::Frame(frame) => hub.to_watchers(tenant, &envelope.target, frame),
+            Outbound::Close(_) => 0,
+        },
+        TargetType::UserOutside => {
+            let Some((uid, topic)) = envelope
+                .target
+                .split_once(':')
+                .and_then(|(u, t)| Some((u.parse::<i64>().ok()?, t)))
+            else {
+                return 0;
+            };
+            hub.user_sessions_outside(tenant, uid, topic)
+                .iter()
+                .filter(|s| s.offer(out.clone()))
+                .count()
+        }
         TargetType::Session => hub
             .all_sessions()
             .iter()

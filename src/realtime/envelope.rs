@@ -16,6 +16,12 @@ pub enum TargetType {
     Device,
     /// Session `target` (sid).
     Session,
+    /// Sessions subscribed to `me` whose chat list holds topic `target`
+    /// and that are not attached to it (Tinode's `{pres topic="me"}`).
+    Watchers,
+    /// Sessions of user `uid` not attached to `topic`; `target` is
+    /// `uid:topic` (a one-to-one `{pres topic="me"}`, named per user).
+    UserOutside,
 }
 
 /// What the envelope does at the gateway.

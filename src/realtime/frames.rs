@@ -54,6 +54,20 @@ pub fn evicted_frame(topic: &str) -> String {
         .to_string()
 }
 
+/// `{"pres": {"topic": "me", "src": src, "what": what, "seq": seq}}` as text
+/// (the user's own read/recv cursor in conversation `src`).
+pub fn pres_me_seq_frame(src: &str, what: &str, seq: i64) -> String {
+    json!({"pres": {"topic": "me", "src": src, "what": what, "seq": seq}}).to_string()
+}
+
+/// `{"pres": {"topic": "me", "src": src, "what": "msg", "seq": seq, "act":
+/// sender}}`: a new message in conversation `src` (clients count it unread
+/// unless `act` is the user themself).
+pub fn pres_me_msg_frame(src: &str, seq: i64, from: i64) -> String {
+    json!({"pres": {"topic": "me", "src": src, "what": "msg", "seq": seq, "act": tinode::user_id(from)}})
+        .to_string()
+}
+
 /// `{"pres": {"topic": "me", "src": topic, "what": what}}` as text.
 pub fn pres_me_frame(topic: &str, what: &str) -> String {
     json!({"pres": {"topic": "me", "src": topic, "what": what}}).to_string()

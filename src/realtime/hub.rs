@@ -74,6 +74,23 @@ type UserKey = (Arc<str>, i64);
 struct Index {
     by_topic: HashMap<TopicKey, HashMap<Arc<str>, SessionHandle>>,
     by_user: HashMap<UserKey, HashMap<Arc<str>, SessionHandle>>,
+    /// Sessions subscribed to `me`, by the topics of their chat list.
+    watchers: HashMap<TopicKey, HashMap<Arc<str>, SessionHandle>>,
+    /// The watched topics of each such session (to forget them).
+    watched: HashMap<Arc<str>, Vec<TopicKey>>,
+}
+
+impl Index {
+    fn unwatch(&mut self, sid: &str) {
+        for key in self.watched.remove(sid).unwrap_or_default() {
+            if let Some(sessions) = self.watchers.get_mut(&key) {
+                sessions.remove(sid);
+                if sessions.is_empty() {
+                    self.watchers.remove(&key);
+                }
+            }
+        }
+    }
 }
 
 /// Local sessions of one gateway.
@@ -93,6 +110,7 @@ impl Hub {
 
     pub fn remove_session(&self, s: &SessionHandle) {
         let mut idx = self.index.lock().expect("hub lock");
+        idx.unwatch(&s.sid);
         let key = (s.tenant.clone(), s.uid);
         if let Some(map) = idx.by_user.get_mut(&key) {
             map.remove(&s.sid);
@@ -144,6 +162,62 @@ impl Hub {
             idx.by_topic.remove(&key);
         }
         out
+    }
+
+    /// Session `s` (subscribed to `me`) watches these topics of its chat
+    /// list: `{pres topic="me"}` of each reaches it while it is not
+    /// attached to the topic.
+    pub fn watch(&self, s: &SessionHandle, topics: &[String]) {
+        let mut idx = self.index.lock().expect("hub lock");
+        for topic in topics {
+            let key: TopicKey = (s.tenant.clone(), Arc::from(topic.as_str()));
+            let sessions = idx.watchers.entry(key.clone()).or_default();
+            if sessions.insert(s.sid.clone(), s.clone()).is_none() {
+                idx.watched.entry(s.sid.clone()).or_default().push(key);
+            }
+        }
+    }
+
+    /// Session `sid` no longer watches anything (it left `me`).
+    pub fn unwatch_all(&self, sid: &str) {
+        self.index.lock().expect("hub lock").unwatch(sid);
+    }
+
+    /// Queues `frame` for the watchers of `topic` that are not attached to
+    /// it; returns how many got it.
+    pub fn to_watchers(&self, tenant: &str, topic: &str, frame: &Arc<str>) -> usize {
+        let targets: Vec<SessionHandle> = {
+            let idx = self.index.lock().expect("hub lock");
+            let key: TopicKey = (Arc::from(tenant), Arc::from(topic));
+            let Some(watchers) = idx.watchers.get(&key) else {
+                return 0;
+            };
+            let attached = idx.by_topic.get(&key);
+            watchers
+                .values()
+                .filter(|s| attached.is_none_or(|a| !a.contains_key(&s.sid)))
+                .cloned()
+                .collect()
+        };
+        targets
+            .iter()
+            .filter(|s| s.offer(Outbound::Frame(frame.clone())))
+            .count()
+    }
+
+    /// Sessions of `uid` that are not attached to `topic`.
+    pub fn user_sessions_outside(&self, tenant: &str, uid: i64, topic: &str) -> Vec<SessionHandle> {
+        let idx = self.index.lock().expect("hub lock");
+        let attached = idx.by_topic.get(&(Arc::from(tenant), Arc::from(topic)));
+        idx.by_user
+            .get(&(Arc::from(tenant), uid))
+            .map(|map| {
+                map.values()
+                    .filter(|s| attached.is_none_or(|a| !a.contains_key(&s.sid)))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Whether session `sid` is attached to the topic here (an evicted

@@ -69,7 +69,8 @@ impl TopicKeys {
     }
 }
 
-/// A session logged in on `node`.
+/// A session logged in on `node`; returns the user's session count after
+/// it (1: the user just came online).
 pub async fn user_online(
     redis: &mut ConnectionManager,
     tenant: &str,
@@ -77,7 +78,7 @@ pub async fn user_online(
     sid: &str,
     node: &str,
     now_ms: i64,
-) -> redis::RedisResult<()> {
+) -> redis::RedisResult<i64> {
     let k = TenantKeys::new(tenant);
     let mut pipe = redis::pipe();
     pipe.sadd(k.presence_sessions(uid), sid).ignore();
@@ -92,16 +93,17 @@ pub async fn user_online(
         ],
     )
     .ignore();
-    pipe.hincr(k.presence_user(uid), "session_count", 1)
-        .ignore();
+    pipe.hincr(k.presence_user(uid), "session_count", 1);
     pipe.expire(k.presence_user(uid), PRESENCE_TTL_SECS)
         .ignore();
     pipe.sadd(k.presence_node_users(node), uid).ignore();
-    pipe.query_async(redis).await
+    let (count,): (i64,) = pipe.query_async(redis).await?;
+    Ok(count)
 }
 
 /// A session ended; `still_on_node` tells whether the user has another
 /// session on this node (the node keeps listing the user while it does).
+/// Returns whether it was the user's last session anywhere.
 pub async fn user_offline(
     redis: &mut ConnectionManager,
     tenant: &str,
@@ -110,7 +112,7 @@ pub async fn user_offline(
     node: &str,
     still_on_node: bool,
     now_ms: i64,
-) -> redis::RedisResult<()> {
+) -> redis::RedisResult<bool> {
     let k = TenantKeys::new(tenant);
     let (left,): (i64,) = redis::pipe()
         .srem(k.presence_sessions(uid), sid)
@@ -134,7 +136,8 @@ pub async fn user_offline(
         .hset(k.presence_user(uid), "session_count", 0)
         .ignore();
     }
-    pipe.query_async(redis).await
+    pipe.query_async::<()>(redis).await?;
+    Ok(left <= 0)
 }
 
 /// A user's session attached to a topic; returns true when it is the

@@ -21,7 +21,7 @@
 //! it replaces (reset: as it was before; into: the live one).
 //!
 //! Only projections are replayable (`store`, `hot`, `members`,
-//! `receipts`, `relations`); pipelines that talk to users or produce
+//! `receipts`, `relations`, `conversations`); pipelines that talk to users or produce
 //! (`fanout`, `control`, `commands`, `notify`, `push`, `pushsend`) are
 //! refused.
 
@@ -45,7 +45,14 @@ use digest::{Summary, TopicCheck, Verdict};
 use run::{Counts, Replayer, TenantFilter};
 
 /// Pipelines whose handler only writes its own projection.
-pub const REPLAYABLE: &[&str] = &["store", "hot", "members", "receipts", "relations"];
+pub const REPLAYABLE: &[&str] = &[
+    "store",
+    "hot",
+    "members",
+    "receipts",
+    "relations",
+    "conversations",
+];
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
@@ -358,7 +365,7 @@ async fn snapshot(
     tenants: &[String],
 ) -> anyhow::Result<Vec<Part>> {
     let mut out = Vec::new();
-    if !matches!(pipeline, "store" | "hot") {
+    if !matches!(pipeline, "store" | "hot" | "conversations") {
         return Ok(out);
     }
     let mut redis = crate::redis_util::connect(&config.redis.url).await?;
@@ -376,6 +383,18 @@ async fn snapshot(
             .ok_or_else(|| anyhow::anyhow!("unknown tenant {tenant:?}"))?
             .database;
         let pool = crate::tenant::database_pool(&config.mysql, db)?;
+        if pipeline == "conversations" {
+            let lists = match projection::conversation_lists(&pool).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(%tenant, error = %e, "conversation lists unreadable; treated as empty");
+                    BTreeMap::new()
+                }
+            };
+            pool.close().await;
+            out.push((tenant.clone(), "conversations", lists));
+            continue;
+        }
         let tables = match projection::month_tables(&pool).await {
             Ok(t) => t,
             // A dropped database or catalog: nothing to compare against.

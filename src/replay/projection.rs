@@ -39,6 +39,63 @@ pub async fn month_tables(pool: &MySqlPool) -> sqlx::Result<BTreeMap<String, Sum
     Ok(digests.finish())
 }
 
+/// Every user's chat list (the conversations projection): one summary per
+/// user (`usr<uid>`), one row per conversation with its seq, cursors,
+/// unread count, activity and preview.
+pub async fn conversation_lists(pool: &MySqlPool) -> sqlx::Result<BTreeMap<String, Summary>> {
+    let mut digests = Digests::default();
+    let uids: Vec<i64> =
+        sqlx::query_scalar("SELECT DISTINCT uid FROM im_conversations ORDER BY uid")
+            .fetch_all(pool)
+            .await?;
+    for uid in uids {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let page = crate::conversations::list(
+                pool,
+                uid,
+                &crate::conversations::Query {
+                    after: after.clone(),
+                    limit: crate::conversations::MAX_PAGE,
+                    ..Default::default()
+                },
+            )
+            .await?;
+            let full = page.len() as i64 == crate::conversations::MAX_PAGE;
+            after = page.last().map(|c| crate::conversations::Cursor {
+                touched_ms: c.touched_ms,
+                topic: c.topic.clone(),
+            });
+            all.extend(page);
+            if !full {
+                break;
+            }
+        }
+        all.sort_by(|a, b| a.topic.cmp(&b.topic));
+        for c in all {
+            let content = format!(
+                "{}|{}|{}|{}|{}|{}",
+                c.topic,
+                c.read,
+                c.recv,
+                c.clear,
+                c.unread,
+                c.preview.as_deref().unwrap_or("")
+            );
+            digests.add_row(
+                &crate::tinode::user_id(uid),
+                c.last_seq,
+                c.last_from,
+                Some(&content),
+                c.kind.as_str(),
+                c.touched_ms,
+            );
+        }
+    }
+    Ok(digests.finish())
+}
+
 /// Feeds one `topic, seqid, from_user, content, status, version` row.
 pub fn add_row(digests: &mut Digests, r: &sqlx::mysql::MySqlRow) -> sqlx::Result<()> {
     let topic: String = r.try_get(0)?;

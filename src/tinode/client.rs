@@ -15,8 +15,35 @@ pub struct ClientMsg {
     pub leave: Option<MsgLeave>,
     pub note: Option<MsgNote>,
     pub del: Option<MsgDel>,
-    pub set: Option<Value>,
-    pub acc: Option<Value>,
+    pub set: Option<MsgSet>,
+    pub acc: Option<MsgAcc>,
+}
+
+/// `{set}`: a topic's description (`public`, `private`), a subscription's
+/// mode, tags or aux data.
+#[derive(Debug, Deserialize)]
+pub struct MsgSet {
+    pub id: Option<String>,
+    pub topic: String,
+    pub desc: Option<SetDesc>,
+    pub sub: Option<Value>,
+    pub tags: Option<Value>,
+    pub cred: Option<Value>,
+    pub aux: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct SetDesc {
+    pub public: Option<Value>,
+    pub private: Option<Value>,
+    pub trusted: Option<Value>,
+    pub defacs: Option<Value>,
+}
+
+/// `{acc}`: account creation or change (imstream's accounts live elsewhere).
+#[derive(Debug, Deserialize)]
+pub struct MsgAcc {
+    pub id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -51,12 +78,30 @@ pub struct MsgPub {
     pub content: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub struct GetQuery {
     #[serde(default)]
     pub what: String,
     pub data: Option<DataQuery>,
     pub del: Option<DataQuery>,
+    pub sub: Option<SubQuery>,
+    pub desc: Option<DescQuery>,
+}
+
+/// `get.sub`: only entries changed since `ims`, at most `limit`, or only
+/// one `topic` (on `me`) or one `user` (on a group).
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct SubQuery {
+    pub ims: Option<String>,
+    pub limit: Option<i64>,
+    pub topic: Option<String>,
+    pub user: Option<String>,
+}
+
+/// `get.desc`: only if changed since `ims`.
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct DescQuery {
+    pub ims: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -57,3 +57,10 @@ pub fn ctrl(
     c.insert("ts".into(), json!(now()));
     json!({ "ctrl": c }).to_string()
 }
+
+/// Parses a client timestamp (`ims`: RFC 3339) into epoch ms.
+pub fn parse_timestamp_ms(text: &str) -> Option<i64> {
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.timestamp_millis())
+}

@@ -16,9 +16,7 @@ impl Session {
         let id = sub.id.as_deref();
         let topic = sub.topic.as_str();
         if topic == "me" {
-            self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", None))
-                .await;
-            return;
+            return self.subscribe_me(id, sub.get.as_ref()).await;
         }
         if !tinode::is_conversation_topic(topic) {
             self.reply(ctrl(
@@ -80,7 +78,20 @@ impl Session {
                         .await;
                     }
                 }
-                let acs = json!({"acs": {"want": "JRWPS", "given": "JRWPS", "mode": "JRWPS"}});
+                // The access mode the member's role gives (see README: roles).
+                let mode = match tinode::parse_p2p_topic(topic) {
+                    Some(_) => crate::gateway::chats::P2P_MODE.to_string(),
+                    None => match self
+                        .gateway
+                        .governance
+                        .standing(&who.tenant, topic, who.uid)
+                        .await
+                    {
+                        Ok(standing) => crate::gateway::chats::standing_mode(standing),
+                        Err(_) => "JRWPS".to_string(),
+                    },
+                };
+                let acs = json!({ "acs": crate::gateway::chats::acs(&mode) });
                 self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", Some(acs)))
                     .await;
                 if let Some(query) = &sub.get {
@@ -124,6 +135,9 @@ impl Session {
     pub(super) async fn leave(&mut self, leave: MsgLeave) {
         let id = leave.id.as_deref();
         let topic = leave.topic.as_str();
+        if topic == "me" {
+            return self.leave_me(id).await;
+        }
         if !self.is_attached(topic) || !self.attached.remove(topic) {
             self.reply(ctrl(id, Some(&self.shown(topic)), 304, "not joined", None))
                 .await;

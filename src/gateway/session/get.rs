@@ -8,8 +8,47 @@ use crate::tinode::{self, ctrl};
 use super::Session;
 
 impl Session {
+    /// The two users of a one-to-one topic as `{meta sub}` entries.
+    async fn p2p_subs(
+        &self,
+        who: &super::Identity,
+        topic: &str,
+    ) -> Result<Vec<serde_json::Value>, reads::Refusal> {
+        let Some((a, b)) = tinode::parse_p2p_topic(topic) else {
+            return Ok(Vec::new());
+        };
+        let pool = self
+            .gateway
+            .sender
+            .pools()
+            .get(&who.tenant)
+            .map_err(|_| reads::Refusal(500, "internal error".into()))?;
+        let profiles = crate::conversations::user_profiles(pool, &[a, b])
+            .await
+            .map_err(|_| reads::Refusal(503, "service unavailable, retry".into()))?;
+        let online = crate::gateway::chats::online_users(&self.gateway, &who.tenant, &[a, b]).await;
+        Ok([a, b]
+            .iter()
+            .map(|u| {
+                let mut e = json!({
+                    "user": tinode::user_id(*u),
+                    "acs": crate::gateway::chats::acs(crate::gateway::chats::P2P_MODE),
+                    "updated": tinode::now(),
+                    "online": online.contains(u),
+                });
+                if let Some(p) = profiles.get(u).filter(|p| !p.is_empty()) {
+                    e["public"] = p.public();
+                }
+                e
+            })
+            .collect())
+    }
+
     /// `{get}`: `data` (history page, then ctrl 208/204) and `del`.
     pub(super) async fn get(&mut self, id: Option<&str>, topic: &str, query: &tinode::GetQuery) {
+        if topic == "me" {
+            return self.get_me(id, query).await;
+        }
         let who = self.identity.clone().expect("logged in");
         // Attached or not: a member removed a moment ago reads no more
         // (one cached membership check).
@@ -97,6 +136,52 @@ impl Session {
                     self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
                         .await
                 }
+            }
+        }
+        if what.contains(&"sub") {
+            let answer = if tinode::is_group_topic(topic) {
+                crate::gateway::chats::group_members(
+                    &self.gateway,
+                    &who.tenant,
+                    topic,
+                    query.sub.as_ref(),
+                )
+                .await
+            } else {
+                self.p2p_subs(&who, topic).await
+            };
+            match answer {
+                Ok(subs) if subs.is_empty() => {
+                    self.reply(ctrl(
+                        id,
+                        Some(&self.shown(topic)),
+                        204,
+                        "no content",
+                        Some(json!({"what": "sub"})),
+                    ))
+                    .await
+                }
+                Ok(subs) => {
+                    self.reply_meta(id, &self.shown(topic), json!({ "sub": subs }))
+                        .await
+                }
+                Err(reads::Refusal(code, text)) => {
+                    self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                        .await
+                }
+            }
+        }
+        // Parts imstream keeps nothing for: an empty answer each.
+        for part in ["aux", "tags", "cred"] {
+            if what.contains(&part) {
+                self.reply(ctrl(
+                    id,
+                    Some(&self.shown(topic)),
+                    204,
+                    "no content",
+                    Some(json!({ "what": part })),
+                ))
+                .await;
             }
         }
     }

@@ -137,7 +137,7 @@ impl Session {
             closing: self.closing.clone(),
         };
         gw.hub.add_session(&handle);
-        let _ = presence::user_online(
+        let sessions = presence::user_online(
             &mut redis,
             &identity.tenant,
             identity.uid,
@@ -146,6 +146,12 @@ impl Session {
             now_ms(),
         )
         .await;
+        if sessions.is_ok_and(|n| n == 1) {
+            let (gw, tenant, uid) = (gw.clone(), identity.tenant.clone(), identity.uid);
+            tokio::spawn(async move {
+                crate::gateway::chats::announce_to_peers(&gw, &tenant, uid, "on").await
+            });
+        }
         self.handle = Some(handle);
         let params = json!({
             "user": tinode::user_id(identity.uid),

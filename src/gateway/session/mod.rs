@@ -1,16 +1,20 @@
 //! One WebSocket session speaking the Tinode protocol. This module holds the
 //! connection (reader, writer task, dispatch); each message kind has its
 //! own file: [`login`] (`{hi}`, `{login}`), [`attach`] (`{sub}`, `{leave}`),
-//! [`publish`] (`{pub}`), [`get`] (`{get}`), [`delete`] (`{del}`) and
-//! [`note`] (`{note}`). Replies go through a bounded outbound queue drained
-//! by a writer task, so a slow client never blocks others.
+//! [`publish`] (`{pub}`), [`get`] (`{get}`), [`delete`] (`{del}`),
+//! [`note`] (`{note}`), [`set`] (`{set}`) and [`me`] (the chat list:
+//! `{sub}`, `{get}` and `{leave}` of `me`). Replies go through a bounded
+//! outbound queue drained by a writer task, so a slow client never blocks
+//! others.
 
 mod attach;
 mod delete;
 mod get;
 mod login;
+mod me;
 mod note;
 mod publish;
+mod set;
 
 pub use publish::{send_error_reply, split_head};
 
@@ -62,6 +66,8 @@ struct Session {
     kp_at: std::collections::HashMap<String, i64>,
     /// Triggered when the session must close (see `SessionHandle::closing`).
     closing: Shutdown,
+    /// Subscribed to `me`: its chat list gets `{pres topic="me"}`.
+    on_me: bool,
 }
 
 /// Sends of one session produced concurrently (their seqs are already fixed).
@@ -126,6 +132,7 @@ pub async fn serve(gateway: Arc<Gateway>, socket: WebSocket) {
         kp_at: std::collections::HashMap::new(),
         in_flight: Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_SENDS)),
         closing: Shutdown::new(),
+        on_me: false,
     };
     loop {
         let frame = tokio::select! {
@@ -174,10 +181,8 @@ impl Session {
         let Some(handle) = self.handle.take() else {
             return;
         };
-        let topics: Vec<String> = self.attached.drain().collect();
-        for topic in topics {
-            self.detach(&handle, &topic).await;
-        }
+        // The user's presence first, then the topics' `{pres off}`: whoever
+        // sees "off" finds the user's presence already updated.
         self.gateway.hub.remove_session(&handle);
         let still_here = !self
             .gateway
@@ -185,7 +190,7 @@ impl Session {
             .user_sessions(&handle.tenant, handle.uid, None, "")
             .is_empty();
         let mut redis = self.gateway.sender.redis();
-        let _ = presence::user_offline(
+        let last = presence::user_offline(
             &mut redis,
             &handle.tenant,
             handle.uid,
@@ -195,6 +200,16 @@ impl Session {
             now_ms(),
         )
         .await;
+        if last.is_ok_and(|l| l) {
+            let (gw, tenant, uid) = (self.gateway.clone(), handle.tenant.to_string(), handle.uid);
+            tokio::spawn(async move {
+                crate::gateway::chats::announce_to_peers(&gw, &tenant, uid, "off").await
+            });
+        }
+        let topics: Vec<String> = self.attached.drain().collect();
+        for topic in topics {
+            self.detach(&handle, &topic).await;
+        }
     }
 
     /// Rewrites the message's topic to the stored name; `Err(name)` when
@@ -213,6 +228,8 @@ impl Session {
         } else if let Some(m) = msg.get.as_mut() {
             Some(&mut m.topic)
         } else if let Some(m) = msg.del.as_mut() {
+            Some(&mut m.topic)
+        } else if let Some(m) = msg.set.as_mut() {
             Some(&mut m.topic)
         } else {
             msg.note.as_mut().map(|m| &mut m.topic)
@@ -363,6 +380,19 @@ impl Session {
         } else if let Some(note) = msg.note {
             // Notes get no reply; invalid ones are dropped silently.
             self.note(note).await
+        } else if let Some(set) = msg.set {
+            self.set(set).await
+        } else if let Some(acc) = msg.acc {
+            // Accounts are the product's own (tokens come from its login
+            // service); answered, so a client never waits for nothing.
+            self.reply(ctrl(
+                acc.id.as_deref(),
+                None,
+                501,
+                "accounts are not managed here",
+                None,
+            ))
+            .await
         } else {
             let id = message_id(&msg);
             self.reply(ctrl(id.as_deref(), None, 400, "malformed", None))
@@ -380,6 +410,8 @@ fn message_id(msg: &ClientMsg) -> Option<String> {
         .or_else(|| msg.leave.as_ref().and_then(|m| m.id.clone()))
         .or_else(|| msg.del.as_ref().and_then(|m| m.id.clone()))
         .or_else(|| msg.login.as_ref().and_then(|m| m.id.clone()))
+        .or_else(|| msg.set.as_ref().and_then(|m| m.id.clone()))
+        .or_else(|| msg.acc.as_ref().and_then(|m| m.id.clone()))
 }
 
 fn message_topic(msg: &ClientMsg) -> Option<String> {
@@ -390,4 +422,5 @@ fn message_topic(msg: &ClientMsg) -> Option<String> {
         .or_else(|| msg.get.as_ref().map(|m| m.topic.clone()))
         .or_else(|| msg.leave.as_ref().map(|m| m.topic.clone()))
         .or_else(|| msg.del.as_ref().map(|m| m.topic.clone()))
+        .or_else(|| msg.set.as_ref().map(|m| m.topic.clone()))
 }

@@ -1,0 +1,516 @@
+//! The chat list and profiles as the WebSocket (`me` topic, group member
+//! lists) and HTTP (`/v1/me/…`, profiles) front ends serve them: Tinode's
+//! shapes built from [`crate::conversations`], and the profile changes a
+//! user or a group's owner/admin makes (events in the log).
+
+use std::collections::HashSet;
+
+use serde_json::{json, Value};
+
+use crate::conversations::{self, Conversation, Kind, Member};
+use crate::events::{
+    new_event_id, now_ms, GroupProfileChanged, ProfileChanged, UserEvent, UserEventBody,
+};
+use crate::groups::{Role, Standing};
+use crate::kafka::topics::TopicKind;
+use crate::keys::{TenantKeys, TopicKeys};
+use crate::realtime::frames::access_mode;
+use crate::tinode;
+
+use super::reads::Refusal;
+use super::Gateway;
+
+/// Longest full name / group name, in characters.
+pub const MAX_NAME_CHARS: usize = 128;
+/// Longest photo reference, in characters.
+pub const MAX_PHOTO_CHARS: usize = 512;
+/// Longest user note, in characters.
+pub const MAX_NOTE_CHARS: usize = 512;
+/// Longest group description, in characters.
+pub const MAX_DESCRIPTION_CHARS: usize = 1024;
+/// Member-list page when the client names no limit.
+pub const DEFAULT_MEMBER_PAGE: i64 = 100;
+/// One-to-one access mode (both users may do everything but delete for all).
+pub const P2P_MODE: &str = "JRWPA";
+
+fn unavailable(e: impl std::fmt::Display) -> Refusal {
+    let id = super::log_internal(&e.to_string());
+    Refusal(503, format!("service unavailable, retry (request {id})"))
+}
+
+fn pool<'a>(gw: &'a Gateway, tenant: &str) -> Result<&'a sqlx::MySqlPool, Refusal> {
+    gw.sender
+        .pools()
+        .get(tenant)
+        .map_err(|_| Refusal(500, "internal error".into()))
+}
+
+/// Tinode's `acs` object for one mode.
+pub fn acs(mode: &str) -> Value {
+    json!({"want": mode, "given": mode, "mode": mode})
+}
+
+/// A conversation's access mode for its user.
+pub fn mode_of(c: &Conversation) -> String {
+    match c.kind {
+        Kind::P2p => P2P_MODE.to_string(),
+        Kind::Grp => access_mode(c.role, c.muted),
+    }
+}
+
+/// `{meta topic="me" desc}`: the user's own profile.
+pub async fn me_desc(gw: &Gateway, tenant: &str, uid: i64) -> Result<Value, Refusal> {
+    let profile = conversations::user_profile(pool(gw, tenant)?, uid)
+        .await
+        .map_err(unavailable)?;
+    Ok(json!({
+        "created": tinode::timestamp_ms(0),
+        "updated": tinode::now(),
+        "public": profile.public(),
+        "acs": acs("JPS"),
+        "defacs": {"auth": "JRWPAS", "anon": "N"},
+    }))
+}
+
+/// What `{get topic="me" what="sub"}` (or the HTTP list) asks for.
+pub fn list_query(q: Option<&tinode::SubQuery>, uid: i64) -> Result<conversations::Query, Refusal> {
+    let Some(q) = q else {
+        return Ok(conversations::Query::default());
+    };
+    let topic = match q.topic.as_deref() {
+        None => None,
+        Some(t) => Some(
+            tinode::resolve_topic(t, uid)
+                .filter(|t| tinode::is_conversation_topic(t))
+                .ok_or_else(|| Refusal(404, "topic not found".into()))?,
+        ),
+    };
+    let changed_since_ms = match q.ims.as_deref() {
+        None => None,
+        Some(ims) => Some(
+            tinode::parse_timestamp_ms(ims)
+                .ok_or_else(|| Refusal(400, "malformed: ims is not a timestamp".into()))?,
+        ),
+    };
+    Ok(conversations::Query {
+        topic,
+        changed_since_ms,
+        after: None,
+        limit: q.limit.unwrap_or(0),
+    })
+}
+
+/// The user's conversations, newest first. Asked for one topic the
+/// projection has not reached yet (the `{pres}` of a first message can
+/// arrive before it), a member gets the entry from the live state.
+pub async fn conversations_of(
+    gw: &Gateway,
+    tenant: &str,
+    uid: i64,
+    query: &conversations::Query,
+) -> Result<Vec<Conversation>, Refusal> {
+    let pool = pool(gw, tenant)?;
+    let list = conversations::list(pool, uid, query)
+        .await
+        .map_err(unavailable)?;
+    match (&query.topic, list.is_empty()) {
+        (Some(topic), true) => Ok(live_entry(gw, tenant, uid, topic)
+            .await?
+            .into_iter()
+            .collect()),
+        _ => Ok(list),
+    }
+}
+
+/// A conversation entry built from the send path's state (Redis seq, the
+/// group cache) for a member, or `None` for anyone else.
+async fn live_entry(
+    gw: &Gateway,
+    tenant: &str,
+    uid: i64,
+    topic: &str,
+) -> Result<Option<Conversation>, Refusal> {
+    if super::reads::ensure_member(gw, tenant, topic, uid)
+        .await
+        .is_err()
+    {
+        return Ok(None);
+    }
+    let pool = pool(gw, tenant)?;
+    let (kind, peer, role, muted, profile) = match tinode::p2p_peer(topic, uid) {
+        Some(peer) => (
+            Kind::P2p,
+            peer,
+            None,
+            false,
+            conversations::user_profile(pool, peer)
+                .await
+                .map_err(unavailable)?,
+        ),
+        None => {
+            let standing = gw
+                .governance
+                .standing(tenant, topic, uid)
+                .await
+                .map_err(|r| Refusal(r.0, r.1))?;
+            let muted =
+                matches!(standing, Standing::Member { muted_until: Some(t), .. } if t > now_ms());
+            (
+                Kind::Grp,
+                0,
+                standing_role(standing),
+                muted,
+                conversations::group_profile(pool, topic)
+                    .await
+                    .map_err(unavailable)?,
+            )
+        }
+    };
+    let mut redis = gw.sender.redis();
+    let last: Option<i64> = redis::cmd("HGET")
+        .arg(TopicKeys::new(tenant, topic).seq())
+        .arg("last_seq")
+        .query_async(&mut redis)
+        .await
+        .map_err(unavailable)?;
+    let cursors: Option<(i64, i64, i32)> = sqlx::query_as(
+        "SELECT read_seq, recv_seq, clear_delid FROM im_subscriptions WHERE topic = ? AND uid = ?",
+    )
+    .bind(topic)
+    .bind(uid)
+    .fetch_optional(pool)
+    .await
+    .map_err(unavailable)?;
+    let (read, recv, clear) = cursors.unwrap_or((0, 0, 0));
+    let last_seq = last.unwrap_or(0);
+    let now = now_ms();
+    Ok(Some(Conversation {
+        topic: topic.to_string(),
+        kind,
+        peer,
+        role,
+        muted,
+        last_seq,
+        touched_ms: now,
+        updated_ms: now,
+        last_from: 0,
+        preview: None,
+        read,
+        recv,
+        clear: clear as i64,
+        unread: (last_seq - read).max(0),
+        profile,
+    }))
+}
+
+/// Which of `uids` have a session online anywhere (a failed read: none).
+pub async fn online_users(gw: &Gateway, tenant: &str, uids: &[i64]) -> HashSet<i64> {
+    if uids.is_empty() {
+        return HashSet::new();
+    }
+    let keys = TenantKeys::new(tenant);
+    let mut pipe = redis::pipe();
+    for uid in uids {
+        pipe.hget(keys.presence_user(*uid), "online");
+    }
+    let mut redis = gw.sender.redis();
+    let flags: Vec<Option<String>> = pipe.query_async(&mut redis).await.unwrap_or_default();
+    uids.iter()
+        .zip(flags)
+        .filter(|(_, f)| f.as_deref() == Some("1"))
+        .map(|(u, _)| *u)
+        .collect()
+}
+
+/// One `{meta topic="me" sub}` entry, as user `me` sees it.
+pub fn me_sub_entry(c: &Conversation, me: i64, online: bool) -> Value {
+    let mut entry = json!({
+        "topic": tinode::client_topic(&c.topic, me),
+        "acs": acs(&mode_of(c)),
+        "updated": tinode::timestamp_ms(c.updated_ms),
+        "touched": tinode::timestamp_ms(c.touched_ms),
+        "seq": c.last_seq,
+        "read": c.read,
+        "recv": c.recv,
+        "clear": c.clear,
+        "online": online,
+    });
+    if !c.profile.is_empty() {
+        entry["public"] = c.profile.public();
+    }
+    entry
+}
+
+/// The `{meta sub}` entries of a list, with the peers' online state.
+pub async fn me_sub_entries(
+    gw: &Gateway,
+    tenant: &str,
+    me: i64,
+    list: &[Conversation],
+) -> Vec<Value> {
+    let peers: Vec<i64> = list
+        .iter()
+        .filter(|c| c.kind == Kind::P2p)
+        .map(|c| c.peer)
+        .collect();
+    let online = online_users(gw, tenant, &peers).await;
+    list.iter()
+        .map(|c| me_sub_entry(c, me, c.kind == Kind::P2p && online.contains(&c.peer)))
+        .collect()
+}
+
+/// The same list for HTTP: with `unread` and the last message's preview.
+pub fn http_entry(c: &Conversation, me: i64, online: bool) -> Value {
+    let mut entry = me_sub_entry(c, me, online);
+    entry["unread"] = json!(c.unread);
+    entry["kind"] = json!(c.kind.as_str());
+    if c.last_seq > 0 {
+        entry["last"] = json!({
+            "seq": c.last_seq,
+            "from": tinode::user_id(c.last_from),
+            "ts": tinode::timestamp_ms(c.touched_ms),
+            "preview": c.preview,
+        });
+    }
+    entry
+}
+
+/// A page of a group's members (`{get topic=grp what="sub"}`).
+pub async fn group_members(
+    gw: &Gateway,
+    tenant: &str,
+    topic: &str,
+    q: Option<&tinode::SubQuery>,
+) -> Result<Vec<Value>, Refusal> {
+    let only = match q.and_then(|q| q.user.as_deref()) {
+        None => None,
+        Some(user) => Some(
+            tinode::parse_user_id(user)
+                .ok_or_else(|| Refusal(400, "malformed: sub.user".into()))?,
+        ),
+    };
+    let since = match q.and_then(|q| q.ims.as_deref()) {
+        None => None,
+        Some(ims) => Some(
+            tinode::parse_timestamp_ms(ims)
+                .ok_or_else(|| Refusal(400, "malformed: ims is not a timestamp".into()))?,
+        ),
+    };
+    let limit = q
+        .and_then(|q| q.limit)
+        .filter(|l| *l > 0)
+        .unwrap_or(DEFAULT_MEMBER_PAGE);
+    let members = conversations::members(pool(gw, tenant)?, topic, only, 0, since, limit)
+        .await
+        .map_err(unavailable)?;
+    // Online: attached to the topic somewhere.
+    let keys = TopicKeys::new(tenant, topic);
+    let mut pipe = redis::pipe();
+    for m in &members {
+        pipe.sismember(keys.online_members(), m.uid);
+    }
+    let mut redis = gw.sender.redis();
+    let online: Vec<bool> = if members.is_empty() {
+        Vec::new()
+    } else {
+        pipe.query_async(&mut redis).await.unwrap_or_default()
+    };
+    Ok(members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| member_entry(m, online.get(i).copied().unwrap_or(false)))
+        .collect())
+}
+
+fn member_entry(m: &Member, online: bool) -> Value {
+    let mut entry = json!({
+        "user": tinode::user_id(m.uid),
+        "acs": acs(&access_mode(Some(m.role), m.muted)),
+        "role": m.role.as_str(),
+        "updated": tinode::timestamp_ms(m.updated_ms),
+        "read": m.read,
+        "recv": m.recv,
+        "online": online,
+    });
+    if !m.profile.is_empty() {
+        entry["public"] = m.profile.public();
+    }
+    entry
+}
+
+/// A member's access mode in a group, from their standing.
+pub fn standing_mode(standing: Standing) -> String {
+    match standing {
+        Standing::Member { role, muted_until } => {
+            access_mode(Some(role), muted_until.is_some_and(|t| t > now_ms()))
+        }
+        _ => "N".into(),
+    }
+}
+
+/// The role of a standing, for display.
+pub fn standing_role(standing: Standing) -> Option<Role> {
+    match standing {
+        Standing::Member { role, .. } => Some(role),
+        _ => None,
+    }
+}
+
+/// A text field of a `public` object: absent → `None` (unchanged); a
+/// string within `max` characters; anything else is refused.
+fn text_field(public: &Value, name: &str, max: usize) -> Result<Option<String>, Refusal> {
+    match public.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.chars().count() <= max => Ok(Some(s.clone())),
+        Some(Value::String(_)) => Err(Refusal(
+            400,
+            format!("malformed: public.{name} is longer than {max} characters"),
+        )),
+        Some(_) => Err(Refusal(
+            400,
+            format!("malformed: public.{name} must be text"),
+        )),
+    }
+}
+
+/// `public.photo`: a reference (`{"ref": url}` or a URL string); inline
+/// image bytes are refused (pictures are stored elsewhere).
+fn photo_field(public: &Value) -> Result<Option<String>, Refusal> {
+    let reference = match public.get("photo") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Object(o)) => match (o.get("ref"), o.get("data")) {
+            (Some(Value::String(r)), _) => r.clone(),
+            (_, Some(_)) => {
+                return Err(Refusal(
+                    413,
+                    "inline pictures are not stored here; upload it and pass photo.ref".into(),
+                ))
+            }
+            _ => return Err(Refusal(400, "malformed: public.photo".into())),
+        },
+        Some(_) => return Err(Refusal(400, "malformed: public.photo".into())),
+    };
+    if reference.chars().count() > MAX_PHOTO_CHARS {
+        return Err(Refusal(
+            400,
+            format!("malformed: public.photo is longer than {MAX_PHOTO_CHARS} characters"),
+        ));
+    }
+    Ok(Some(reference))
+}
+
+/// A user's `public` as a profile change.
+pub fn user_profile_change(public: &Value) -> Result<ProfileChanged, Refusal> {
+    if !public.is_object() {
+        return Err(Refusal(400, "malformed: public must be an object".into()));
+    }
+    let change = ProfileChanged {
+        full_name: text_field(public, "fn", MAX_NAME_CHARS)?,
+        photo: photo_field(public)?,
+        note: text_field(public, "note", MAX_NOTE_CHARS)?,
+    };
+    if change == ProfileChanged::default() {
+        return Err(Refusal(
+            400,
+            "malformed: nothing to change in public".into(),
+        ));
+    }
+    Ok(change)
+}
+
+/// A group's `public` as a profile change (`fn` is the group's name, as
+/// Tinode clients show it; `name` is accepted too).
+pub fn group_profile_change(public: &Value) -> Result<GroupProfileChanged, Refusal> {
+    if !public.is_object() {
+        return Err(Refusal(400, "malformed: public must be an object".into()));
+    }
+    let name = match text_field(public, "fn", MAX_NAME_CHARS)? {
+        Some(n) => Some(n),
+        None => text_field(public, "name", MAX_NAME_CHARS)?,
+    };
+    let description = match text_field(public, "note", MAX_DESCRIPTION_CHARS)? {
+        Some(d) => Some(d),
+        None => text_field(public, "description", MAX_DESCRIPTION_CHARS)?,
+    };
+    let change = GroupProfileChanged {
+        name,
+        photo: photo_field(public)?,
+        description,
+    };
+    if change == GroupProfileChanged::default() {
+        return Err(Refusal(
+            400,
+            "malformed: nothing to change in public".into(),
+        ));
+    }
+    Ok(change)
+}
+
+/// Most one-to-one peers told when a user comes online or goes offline
+/// (the most recently active conversations first).
+pub const PRESENCE_PEERS_MAX: i64 = 200;
+
+/// Tells the user's one-to-one peers (their chat lists) that the user came
+/// online (`what="on"`) or went offline (`"off"`). Best effort: presence
+/// is a hint, a lost one is corrected by the next list read.
+pub async fn announce_to_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str) {
+    let Ok(pool) = pool(gw, tenant) else { return };
+    let peers: Vec<i64> = match sqlx::query_scalar(
+        "SELECT c.peer_uid FROM im_conversations c \
+         LEFT JOIN im_conversation_topics t ON t.topic = c.topic \
+         WHERE c.uid = ? AND c.kind = 'p2p' ORDER BY t.touched_ms DESC LIMIT ?",
+    )
+    .bind(uid)
+    .bind(PRESENCE_PEERS_MAX)
+    .fetch_all(pool)
+    .await
+    {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(error = %e, "peers for presence unreadable");
+            return;
+        }
+    };
+    let mut redis = gw.sender.redis();
+    for peer in peers {
+        let envelope = crate::realtime::Envelope {
+            event_id: new_event_id(),
+            tenant_id: tenant.to_string(),
+            kind: crate::realtime::Kind::Deliver,
+            target_type: crate::realtime::TargetType::User,
+            target: peer.to_string(),
+            skip_sid: String::new(),
+            dedup_key: String::new(),
+            occurred_at: now_ms(),
+            payload: crate::realtime::frames::pres_me_frame(&tinode::user_id(uid), what),
+        };
+        if let Err(e) = crate::realtime::bus::publish(&mut redis, None, &envelope).await {
+            tracing::warn!(error = %e, "presence to a peer not published");
+            return;
+        }
+    }
+}
+
+/// Produces the user's `ProfileChanged`; returns its event id.
+pub async fn set_user_profile(
+    gw: &Gateway,
+    tenant: &str,
+    uid: i64,
+    change: ProfileChanged,
+) -> Result<String, Refusal> {
+    let event = UserEvent {
+        event_id: new_event_id(),
+        tenant_id: tenant.to_string(),
+        uid,
+        occurred_at: now_ms(),
+        actor_uid: uid,
+        body: UserEventBody::ProfileChanged(change),
+    };
+    gw.sender
+        .producer()
+        .send(TopicKind::UserEvents, &event.key(), &event, None)
+        .await
+        .map_err(unavailable)?;
+    Ok(event.event_id)
+}

@@ -1,0 +1,348 @@
+//! The conversations pipeline's handler: group events → the chat list read
+//! model of [`crate::conversations`].
+//!
+//! - `MessageSent`: the topic's row (last seq, activity, preview — the
+//!   greatest seq wins, so any order and redelivery converge) and the
+//!   sender's own read/recv cursor (what one sends is read); a one-to-one
+//!   topic's first message puts it in both users' lists. Coalesced per
+//!   batch: one row per topic and one per sender, never one per member.
+//! - `GroupCreated` / `MemberJoined` / `MemberLeft` / `GroupDissolved`: the
+//!   per-user rows, in log order per topic.
+//! - `HistoryCleared`: the user's clear id; `MessageRecalled` /
+//!   `MessageDeleted` of the last message: its preview is withdrawn.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
+
+use chrono::{DateTime, TimeZone, Utc};
+use sqlx::mysql::MySqlPool;
+
+use crate::conversations::{preview, Kind};
+use crate::events::{EventCodec, GroupEvent, GroupEventBody};
+use crate::tenant::{db_failure, TenantPools};
+use crate::tinode;
+
+use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+
+/// One-to-one topics already known to have both users' rows (so a busy
+/// pair costs no extra write per message); forgotten when it grows past this.
+const KNOWN_P2P_MAX: usize = 100_000;
+
+pub struct ConversationsHandler {
+    codec: EventCodec,
+    pools: TenantPools,
+    known_p2p: Mutex<HashSet<(String, String)>>,
+}
+
+impl ConversationsHandler {
+    pub fn new(codec: EventCodec, pools: TenantPools) -> Self {
+        Self {
+            codec,
+            pools,
+            known_p2p: Mutex::new(HashSet::new()),
+        }
+    }
+}
+
+/// The newest message of a topic in a batch.
+struct Touch {
+    seq: i64,
+    at_ms: i64,
+    from: i64,
+    preview: Option<String>,
+    records: Vec<usize>,
+}
+
+type TopicKey = (String, String);
+
+impl Handler for ConversationsHandler {
+    async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
+        let mut failures = Vec::new();
+        let events = decode_all::<GroupEvent>(&self.codec, records, &mut failures).await;
+        let mut gate = KeyGate::new(records, failures);
+        let mut touches: BTreeMap<TopicKey, Touch> = BTreeMap::new();
+        // (tenant, topic, uid) → (greatest seq sent, records)
+        let mut senders: BTreeMap<(String, String, i64), (i64, Vec<usize>)> = BTreeMap::new();
+        let mut new_p2p: BTreeMap<TopicKey, (i64, i64, i64, Vec<usize>)> = BTreeMap::new();
+        for (i, event) in events {
+            if !gate.admit(i) {
+                continue;
+            }
+            let key = (event.tenant_id.clone(), event.topic.clone());
+            if let GroupEventBody::MessageSent(m) = &event.body {
+                let t = touches.entry(key.clone()).or_insert(Touch {
+                    seq: 0,
+                    at_ms: 0,
+                    from: 0,
+                    preview: None,
+                    records: Vec::new(),
+                });
+                if m.seq > t.seq {
+                    t.seq = m.seq;
+                    t.at_ms = m.created_at;
+                    t.from = m.from_user;
+                    t.preview = preview(m.content.as_deref());
+                }
+                t.records.push(i);
+                let s = senders
+                    .entry((key.0.clone(), key.1.clone(), m.from_user))
+                    .or_insert((0, Vec::new()));
+                s.0 = s.0.max(m.seq);
+                s.1.push(i);
+                if let Some((a, b)) = tinode::parse_p2p_topic(&event.topic) {
+                    let known = self.known_p2p.lock().expect("p2p set").contains(&key);
+                    if !known {
+                        let e = new_p2p
+                            .entry(key)
+                            .or_insert((a, b, m.created_at, Vec::new()));
+                        e.2 = e.2.min(m.created_at);
+                        e.3.push(i);
+                    }
+                }
+                continue;
+            }
+            // Everything else changes little and is applied in log order.
+            let result = match self.pools.get(&event.tenant_id) {
+                Ok(pool) => apply(pool, &event).await,
+                Err(e) => Err((crate::failure::FailureKind::Poison, e.to_string())),
+            };
+            if let Err((kind, reason)) = result {
+                gate.fail(RecordFailure::new(i, kind, reason));
+            }
+        }
+        self.flush(&mut gate, touches, senders, new_p2p).await;
+        gate.outcome()
+    }
+}
+
+impl ConversationsHandler {
+    /// Writes the batch's coalesced message effects, one statement per
+    /// tenant and table; a failure fails the records that fed it.
+    async fn flush(
+        &self,
+        gate: &mut KeyGate<'_>,
+        touches: BTreeMap<TopicKey, Touch>,
+        senders: BTreeMap<(String, String, i64), (i64, Vec<usize>)>,
+        new_p2p: BTreeMap<TopicKey, (i64, i64, i64, Vec<usize>)>,
+    ) {
+        let tenants: HashSet<&String> = touches.keys().map(|(t, _)| t).collect();
+        for tenant in tenants {
+            let fail_all = |gate: &mut KeyGate<'_>,
+                            idx: &mut dyn Iterator<Item = usize>,
+                            kind,
+                            reason: &str| {
+                for i in idx {
+                    gate.fail(RecordFailure::new(i, kind, reason));
+                }
+            };
+            let ours = |k: &TopicKey| &k.0 == tenant;
+            let indexes = || -> Vec<usize> {
+                touches
+                    .iter()
+                    .filter(|(k, _)| ours(k))
+                    .flat_map(|(_, t)| t.records.iter().copied())
+                    .collect()
+            };
+            let pool = match self.pools.get(tenant) {
+                Ok(p) => p,
+                Err(e) => {
+                    fail_all(
+                        gate,
+                        &mut indexes().into_iter(),
+                        crate::failure::FailureKind::Poison,
+                        &e.to_string(),
+                    );
+                    continue;
+                }
+            };
+            let result = async {
+                let p2p: Vec<_> = new_p2p.iter().filter(|(k, _)| ours(k)).collect();
+                if !p2p.is_empty() {
+                    let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
+                        "INSERT INTO im_conversations (uid, topic, kind, peer_uid, joined_at) ",
+                    );
+                    let rows: Vec<(i64, &str, i64, i64)> = p2p
+                        .iter()
+                        .flat_map(|((_, topic), (a, b, at, _))| {
+                            [(*a, topic.as_str(), *b, *at), (*b, topic.as_str(), *a, *at)]
+                        })
+                        .collect();
+                    q.push_values(rows, |mut r, (uid, topic, peer, at)| {
+                        r.push_bind(uid)
+                            .push_bind(topic)
+                            .push_bind(Kind::P2p.as_str())
+                            .push_bind(peer)
+                            .push_bind(at_time(at));
+                    });
+                    q.push(" ON DUPLICATE KEY UPDATE peer_uid = VALUES(peer_uid)");
+                    q.build().execute(pool).await?;
+                }
+                let rows: Vec<_> = touches.iter().filter(|(k, _)| ours(k)).collect();
+                let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
+                    "INSERT INTO im_conversation_topics (topic, last_seq, touched_ms, last_from, preview) ",
+                );
+                q.push_values(rows, |mut r, ((_, topic), t)| {
+                    r.push_bind(topic)
+                        .push_bind(t.seq)
+                        .push_bind(t.at_ms)
+                        .push_bind(t.from)
+                        .push_bind(&t.preview);
+                });
+                // Assignments run left to right: last_seq moves last, so the
+                // others compare against the old value. The greatest seq wins.
+                q.push(
+                    " ON DUPLICATE KEY UPDATE \
+                     touched_ms = IF(VALUES(last_seq) > last_seq, VALUES(touched_ms), touched_ms), \
+                     last_from = IF(VALUES(last_seq) > last_seq, VALUES(last_from), last_from), \
+                     preview = IF(VALUES(last_seq) > last_seq, VALUES(preview), preview), \
+                     last_seq = GREATEST(last_seq, VALUES(last_seq))",
+                );
+                q.build().execute(pool).await?;
+                let cursors: Vec<_> = senders.iter().filter(|((t, _, _), _)| t == tenant).collect();
+                let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
+                    "INSERT INTO im_subscriptions (topic, uid, read_seq, recv_seq) ",
+                );
+                q.push_values(cursors, |mut r, ((_, topic, uid), (seq, _))| {
+                    r.push_bind(topic).push_bind(*uid).push_bind(*seq).push_bind(*seq);
+                });
+                q.push(
+                    " ON DUPLICATE KEY UPDATE read_seq = GREATEST(read_seq, VALUES(read_seq)), \
+                     recv_seq = GREATEST(recv_seq, VALUES(recv_seq))",
+                );
+                q.build().execute(pool).await?;
+                Ok::<(), sqlx::Error>(())
+            }
+            .await;
+            match result {
+                Ok(()) => {
+                    let mut known = self.known_p2p.lock().expect("p2p set");
+                    if known.len() > KNOWN_P2P_MAX {
+                        known.clear();
+                    }
+                    known.extend(new_p2p.keys().filter(|k| ours(k)).cloned());
+                }
+                Err(e) => {
+                    let mut all = indexes();
+                    all.extend(
+                        new_p2p
+                            .iter()
+                            .filter(|(k, _)| ours(k))
+                            .flat_map(|(_, v)| v.3.iter().copied()),
+                    );
+                    fail_all(
+                        gate,
+                        &mut all.into_iter(),
+                        db_failure(&e),
+                        &format!("mysql: {e}"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A membership, clear, recall or delete event.
+async fn apply(
+    pool: &MySqlPool,
+    e: &GroupEvent,
+) -> Result<(), (crate::failure::FailureKind, String)> {
+    let db = |err: sqlx::Error| (db_failure(&err), format!("mysql: {err}"));
+    let topic = e.topic.as_str();
+    let join = |uids: Vec<i64>| async move {
+        if uids.is_empty() {
+            return Ok::<(), sqlx::Error>(());
+        }
+        for chunk in uids.chunks(1000) {
+            let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
+                "INSERT INTO im_conversations (uid, topic, kind, peer_uid, joined_at) ",
+            );
+            q.push_values(chunk, |mut r, uid| {
+                r.push_bind(*uid)
+                    .push_bind(topic)
+                    .push_bind(Kind::Grp.as_str())
+                    .push_bind(0i64)
+                    .push_bind(at_time(e.occurred_at));
+            });
+            q.push(" ON DUPLICATE KEY UPDATE kind = VALUES(kind)");
+            q.build().execute(pool).await?;
+        }
+        // The topic's row exists from the start (its activity: creation).
+        sqlx::query(
+            "INSERT INTO im_conversation_topics (topic, last_seq, touched_ms) VALUES (?, 0, ?) \
+             ON DUPLICATE KEY UPDATE touched_ms = IF(last_seq = 0, LEAST(touched_ms, VALUES(touched_ms)), touched_ms)",
+        )
+        .bind(topic)
+        .bind(e.occurred_at)
+        .execute(pool)
+        .await?;
+        Ok(())
+    };
+    match &e.body {
+        GroupEventBody::GroupCreated(g) => {
+            let mut uids = g.members.clone();
+            uids.push(g.owner_uid);
+            uids.sort_unstable();
+            uids.dedup();
+            join(uids).await.map_err(db)
+        }
+        GroupEventBody::MemberJoined(j) => join(vec![j.uid]).await.map_err(db),
+        GroupEventBody::MemberLeft(l) => {
+            sqlx::query("DELETE FROM im_conversations WHERE uid = ? AND topic = ?")
+                .bind(l.uid)
+                .bind(topic)
+                .execute(pool)
+                .await
+                .map(|_| ())
+                .map_err(db)
+        }
+        GroupEventBody::GroupDissolved(_) => {
+            sqlx::query("DELETE FROM im_conversations WHERE topic = ?")
+                .bind(topic)
+                .execute(pool)
+                .await
+                .map(|_| ())
+                .map_err(db)
+        }
+        GroupEventBody::HistoryCleared(c) => sqlx::query(
+            "INSERT INTO im_subscriptions (topic, uid, clear_delid) VALUES (?, ?, ?) \
+             ON DUPLICATE KEY UPDATE clear_delid = GREATEST(clear_delid, VALUES(clear_delid))",
+        )
+        .bind(topic)
+        .bind(c.uid)
+        .bind(c.del_id)
+        .execute(pool)
+        .await
+        .map(|_| ())
+        .map_err(db),
+        GroupEventBody::MessageRecalled(r) => withdraw(pool, topic, &[(r.seq, r.seq + 1)])
+            .await
+            .map_err(db),
+        GroupEventBody::MessageDeleted(d) => {
+            let ranges: Vec<(i64, i64)> = d.ranges.iter().map(|r| (r.low, r.hi)).collect();
+            withdraw(pool, topic, &ranges).await.map_err(db)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The preview goes when the last message is among `ranges`.
+async fn withdraw(pool: &MySqlPool, topic: &str, ranges: &[(i64, i64)]) -> sqlx::Result<()> {
+    for (low, hi) in ranges {
+        sqlx::query(
+            "UPDATE im_conversation_topics SET preview = NULL \
+             WHERE topic = ? AND last_seq >= ? AND last_seq < ?",
+        )
+        .bind(topic)
+        .bind(low)
+        .bind(hi)
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
+}
+
+fn at_time(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .unwrap_or_else(Utc::now)
+}

@@ -1,0 +1,399 @@
+//! The chat list (issue 14) against the real services: the `me` topic
+//! through tinode-sdk (tests/node/tinode_chatlist.js: conversations with
+//! names and unread counts, live re-sort and badge, a read on a second
+//! device, a new one-to-one conversation, a group's member list), the HTTP
+//! list with its badge and catch-up, the conversations projection rebuilt
+//! by `imstream replay conversations` identically (and again, redelivered),
+//! and a 10,000-member group whose messages write one topic row each, never
+//! a row per member.
+
+mod common;
+
+use std::time::Duration;
+
+use imstream::replay::{projection, replay, ReplayArgs};
+use serde_json::{json, Value};
+
+use common::{call, repo_root, send_http, wait_for, Stack};
+
+const TEAM: &str = "grpChatsTeam";
+const PAIR: &str = "grpChatsPair";
+const A: i64 = 401;
+const B: i64 = 402;
+const C: i64 = 403;
+
+async fn get(stack: &Stack, uid: i64, path: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .get(format!("http://{}{path}", stack.gateway_addr(0)))
+        .bearer_auth(stack.token(uid, "http"))
+        .send()
+        .await
+        .expect("gateway reachable");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn entry<'a>(list: &'a Value, topic: &str) -> Option<&'a Value> {
+    list["conversations"]
+        .as_array()?
+        .iter()
+        .find(|c| c["topic"] == json!(topic))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chat_list_through_tinode_sdk_and_http() {
+    let node_dir = repo_root().join("tests/node");
+    assert!(
+        node_dir.join("node_modules/tinode-sdk").exists(),
+        "run `npm ci --prefix tests/node` (the README's test command does)"
+    );
+    let mut stack = Stack::realtime(2).await;
+    let gw = stack.gateway_addr(0);
+    for (uid, name) in [(A, "Alice"), (B, "Bob"), (C, "Carol")] {
+        let (status, body) = call(
+            &stack,
+            gw,
+            uid,
+            "PUT",
+            "/v1/me/profile",
+            json!({"fn": name}),
+        )
+        .await;
+        assert_eq!(status, 202, "{body}");
+    }
+    // Bad profiles are refused with a reason, nothing produced.
+    let (status, _) = call(
+        &stack,
+        gw,
+        A,
+        "PUT",
+        "/v1/me/profile",
+        json!({"fn": "x".repeat(200)}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    let (status, _) = call(
+        &stack,
+        gw,
+        A,
+        "PUT",
+        "/v1/me/profile",
+        json!({"photo": {"data": "AAAA"}}),
+    )
+    .await;
+    assert_eq!(status, 413);
+
+    stack.create_group(TEAM, A, &[B, C]).await;
+    stack.create_group(PAIR, B, &[A]).await;
+    let (status, body) = call(
+        &stack,
+        gw,
+        A,
+        "PUT",
+        &format!("/v1/groups/{TEAM}/profile"),
+        json!({"fn": "Team"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    // Only an owner or admin names a group.
+    let (status, _) = call(
+        &stack,
+        gw,
+        C,
+        "PUT",
+        &format!("/v1/groups/{TEAM}/profile"),
+        json!({"fn": "Mine"}),
+    )
+    .await;
+    assert_eq!(status, 403);
+    let (status, _) = call(
+        &stack,
+        gw,
+        A,
+        "PUT",
+        &format!("/v1/groups/{PAIR}/profile"),
+        json!({"fn": "Pair"}),
+    )
+    .await;
+    assert_eq!(status, 403, "A is a plain member of PAIR");
+
+    let client = reqwest::Client::new();
+    for i in 1..=3 {
+        let (status, _) = send_http(
+            &client,
+            gw,
+            &stack.token(B, "http"),
+            TEAM,
+            &format!("t{i}"),
+            &format!("team message {i}"),
+        )
+        .await;
+        assert_eq!(status, 202);
+    }
+    let (status, _) = send_http(
+        &client,
+        gw,
+        &stack.token(A, "http"),
+        PAIR,
+        "p1",
+        "pair message",
+    )
+    .await;
+    assert_eq!(status, 202);
+    let (status, body) = call(
+        &stack,
+        gw,
+        C,
+        "POST",
+        &format!("/v1/users/{A}/messages"),
+        json!({"content": {"txt": "hi Alice"}}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+
+    // The HTTP list, once the projections caught up.
+    let list = wait_for(
+        "A's conversations projected",
+        Duration::from_secs(60),
+        || async {
+            let (_, list) = get(&stack, A, "/v1/me/conversations?catchup=5").await;
+            let ready = entry(&list, TEAM)
+                .is_some_and(|t| t["unread"] == json!(3) && t["public"]["fn"] == json!("Team"))
+                && entry(&list, PAIR).is_some()
+                && entry(&list, &format!("usr{C}"))
+                    .is_some_and(|c| c["public"]["fn"] == json!("Carol"));
+            if ready {
+                Ok(list)
+            } else {
+                Err(list.to_string())
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        list["unread"],
+        json!(4),
+        "the badge: 3 in Team, 1 from C; {list}"
+    );
+    assert_eq!(list["conversations_with_unread"], json!(2));
+    assert_eq!(
+        entry(&list, PAIR).unwrap()["unread"],
+        json!(0),
+        "what A sent is read"
+    );
+    let team = entry(&list, TEAM).unwrap();
+    assert_eq!(team["last"]["preview"], json!("team message 3"));
+    let caught: Vec<&str> = team["catchup"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"]["txt"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        caught,
+        ["team message 1", "team message 2", "team message 3"],
+        "catch-up: the unread messages, oldest first"
+    );
+    // With fewer than the unread count allowed, only the count.
+    let (_, short) = get(&stack, A, "/v1/me/conversations?catchup=2").await;
+    assert_eq!(
+        entry(&short, TEAM).unwrap()["catchup"],
+        json!({"unread": 3, "messages": null})
+    );
+    // Paged: one per page, newest first, the cursor walks all three.
+    let mut seen = Vec::new();
+    let mut path = "/v1/me/conversations?limit=1".to_string();
+    loop {
+        let (status, page) = get(&stack, A, &path).await;
+        assert_eq!(status, 200, "{page}");
+        for c in page["conversations"].as_array().unwrap() {
+            seen.push(c["topic"].as_str().unwrap().to_string());
+        }
+        match page["next"].as_str() {
+            Some(next) => path = format!("/v1/me/conversations?limit=1&cursor={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        [format!("usr{C}"), PAIR.to_string(), TEAM.to_string()],
+        "newest activity first"
+    );
+    let (_, badge) = get(&stack, A, "/v1/me/unread").await;
+    assert_eq!(badge, json!({"unread": 4, "conversations_with_unread": 2}));
+    let (status, _) = get(&stack, A, "/v1/me/conversations?cursor=nonsense").await;
+    assert_eq!(status, 400);
+
+    // The `me` topic and the live updates through the real client.
+    let output = tokio::process::Command::new("node")
+        .arg("tinode_chatlist.js")
+        .current_dir(&node_dir)
+        .env("GATEWAY_A", stack.gateway_addr(0).to_string())
+        .env("GATEWAY_B", stack.gateway_addr(1).to_string())
+        .env("TOKEN_A", stack.token(A, "sdk"))
+        .env("TOKEN_A2", stack.token(A, "phone"))
+        .env("TOKEN_B", stack.token(B, "sdk"))
+        .env("TOKEN_C", stack.token(C, "sdk"))
+        .env("TEAM", TEAM)
+        .env("PAIR", PAIR)
+        .env("A", A.to_string())
+        .env("B", B.to_string())
+        .env("C", C.to_string())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), output)
+        .await
+        .expect("node clients did not finish within 120 s")
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.trim_end().ends_with("ok"),
+        "node clients failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
+        output.status
+    );
+
+    // Rebuilt from the log: wipe the projection, replay, identical lists;
+    // replay again (every record redelivered): still identical.
+    let pool = stack.pool();
+    let c_has_b = || async {
+        let (_, l) = get(&stack, C, "/v1/me/conversations").await;
+        entry(&l, &format!("usr{B}"))
+            .map(|_| ())
+            .ok_or(l.to_string())
+    };
+    wait_for(
+        "B's message to C projected",
+        Duration::from_secs(30),
+        c_has_b,
+    )
+    .await;
+    let before = projection::conversation_lists(&pool).await.unwrap();
+    assert_eq!(before.len(), 3, "three users with lists: {before:?}");
+    stack.stop_pipeline("conversations").await;
+    for table in ["im_conversations", "im_conversation_topics"] {
+        sqlx::query(&format!("DELETE FROM {table}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let (_, empty) = get(&stack, A, "/v1/me/conversations").await;
+    assert_eq!(empty["conversations"], json!([]), "wiped");
+    let args = ReplayArgs {
+        pipeline: "conversations".into(),
+        from: "earliest".into(),
+        tenant: None,
+        into: None,
+        wait_inactive_secs: 30,
+    };
+    replay(stack.config(), &args, stack.world.shutdown.child())
+        .await
+        .expect("replay");
+    assert_eq!(
+        projection::conversation_lists(&pool).await.unwrap(),
+        before,
+        "replay rebuilt the same lists"
+    );
+    replay(stack.config(), &args, stack.world.shutdown.child())
+        .await
+        .expect("replay again");
+    assert_eq!(
+        projection::conversation_lists(&pool).await.unwrap(),
+        before,
+        "redelivered: unchanged"
+    );
+}
+
+/// A 10,000-member group: membership writes 10,000 rows once; each message
+/// then writes its topic row and the sender's cursor only — no member's
+/// row is touched — and every member's list shows it unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_big_group_costs_one_row_per_message() {
+    const BIG: &str = "grpChatsBig";
+    const MEMBERS: i64 = 10_000;
+    const MESSAGES: i64 = 20;
+    let mut stack = Stack::prepared(None).await;
+    stack.start_pipeline("store").await;
+    stack.start_pipeline("members").await;
+    stack.start_pipeline("conversations").await;
+    stack.start_gateway("node-a").await;
+    let members: Vec<i64> = (2..=MEMBERS).collect();
+    stack.create_group(BIG, 1, &members).await;
+    let pool = stack.pool();
+    let count = || async {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_conversations WHERE topic = ?")
+            .bind(BIG)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if n == MEMBERS {
+            Ok(())
+        } else {
+            Err(format!("{n} rows"))
+        }
+    };
+    wait_for("10,000 conversation rows", Duration::from_secs(120), count).await;
+    let (mark,): (chrono::NaiveDateTime,) = sqlx::query_as("SELECT CURRENT_TIMESTAMP(3)")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    for i in 1..=MESSAGES {
+        let (status, _) = send_http(
+            &client,
+            stack.gateway_addr(0),
+            &stack.token(1, "http"),
+            BIG,
+            &format!("b{i}"),
+            "to everyone",
+        )
+        .await;
+        assert_eq!(status, 202);
+    }
+    let projected = || async {
+        let seq: Option<i64> =
+            sqlx::query_scalar("SELECT last_seq FROM im_conversation_topics WHERE topic = ?")
+                .bind(BIG)
+                .fetch_optional(&pool)
+                .await
+                .unwrap();
+        if seq == Some(MESSAGES) {
+            Ok(())
+        } else {
+            Err(format!("last_seq {seq:?}"))
+        }
+    };
+    wait_for("20 messages projected", Duration::from_secs(60), projected).await;
+    let touched: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM im_conversations WHERE topic = ? AND updated_at > ?",
+    )
+    .bind(BIG)
+    .bind(mark)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        touched, 0,
+        "no member's conversation row is written per message"
+    );
+    let cursors: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_subscriptions WHERE topic = ?")
+        .bind(BIG)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(cursors, 1, "only the sender's cursor moved");
+    for uid in [2, 5_000, MEMBERS] {
+        let (_, list) = get(&stack, uid, "/v1/me/conversations").await;
+        assert_eq!(
+            entry(&list, BIG).unwrap()["unread"],
+            json!(MESSAGES),
+            "member {uid}"
+        );
+    }
+    let (_, owner) = get(&stack, 1, "/v1/me/conversations").await;
+    assert_eq!(
+        entry(&owner, BIG).unwrap()["unread"],
+        json!(0),
+        "the sender read what they sent"
+    );
+}
