@@ -49,6 +49,9 @@ pub enum Command {
     /// Session tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// People who log in with a password (`basic`; auth.basic.tenants).
+    #[command(subcommand)]
+    Users(UsersCommand),
     /// Redis topic routes.
     #[command(subcommand)]
     Routes(RoutesCommand),
@@ -173,6 +176,22 @@ pub enum TokenCommand {
         uid: i64,
         #[arg(long, default_value = "cli")]
         device: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UsersCommand {
+    /// Add a password login for a user to the tenant's logins table (Argon2id
+    /// hash). The password is read from the environment variable
+    /// IMSTREAM_PASSWORD or else the first line of stdin, never from the
+    /// command line (which other users of the machine can see).
+    Add {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        uid: i64,
+        #[arg(long)]
+        login: String,
     },
 }
 

@@ -126,6 +126,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", issued.token);
             Ok(())
         }
+        Command::Users(crate::cli::UsersCommand::Add { tenant, uid, login }) => {
+            users_add(&config, &tenant, uid, &login).await
+        }
         Command::Replay(args) => crate::replay::run_cli(&config, args).await,
         Command::Legacy(cmd) => crate::legacy::run_cli(&config, cmd).await,
         Command::Dev(args) => dev(&config, args).await,
@@ -146,6 +149,48 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
 }
+
+/// `imstream users add`: the password from `IMSTREAM_PASSWORD` or the
+/// first line of stdin. A login another tenant of `auth.basic.tenants`
+/// already has is refused: a basic login must name one person.
+async fn users_add(config: &Config, tenant: &str, uid: i64, login: &str) -> anyhow::Result<()> {
+    let Some(t) = config.tenant(tenant) else {
+        bail!("unknown tenant {tenant:?}");
+    };
+    crate::users::check_login(login)?;
+    let password = match std::env::var(PASSWORD_ENV) {
+        Ok(p) => p,
+        Err(_) => {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .context("reading the password from stdin")?;
+            line.trim_end_matches(['\r', '\n']).to_string()
+        }
+    };
+    if password.is_empty() {
+        bail!("no password: set {PASSWORD_ENV} or pipe it on stdin");
+    }
+    for other in config.auth.basic.tenants.iter().filter(|o| *o != tenant) {
+        let Some(o) = config.tenant(other) else {
+            continue;
+        };
+        let pool = crate::tenant::database_pool(&config.mysql, &o.database)?;
+        if crate::users::lookup(&pool, login).await?.is_some() {
+            bail!("login {login:?} already exists in tenant {other} (auth.basic.tenants share one login namespace)");
+        }
+    }
+    let pool = crate::tenant::database_pool(&config.mysql, &t.database)?;
+    crate::users::add(&pool, tenant, uid, login, &password).await?;
+    if !config.auth.basic.tenants.iter().any(|x| x == tenant) {
+        eprintln!("note: tenant {tenant} is not in auth.basic.tenants; the gateway will not accept this login until it is");
+    }
+    println!("added login {login:?} for uid {uid} in tenant {tenant}");
+    Ok(())
+}
+
+/// Where `imstream users add` reads the password when set.
+const PASSWORD_ENV: &str = "IMSTREAM_PASSWORD";
 
 /// `imstream shards`: one pass per tenant every `shards.interval_secs`.
 async fn shards(config: &Config, args: ShardsArgs) -> anyhow::Result<()> {
@@ -285,6 +330,7 @@ async fn topics_ensure(config: &Config) -> anyhow::Result<()> {
 /// registry, migrations, topics and schemas, shard manager, the store and
 /// members pipelines, the gateway — plus a demo group of the dev users.
 async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
+    let config = &dev_webapp(config);
     let shutdown = Shutdown::new();
     shutdown.trigger_on_signals();
     let readiness = Readiness::default();
@@ -334,6 +380,16 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
 
     let tokens = crate::gateway::auth::Tokens::new(&config);
     println!("imstream dev is up:");
+    if !config.gateway.webapp_dir.is_empty() {
+        println!("  web app             http://{}/", gateway.addr);
+        let logins: Vec<String> = config
+            .auth
+            .dev_users
+            .iter()
+            .map(|u| format!("{} / {}", u.login, u.password))
+            .collect();
+        println!("  log in as           {}", logins.join("   or   "));
+    }
     println!(
         "  WebSocket (Tinode)  ws://{}/v0/channels?apikey=any",
         gateway.addr
@@ -365,6 +421,28 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `imstream dev` serves the web app from `webapp` when it is installed
+/// there and `gateway.webapp_dir` is not set.
+fn dev_webapp(config: &Config) -> Config {
+    let mut config = config.clone();
+    if config.gateway.webapp_dir.is_empty() {
+        if std::path::Path::new(DEV_WEBAPP_DIR)
+            .join("node_modules/tinode-webapp/index.html")
+            .is_file()
+        {
+            config.gateway.webapp_dir = DEV_WEBAPP_DIR.into();
+        } else {
+            tracing::warn!(
+                "no web app: install it with `npm ci --prefix {DEV_WEBAPP_DIR}` (docker/local/run does)"
+            );
+        }
+    }
+    config
+}
+
+/// Where webapp/package.json installs the web app, relative to the repo.
+const DEV_WEBAPP_DIR: &str = "webapp";
 
 /// Creates `grpDemo` for each tenant that has dev users, once.
 async fn seed_demo(config: &Config) -> anyhow::Result<()> {

@@ -286,6 +286,15 @@ pub struct GatewayConfig {
     pub edit_window_secs: u64,
     /// One-to-one messages only between friends (blocks always apply).
     pub p2p_friends_only: bool,
+    /// Folder where `npm ci --prefix webapp` installed the Tinode web app
+    /// and the packages its page would load from CDNs; the gateway then
+    /// serves the app at `/`. Empty: no web app (`imstream dev` uses
+    /// `webapp` when it is installed).
+    pub webapp_dir: String,
+    /// Origins (`scheme://host[:port]`) whose pages may open the WebSocket
+    /// besides the gateway's own (the page it serves); `*` allows any.
+    /// Clients that send no `Origin` (non-browser) are not checked.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for GatewayConfig {
@@ -297,6 +306,8 @@ impl Default for GatewayConfig {
             recall_window_secs: 600,
             edit_window_secs: 24 * 3600,
             p2p_friends_only: false,
+            webapp_dir: String::new(),
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -455,6 +466,8 @@ pub struct AuthConfig {
     pub admin_tokens: Vec<AdminToken>,
     /// `iss` of issued tokens; tokens of another issuer are refused.
     pub issuer: String,
+    /// Password logins of real deployments (`{login scheme="basic"}`).
+    pub basic: BasicAuthConfig,
 }
 
 /// One operator's bearer token for the `/v1/admin` endpoints.
@@ -477,6 +490,18 @@ pub struct SigningKey {
     pub secret: String,
 }
 
+/// Where `basic` logins are looked up besides the development users: the
+/// `im_basic_logins` table (Argon2id hashes, `imstream users add`) of
+/// these tenants.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BasicAuthConfig {
+    /// Tenants whose logins table answers `basic` logins. A login names one
+    /// person across them (`imstream users add` refuses a login another of
+    /// these tenants has). Empty: only `auth.dev_users` (development).
+    pub tenants: Vec<String>,
+}
+
 impl Default for AuthConfig {
     fn default() -> Self {
         Self {
@@ -486,6 +511,7 @@ impl Default for AuthConfig {
             admin_token: "dev-admin-token-change-me".into(),
             admin_tokens: Vec::new(),
             issuer: "imstream".into(),
+            basic: BasicAuthConfig::default(),
         }
     }
 }
@@ -515,7 +541,14 @@ impl AuthConfig {
         for t in &self.admin_tokens {
             named.push((format!("auth.admin_tokens {:?}", t.name), t.token.as_str()));
         }
-        weak_secrets(&named)
+        let mut out = weak_secrets(&named);
+        if !self.dev_users.is_empty() {
+            out.push(
+                "auth.dev_users holds plaintext passwords (development only; use auth.basic and `imstream users add`)"
+                    .into(),
+            );
+        }
+        out
     }
 }
 
@@ -752,6 +785,27 @@ impl Config {
                 u.login, u.uid
             )));
         }
+        if let Some(t) = self
+            .auth
+            .basic
+            .tenants
+            .iter()
+            .find(|t| self.tenant(t).is_none())
+        {
+            return Err(ConfigError::Invalid(format!(
+                "auth.basic.tenants: {t:?} is not a configured tenant"
+            )));
+        }
+        if let Some(o) = self
+            .gateway
+            .allowed_origins
+            .iter()
+            .find(|o| *o != "*" && !o.contains("://"))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "gateway.allowed_origins: {o:?} is not an origin (scheme://host[:port]) or \"*\""
+            )));
+        }
         if !self.shards.clock_override.is_empty() {
             chrono::DateTime::parse_from_rfc3339(&self.shards.clock_override).map_err(|e| {
                 ConfigError::Invalid(format!(
@@ -916,6 +970,48 @@ mod tests {
             err.contains("max_message_size") || err.contains("invalid type"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn plaintext_dev_users_are_a_secret_problem() {
+        let strong = AuthConfig {
+            jwt_secret: "j".repeat(40),
+            admin_token: "a".repeat(40),
+            ..AuthConfig::default()
+        };
+        assert!(strong.secret_problems().is_empty());
+        let with_dev = AuthConfig {
+            dev_users: vec![DevUser {
+                tenant: "demo".into(),
+                uid: 1,
+                login: "alice".into(),
+                password: "alice123".into(),
+            }],
+            ..strong
+        };
+        let problems = with_dev.secret_problems();
+        assert!(
+            problems.iter().any(|p| p.contains("auth.dev_users")),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn basic_tenants_and_origins_are_checked() {
+        let err = load("[auth.basic]\ntenants = [\"nope\"]\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("nope"), "{err}");
+        let err = load("[gateway]\nallowed_origins = [\"example.com\"]\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("example.com"), "{err}");
+        let c = load(
+            "[gateway]\nallowed_origins = [\"https://chat.example.com\", \"*\"]\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.gateway.allowed_origins.len(), 2);
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! - [`groups`] — group facts (members, roles, mutes) in MySQL and their Redis cache.
 //! - [`governance`] — who may govern a group and the events each action becomes.
 //! - [`conversations`] — the chat list read model: conversations, unread counts, profiles, member lists.
+//! - [`users`] — password logins (`basic`): the logins table, Argon2id hashes.
 //! - [`relations`] — friends and blocks between users, cached for the one-to-one send path.
 //! - [`pipeline`] — the consumer-group runner and the projector pipelines.
 //! - [`send`], [`snowflake`] — the send path: ACL, seq allocation, produce, ack.
@@ -65,5 +66,6 @@ pub mod store;
 pub mod telemetry;
 pub mod tenant;
 pub mod tinode;
+pub mod users;
 
 pub use commands::run;

@@ -3,7 +3,8 @@
 //! current auth_version, or than its device's generation, is refused once
 //! session control bumps it). Each tenant signs with its own keys (`kid`
 //! header; `iss`/`aud` checked), falling back to `auth.jwt_secret`.
-//! `basic` login checks the development users of the config.
+//! `basic` login checks the development users of the config, then the
+//! logins table of the tenants in `auth.basic.tenants` ([`crate::users`]).
 
 use std::collections::HashMap;
 
@@ -50,6 +51,9 @@ pub enum AuthError {
     Failed,
     #[error("unknown authentication scheme")]
     UnknownScheme,
+    /// The logins table could not be read: the client may retry.
+    #[error("authentication unavailable")]
+    Unavailable,
 }
 
 /// The keys of one tenant (or the global fallback): one signs, all verify.
@@ -225,20 +229,70 @@ fn unverified_tenant(token: &str) -> Option<String> {
     value.get("ten")?.as_str().map(str::to_string)
 }
 
-/// Checks `basic` credentials (base64 of `login:password`) against the
-/// development users; returns (tenant, uid).
-pub fn check_basic(config: &AuthConfig, secret_b64: &str) -> Result<(String, i64), AuthError> {
+/// The (login, password) of a `basic` secret: base64 of `login:password`.
+fn split_basic(secret_b64: &str) -> Result<(String, String), AuthError> {
     let raw = base64::engine::general_purpose::STANDARD
         .decode(secret_b64)
         .map_err(|_| AuthError::Failed)?;
     let text = String::from_utf8(raw).map_err(|_| AuthError::Failed)?;
     let (login, password) = text.split_once(':').ok_or(AuthError::Failed)?;
+    Ok((login.to_string(), password.to_string()))
+}
+
+/// Checks `basic` credentials (base64 of `login:password`) against the
+/// development users; returns (tenant, uid).
+pub fn check_basic(config: &AuthConfig, secret_b64: &str) -> Result<(String, i64), AuthError> {
+    let (login, password) = split_basic(secret_b64)?;
     config
         .dev_users
         .iter()
         .find(|u| u.login == login && u.password == password)
         .map(|u| (u.tenant.clone(), u.uid))
         .ok_or(AuthError::Failed)
+}
+
+/// Checks `basic` credentials: a development user of that login decides;
+/// otherwise the login's row in the logins table of `auth.basic.tenants`
+/// (Argon2id, verified off the async threads). A login found in several of
+/// those tenants is refused (it names nobody in particular). Returns
+/// (tenant, uid).
+pub async fn check_basic_login(
+    config: &AuthConfig,
+    pools: &crate::tenant::TenantPools,
+    secret_b64: &str,
+) -> Result<(String, i64), AuthError> {
+    let (login, password) = split_basic(secret_b64)?;
+    if config.dev_users.iter().any(|u| u.login == login) {
+        return check_basic(config, secret_b64);
+    }
+    let mut found = Vec::new();
+    for tenant in &config.basic.tenants {
+        let pool = pools.get(tenant).map_err(|_| AuthError::Unavailable)?;
+        match crate::users::lookup(pool, &login).await {
+            Ok(Some((uid, hash))) => found.push((tenant.clone(), uid, hash)),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(%tenant, error = %e, "basic login: logins table unreadable");
+                return Err(AuthError::Unavailable);
+            }
+        }
+    }
+    if found.len() > 1 {
+        let tenants: Vec<&str> = found.iter().map(|f| f.0.as_str()).collect();
+        tracing::warn!(%login, ?tenants, "basic login refused: the login exists in several tenants of auth.basic.tenants");
+    }
+    let (tenant, uid, hash) = match found.len() {
+        1 => found.pop().expect("one row"),
+        _ => (String::new(), 0, crate::users::decoy_hash().to_string()),
+    };
+    let ok = tokio::task::spawn_blocking(move || crate::users::verify_password(&password, &hash))
+        .await
+        .map_err(|_| AuthError::Unavailable)?;
+    if ok && uid > 0 {
+        Ok((tenant, uid))
+    } else {
+        Err(AuthError::Failed)
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! `imstream gateway`: the thin front end. WebSocket at `/v0/channels`
 //! (Tinode protocol, [`session`]) and HTTP under `/v1` ([`http`]); it
 //! authenticates, checks ACLs, produces events and serves reads. Apart from
-//! its live connections it holds no state.
+//! its live connections it holds no state. With `gateway.webapp_dir` it
+//! also serves the Tinode web app at `/` ([`webapp`]).
 
 pub mod admin;
 pub mod auth;
@@ -13,17 +14,20 @@ pub mod http;
 mod lease;
 pub mod limits;
 pub mod me_http;
+pub mod origin;
 pub mod reads;
 pub mod relations;
 mod server;
 pub mod session;
 pub mod trace;
+pub mod webapp;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{State, WebSocketUpgrade};
-use axum::response::Response;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::Router;
 
@@ -66,6 +70,11 @@ pub async fn start(
     readiness: Readiness,
     shutdown: Shutdown,
 ) -> anyhow::Result<RunningGateway> {
+    // Before any lease: a missing web app install fails the start at once.
+    let webapp = match config.gateway.webapp_dir.as_str() {
+        "" => None,
+        dir => Some(Arc::new(webapp::WebApp::load(std::path::Path::new(dir))?)),
+    };
     let mut redis = crate::redis_util::connect(&config.redis.url).await?;
     let node_id = config.node.resolved_id();
     lease_node_id(&mut redis, &node_id, shutdown.clone()).await?;
@@ -180,6 +189,16 @@ pub async fn start(
         .with_state(gateway.clone())
         // `/metrics` is served on the telemetry port only, never here.
         .merge(crate::telemetry::health_router(readiness.clone()));
+    let app = match webapp {
+        Some(web) => app.merge(
+            Router::new()
+                .route("/v0/file/u/", post(webapp::no_files))
+                .route("/v0/file/s/{*path}", get(webapp::no_files))
+                .fallback(webapp::serve)
+                .with_state(web),
+        ),
+        None => app,
+    };
     let app = server::limited(app, &config.limits);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
@@ -417,8 +436,26 @@ async fn upgrade(
     State(gw): State<Arc<Gateway>>,
     info: Option<axum::Extension<axum::extract::ConnectInfo<SocketAddr>>>,
     counted: Option<axum::Extension<server::Counted>>,
+    headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let origin = header(axum::http::header::ORIGIN);
+    if !origin::allowed(
+        origin,
+        header(axum::http::header::HOST),
+        &gw.config.gateway.allowed_origins,
+    ) {
+        tracing::info!(
+            origin,
+            "WebSocket refused: origin not allowed (gateway.allowed_origins)"
+        );
+        return (
+            StatusCode::FORBIDDEN,
+            "origin not allowed (gateway.allowed_origins)",
+        )
+            .into_response();
+    }
     let peer = server::peer_of(info.map(|axum::Extension(i)| i));
     // The socket holds its connection's place in the per-address count.
     let counted = counted.map(|axum::Extension(c)| c);

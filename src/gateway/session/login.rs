@@ -74,18 +74,20 @@ impl Session {
                     Some(c.gen),
                 )
             }),
-            "basic" => auth::check_basic(&gw.config.auth, &login.secret).map(|(tenant, uid)| {
-                let device = format!("basic-{}", &self.sid[..8]);
-                (
-                    Identity {
-                        tenant,
-                        uid,
-                        device,
-                    },
-                    None,
-                    None,
-                )
-            }),
+            "basic" => auth::check_basic_login(&gw.config.auth, gw.sender.pools(), &login.secret)
+                .await
+                .map(|(tenant, uid)| {
+                    let device = format!("basic-{}", &self.sid[..8]);
+                    (
+                        Identity {
+                            tenant,
+                            uid,
+                            device,
+                        },
+                        None,
+                        None,
+                    )
+                }),
             _ => Err(AuthError::UnknownScheme),
         };
         let (identity, token_av, token_gen) = match identity {
@@ -98,6 +100,11 @@ impl Session {
             }
             Err(AuthError::UnknownScheme) => {
                 self.reply(ctrl(id, None, 401, "unknown authentication scheme", None))
+                    .await;
+                return;
+            }
+            Err(AuthError::Unavailable) => {
+                self.reply(ctrl(id, None, 503, "service unavailable, retry", None))
                     .await;
                 return;
             }

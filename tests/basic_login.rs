@@ -1,0 +1,123 @@
+//! A person logs in with a password in a real deployment: `imstream users
+//! add` (the binary, password on stdin) puts a login into the tenant's
+//! logins table; `{login scheme="basic"}` with base64("login:password")
+//! then works over the WebSocket, a wrong password or unknown login is
+//! refused, the row keeps only an Argon2id hash, and a second row for the
+//! same login is refused.
+
+mod common;
+mod realtime_support;
+
+use std::process::Stdio;
+
+use base64::Engine;
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+
+use common::{write_config_file, Stack};
+use realtime_support::{usr, Client};
+
+const UID: i64 = 4242;
+const LOGIN: &str = "carol@example.com";
+const PASSWORD: &str = "a long passphrase, not in argv";
+
+/// Runs `imstream users add` with the password on stdin; (success, output).
+async fn users_add(
+    config: &std::path::Path,
+    tenant: &str,
+    uid: i64,
+    password: &str,
+) -> (bool, String) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
+        .arg("--config")
+        .arg(config)
+        .args([
+            "users",
+            "add",
+            "--tenant",
+            tenant,
+            "--uid",
+            &uid.to_string(),
+            "--login",
+            LOGIN,
+        ])
+        .env_remove("IMSTREAM_PASSWORD")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run imstream users add");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(format!("{password}\n").as_bytes())
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn basic(login: &str, password: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(format!("{login}:{password}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_added_with_the_cli_logs_in_with_a_password() {
+    let mut stack = Stack::prepared(None).await;
+    let tenant = stack.tenant().to_string();
+    stack.world.config.auth.basic.tenants = vec![tenant.clone()];
+    let config_file = write_config_file(stack.config(), &format!("basic-{}", stack.world.id));
+
+    let (ok, out) = users_add(&config_file, &tenant, UID, PASSWORD).await;
+    assert!(ok, "imstream users add failed: {out}");
+
+    let addr = stack.start_gateway("node-a").await;
+    let mut c = Client::connect(addr, "person").await;
+    let ctrl = c
+        .request(json!({"login": {"scheme": "basic", "secret": basic(LOGIN, PASSWORD)}}))
+        .await;
+    assert_eq!(ctrl["code"], json!(200), "basic login: {ctrl}");
+    assert_eq!(ctrl["params"]["user"], json!(usr(UID)), "{ctrl}");
+    let token = ctrl["params"]["token"]
+        .as_str()
+        .expect("a token")
+        .to_string();
+    // The token it got logs in too (the web app's "stay logged in").
+    let mut again = Client::connect(addr, "token").await;
+    assert_eq!(again.login(&token).await["code"], json!(200));
+
+    for (login, password) in [
+        (LOGIN, "a long passphrase, not in argV"),
+        ("nobody", PASSWORD),
+    ] {
+        let mut c = Client::connect(addr, "wrong").await;
+        let ctrl = c
+            .request(json!({"login": {"scheme": "basic", "secret": basic(login, password)}}))
+            .await;
+        assert_eq!(ctrl["code"], json!(401), "{login}/{password}: {ctrl}");
+    }
+
+    let hash: String =
+        sqlx::query_scalar("SELECT password_hash FROM im_basic_logins WHERE login = ?")
+            .bind(LOGIN)
+            .fetch_one(&stack.pool())
+            .await
+            .unwrap();
+    assert!(hash.starts_with("$argon2id$"), "stored: {hash}");
+    assert!(
+        !hash.contains(PASSWORD) && !hash.contains("passphrase"),
+        "stored: {hash}"
+    );
+
+    let (ok, out) = users_add(&config_file, &tenant, UID + 1, "another password").await;
+    assert!(
+        !ok && out.contains("already exists"),
+        "second add of {LOGIN}: {out}"
+    );
+}

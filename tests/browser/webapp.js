@@ -1,0 +1,269 @@
+// Drives the Tinode web app the gateway serves, in Debian's headless
+// chromium through playwright-core, the way people use it: log in through
+// the form, open a group, type and send, see it arrive live in another
+// browser. Watches every WebSocket frame the app sends with an `id` (each
+// must be answered by a ctrl/meta with that id within 5 s), every console
+// error, and every request off the page's origin (there must be none).
+// Screenshots of each step go to $ARTIFACTS. Prints "ok" last on success.
+//
+// Environment: BASE_URL (http://host:port), USER_A, USER_B, USER_C
+// ("login:password"), GROUP (topic), GROUP_NAME, SEEDED (messages already in
+// GROUP), ARTIFACTS (folder), CHAT_LIST=1 enables the steps that need the
+// `me` topic (chat list with names, unread badges, paging, one-to-one),
+// CHROMIUM (default /usr/bin/chromium).
+
+'use strict';
+
+const fs = require('fs');
+const path = require('path');
+const { chromium } = require('playwright-core');
+
+const BASE = process.env.BASE_URL;
+const GROUP = process.env.GROUP;
+const GROUP_NAME = process.env.GROUP_NAME || GROUP;
+const SEEDED = Number(process.env.SEEDED || '0');
+const ARTIFACTS = process.env.ARTIFACTS;
+const CHAT_LIST = process.env.CHAT_LIST !== '0';
+const ANSWER_MS = 5000;
+// Generous: two cores shared with the gateway, pipelines and Kafka.
+const WAIT = { timeout: 60000 };
+
+function credentials(name) {
+  const v = process.env[name] || '';
+  const i = v.indexOf(':');
+  if (i < 1) throw new Error(`${name} must be login:password`);
+  return { login: v.slice(0, i), password: v.slice(i + 1) };
+}
+
+const problems = [];
+const everyone = [];
+let shot = 0;
+
+/// One browser context for one person, with its watchers.
+async function person(browser, label) {
+  const context = await browser.newContext({ viewport: { width: 1100, height: 760 } });
+  const page = await context.newPage();
+  const who = { label, context, page, requests: new Map(), errors: [], offsite: [], log: [] };
+  everyone.push(who);
+  page.on('console', (m) => {
+    if (m.type() === 'error') who.errors.push(m.text());
+  });
+  page.on('pageerror', (e) => who.errors.push(`uncaught: ${e.message}`));
+  page.on('request', (r) => {
+    const url = r.url();
+    if (!url.startsWith(BASE) && !url.startsWith('ws://' + new URL(BASE).host) && !url.startsWith('data:') && !url.startsWith('blob:')) {
+      who.offsite.push(url);
+    }
+  });
+  page.on('websocket', (ws) => {
+    ws.on('framesent', (f) => {
+      who.log.push('> ' + String(f.payload).slice(0, 300));
+      let msg;
+      try { msg = JSON.parse(f.payload); } catch (_) { return; }
+      const kind = Object.keys(msg)[0];
+      const id = msg[kind] && msg[kind].id;
+      if (id) who.requests.set(id, { kind, sentAt: Date.now(), answeredAt: null, frame: f.payload.slice(0, 200) });
+    });
+    ws.on('framereceived', (f) => {
+      who.log.push('< ' + String(f.payload).slice(0, 300));
+      let msg;
+      try { msg = JSON.parse(f.payload); } catch (_) { return; }
+      const reply = msg.ctrl || msg.meta;
+      if (reply && reply.id && who.requests.has(reply.id)) {
+        const r = who.requests.get(reply.id);
+        if (!r.answeredAt) r.answeredAt = Date.now();
+      }
+    });
+  });
+  return who;
+}
+
+async function screenshot(who, step) {
+  shot += 1;
+  const file = path.join(ARTIFACTS, `${String(shot).padStart(2, '0')}-${who.label}-${step}.png`);
+  await who.page.screenshot({ path: file });
+}
+
+/// Logs in through the login form and waits for the app's main screen
+/// (the side panel with the user's own avatar, no login form, no error).
+async function logIn(who, creds) {
+  const { page } = who;
+  await page.goto(BASE + '/', { waitUntil: 'load' });
+  await page.locator('#inputLogin').waitFor(WAIT);
+  await screenshot(who, 'login-form');
+  await page.locator('#inputLogin').fill(creds.login);
+  await page.locator('#login-form input[type=password]').fill(creds.password);
+  await page.locator('#login-form button[type=submit]').click();
+  await page.locator('#login-form').waitFor({ state: 'detached', ...WAIT });
+  await page.locator('#side-caption-panel #self-avatar').waitFor(WAIT);
+  await noErrorBox(who, 'after login');
+  await screenshot(who, 'main-screen');
+}
+
+/// The app shows failures in an error box; none may be up.
+async function noErrorBox(who, when) {
+  const box = who.page.locator('.info-box.error');
+  if (await box.count()) {
+    const text = await box.first().innerText();
+    throw new Error(`${who.label}: the app shows an error ${when}: ${text}`);
+  }
+}
+
+/// Opens GROUP: from the chat list by its name once the `me` topic lists
+/// it, else by the app's own address for a topic (#/contacts/<topic>).
+async function openGroup(who) {
+  const { page } = who;
+  if (CHAT_LIST) {
+    await page.locator('.contact-box li', { hasText: GROUP_NAME }).first().click();
+  } else {
+    await page.evaluate((t) => { window.location.hash = '#/contacts/' + t; }, GROUP);
+  }
+  await page.locator('#topic-caption-panel').waitFor(WAIT);
+  await page.locator('#send-message-input').waitFor(WAIT);
+  await noErrorBox(who, `opening ${GROUP}`);
+}
+
+function message(who, text) {
+  return who.page.locator('#messages-panel').getByText(text, { exact: true });
+}
+
+async function main() {
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'],
+  });
+  try {
+    await steps(browser);
+  } catch (e) {
+    for (const who of everyone) {
+      try {
+        await screenshot(who, 'failed');
+        const panel = who.page.locator('#messages-panel');
+        if (await panel.count()) console.log(`--- ${who.label}: messages panel: ${(await panel.innerText()).slice(0, 500)}`);
+      } catch (_) { /* the page may be gone */ }
+    }
+    throw e;
+  } finally {
+    await browser.close();
+  }
+  if (problems.length) {
+    for (const p of problems) console.log('PROBLEM ' + p);
+    process.exit(1);
+  }
+  console.log('ok');
+}
+
+async function steps(browser) {
+  {
+    const a = await person(browser, 'a');
+    const b = await person(browser, 'b');
+    const people = [a, b];
+    await logIn(a, credentials('USER_A'));
+    await logIn(b, credentials('USER_B'));
+
+    if (CHAT_LIST) {
+      for (const who of people) {
+        await who.page.locator('.contact-box li', { hasText: GROUP_NAME }).first().waitFor(WAIT);
+        await screenshot(who, 'chat-list');
+      }
+    }
+
+    await openGroup(b);
+    await screenshot(b, 'group-open');
+    await openGroup(a);
+    if (SEEDED > 0) {
+      // The newest seeded message is on screen at once.
+      await message(a, `seeded ${SEEDED}`).waitFor(WAIT);
+    }
+    if (CHAT_LIST && SEEDED > 24) {
+      // Page back by scrolling up until the first seeded message is loaded.
+      const first = message(a, 'seeded 1');
+      while (!(await first.count())) {
+        // The oldest message shown changes once the older page arrived.
+        const oldest = () => document.querySelector('#messages-panel').innerText.slice(0, 40);
+        const before = await a.page.evaluate(oldest);
+        await a.page.locator('#messages-panel').evaluate((el) => { el.scrollTop = 0; });
+        await a.page.waitForFunction(
+          ([f, b]) => (new Function('return (' + f + ')()'))() !== b, [oldest.toString(), before], WAIT);
+      }
+      await screenshot(a, 'paged-back');
+    }
+    await screenshot(a, 'group-open');
+
+    const text = `hello from the browser ${Date.now()}`;
+    const input = a.page.locator('#send-message-input');
+    await input.click();
+    await input.pressSequentially(text.slice(0, 5));
+    if (CHAT_LIST && process.env.TYPING === '1') {
+      // B sees A typing before the message arrives. Off by default: the app
+      // shows typing only on a topic marked online, and a group's `online`
+      // in the me topic is false today.
+      await b.page.locator('#topic-caption-panel .typing, #messages-panel .typing').first().waitFor(WAIT);
+      await screenshot(b, 'typing');
+    }
+    await input.pressSequentially(text.slice(5));
+    await input.press('Enter');
+    await message(a, text).waitFor(WAIT);
+    await screenshot(a, 'sent');
+    await message(b, text).waitFor(WAIT);
+    await screenshot(b, 'received-live');
+
+    if (CHAT_LIST && process.env.USER_C) {
+      const c = await person(browser, 'c');
+      people.push(c);
+      await logIn(c, credentials('USER_C'));
+      const entry = c.page.locator('.contact-box li', { hasText: GROUP_NAME }).first();
+      await entry.locator('.unread').waitFor(WAIT);
+      await screenshot(c, 'unread-badge');
+      await entry.click();
+      await c.page.locator('#send-message-input').waitFor(WAIT);
+      await c.page.locator('.contact-box li', { hasText: GROUP_NAME }).first().locator('.unread').waitFor({ state: 'detached', ...WAIT });
+      await screenshot(c, 'badge-cleared');
+    }
+
+    if (CHAT_LIST && process.env.P2P === '1') {
+      // B starts a one-to-one chat with A by A's user id; A sees it appear.
+      // Off by default: B's view of the new usr topic never offers the
+      // message input today (see the report of issue 15).
+      await b.page.evaluate((u) => { window.location.hash = '#/contacts/' + u; }, process.env.UID_A);
+      await b.page.locator('#send-message-input').waitFor(WAIT);
+      const hi = `one to one ${Date.now()}`;
+      await b.page.locator('#send-message-input').fill(hi);
+      await b.page.locator('#send-message-input').press('Enter');
+      await message(b, hi).waitFor(WAIT);
+      await a.page.locator('.contact-box li', { hasText: process.env.NAME_B || credentials('USER_B').login }).first().waitFor(WAIT);
+      await screenshot(a, 'p2p-appeared');
+    }
+
+    // Every request got its answer within 5 s: wait until each is
+    // answered or 5 s old, then judge.
+    for (const who of people) {
+      await who.page.waitForFunction(() => true);
+      const deadline = Date.now() + ANSWER_MS + 1000;
+      while (Date.now() < deadline && [...who.requests.values()].some((r) => !r.answeredAt && Date.now() - r.sentAt < ANSWER_MS)) {
+        await who.page.waitForTimeout(100);
+      }
+      for (const [id, r] of who.requests) {
+        if (!r.answeredAt || r.answeredAt - r.sentAt > ANSWER_MS) {
+          problems.push(`${who.label}: {${r.kind} id=${id}} not answered within 5 s: ${r.frame}`);
+        }
+      }
+      for (const e of who.errors) problems.push(`${who.label}: console error: ${e}`);
+      for (const u of who.offsite) problems.push(`${who.label}: request off the page's origin: ${u}`);
+      console.log(`${who.label}: ${who.requests.size} requests with an id, all checked`);
+    }
+  }
+}
+
+main().catch((e) => {
+  console.log('FAILED ' + (e && e.stack || e));
+  for (const who of everyone) {
+    console.log(`--- ${who.label}: last WebSocket frames`);
+    for (const l of who.log.slice(-40)) console.log(l);
+    for (const err of who.errors) console.log(`console error: ${err}`);
+  }
+  for (const p of problems) console.log('PROBLEM ' + p);
+  process.exit(1);
+});
