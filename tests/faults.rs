@@ -328,6 +328,9 @@ impl System {
         assert_same_instance();
         let mut stack = Stack::prepared(None).await;
         stack.world.config.gateway.heartbeat_secs = 1;
+        // Every acked message is checked in the hot set: no per-topic cap
+        // (its own test: tests/security_limits.rs).
+        stack.world.config.limits.hot_per_topic = 1_000_000;
         let id = stack.world.id.clone();
         let pipeline_config = write_config_file(stack.config(), &format!("faults-{name}-{id}"));
         let mut pipelines = HashMap::new();
