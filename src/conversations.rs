@@ -309,10 +309,15 @@ pub async fn badge(pool: &MySqlPool, uid: i64) -> sqlx::Result<(i64, i64)> {
         },
     )
     .await?;
-    Ok((
-        all.iter().map(|c| c.unread).sum(),
-        all.iter().filter(|c| c.unread > 0).count() as i64,
-    ))
+    Ok(badge_of(&all))
+}
+
+/// (unread messages, conversations with some) of a list.
+pub fn badge_of(list: &[Conversation]) -> (i64, i64) {
+    (
+        list.iter().map(|c| c.unread).sum(),
+        list.iter().filter(|c| c.unread > 0).count() as i64,
+    )
 }
 
 /// A user's public profile, if they set one.

@@ -110,7 +110,14 @@ pub async fn conversations(
         }
         .encode()
     });
-    let (unread, with_unread) = badge(&gw, &claims.ten, claims.uid).await?;
+    // A first page that holds every conversation is the badge already;
+    // only a partial page needs the whole list read again.
+    let whole = p.cursor.is_none() && next.is_none();
+    let (unread, with_unread) = if whole {
+        conversations::badge_of(&list)
+    } else {
+        badge(&gw, &claims.ten, claims.uid).await?
+    };
     Ok(Json(json!({
         "conversations": entries,
         "next": next,
