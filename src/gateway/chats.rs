@@ -241,21 +241,54 @@ pub fn me_sub_entry(c: &Conversation, me: i64, online: bool) -> Value {
     entry
 }
 
-/// The `{meta sub}` entries of a list, with the peers' online state.
+/// The `{meta sub}` entries of a list, with their online state.
 pub async fn me_sub_entries(
     gw: &Gateway,
     tenant: &str,
     me: i64,
     list: &[Conversation],
 ) -> Vec<Value> {
+    let online = online_flags(gw, tenant, me, list).await;
+    list.iter()
+        .zip(online)
+        .map(|(c, online)| me_sub_entry(c, me, online))
+        .collect()
+}
+
+/// Each conversation's `online`, as Tinode shows it in the `me` topic: a
+/// one-to-one peer with a session anywhere; a group with another member
+/// attached to it somewhere (what lets a client show who is typing). One
+/// Redis round trip; a failed read counts as offline.
+pub async fn online_flags(gw: &Gateway, tenant: &str, me: i64, list: &[Conversation]) -> Vec<bool> {
     let peers: Vec<i64> = list
         .iter()
         .filter(|c| c.kind == Kind::P2p)
         .map(|c| c.peer)
         .collect();
-    let online = online_users(gw, tenant, &peers).await;
+    let users = online_users(gw, tenant, &peers).await;
+    let groups: Vec<&Conversation> = list.iter().filter(|c| c.kind == Kind::Grp).collect();
+    let mut attached: HashSet<&str> = HashSet::new();
+    if !groups.is_empty() {
+        let mut pipe = redis::pipe();
+        for c in &groups {
+            let key = TopicKeys::new(tenant, &c.topic).online_members();
+            pipe.scard(&key).sismember(&key, me);
+        }
+        let mut redis = gw.sender.redis();
+        let counts: Vec<i64> = pipe.query_async(&mut redis).await.unwrap_or_default();
+        for (c, pair) in groups.iter().zip(counts.chunks(2)) {
+            if let [members, mine] = pair {
+                if members - mine > 0 {
+                    attached.insert(c.topic.as_str());
+                }
+            }
+        }
+    }
     list.iter()
-        .map(|c| me_sub_entry(c, me, c.kind == Kind::P2p && online.contains(&c.peer)))
+        .map(|c| match c.kind {
+            Kind::P2p => users.contains(&c.peer),
+            Kind::Grp => attached.contains(c.topic.as_str()),
+        })
         .collect()
 }
 

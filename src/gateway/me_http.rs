@@ -20,7 +20,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::conversations::{self, Cursor, Kind};
+use crate::conversations::{self, Cursor};
 use crate::governance::Actor;
 use crate::history::PageQuery;
 use crate::tinode;
@@ -72,19 +72,10 @@ pub async fn conversations(
     let list = chats::conversations_of(&gw, &claims.ten, claims.uid, &query)
         .await
         .map_err(refused)?;
-    let peers: Vec<i64> = list
-        .iter()
-        .filter(|c| c.kind == Kind::P2p)
-        .map(|c| c.peer)
-        .collect();
-    let online = chats::online_users(&gw, &claims.ten, &peers).await;
+    let online = chats::online_flags(&gw, &claims.ten, claims.uid, &list).await;
     let mut entries = Vec::with_capacity(list.len());
-    for c in &list {
-        let mut entry = chats::http_entry(
-            c,
-            claims.uid,
-            c.kind == Kind::P2p && online.contains(&c.peer),
-        );
+    for (c, online) in list.iter().zip(online) {
+        let mut entry = chats::http_entry(c, claims.uid, online);
         if catchup > 0 && c.unread > 0 {
             entry["catchup"] = if c.unread > catchup {
                 json!({"unread": c.unread, "messages": null})

@@ -3,7 +3,8 @@
 // counts; a message to a conversation the client is not attached to moves
 // it to the top and raises its count live; reading it on a second device
 // clears the count on the first; a new one-to-one conversation appears for
-// its recipient; a group's member list shows names, roles and online state.
+// its recipient; a group is online while another member is attached; a
+// group's member list shows names, roles and online state.
 //
 // Run by tests/chat_list.rs with GATEWAY_A, GATEWAY_B (host:port), TOKEN_A,
 // TOKEN_A2 (a second device of A), TOKEN_B, TOKEN_C, TEAM, PAIR (group
@@ -96,6 +97,11 @@ async function main() {
 
   // 3. A reads it on a second device: the count clears on the first.
   const a2 = await login('A2', hostB, env('TOKEN_A2'));
+  // A group is online in the list while another member is attached to it
+  // (B to PAIR; nobody to Team): what lets the client show typing.
+  await until('A2 lists the groups', () => contact(a2.me, PAIR) && contact(a2.me, TEAM));
+  assert.equal(contact(a2.me, PAIR).online, true, 'PAIR is online: B is attached');
+  assert.equal(contact(a2.me, TEAM).online, false, 'Team is offline: nobody is attached');
   const pairA2 = a2.t.getTopic(PAIR);
   assert.equal((await pairA2.subscribe()).code, 200);
   pairA2.noteRead(seq);
