@@ -142,7 +142,7 @@ pub async fn run(config: &Config, args: ConversationsArgs) -> anyhow::Result<()>
     for _ in 0..args.sessions {
         sessions.push(MeSession::open(&ws_url, &token).await?);
     }
-    let cpu = super::BoxCpu::start();
+    let costs = super::Costs::start();
     let started = Instant::now();
     let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
     let end = tokio::time::Instant::now() + Duration::from_secs(args.duration);
@@ -162,18 +162,19 @@ pub async fn run(config: &Config, args: ConversationsArgs) -> anyhow::Result<()>
         // Beyond the histogram's range (a backlog): counted at its top.
         hist.record(us.clamp(1, 59_000_000))?;
     }
-    let (cpu_s, elapsed) = (cpu.seconds(), started.elapsed().as_secs_f64());
+    let elapsed = started.elapsed().as_secs_f64();
     println!(
-        "{:>22}: {}  ({:.0}/s achieved, box CPU {:.2} s per 1,000)",
+        "{:>22}: {}  ({:.0}/s achieved)\n{:>22}  {}",
         "{get me what=sub}",
         super::summary(&hist),
         hist.len() as f64 / elapsed,
-        cpu_s * 1000.0 / hist.len().max(1) as f64
+        "",
+        costs.report(hist.len(), "lists")
     );
 
     // The badge over HTTP.
     let web = reqwest::Client::new();
-    let cpu = super::BoxCpu::start();
+    let costs = super::Costs::start();
     let started = Instant::now();
     let end = tokio::time::Instant::now() + Duration::from_secs(args.duration);
     let mut at = tokio::time::Instant::now();
@@ -201,13 +202,14 @@ pub async fn run(config: &Config, args: ConversationsArgs) -> anyhow::Result<()>
     for t in tasks {
         hist.record(t.await??.clamp(1, 59_000_000))?;
     }
-    let (cpu_s, elapsed) = (cpu.seconds(), started.elapsed().as_secs_f64());
+    let elapsed = started.elapsed().as_secs_f64();
     println!(
-        "{:>22}: {}  ({:.0}/s achieved, box CPU {:.2} s per 1,000)",
+        "{:>22}: {}  ({:.0}/s achieved)\n{:>22}  {}",
         "GET /v1/me/unread",
         super::summary(&hist),
         hist.len() as f64 / elapsed,
-        cpu_s * 1000.0 / hist.len().max(1) as f64
+        "",
+        costs.report(hist.len(), "badges")
     );
     Ok(())
 }

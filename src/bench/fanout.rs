@@ -193,10 +193,15 @@ pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
     let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
     let mut at = tokio::time::Instant::now();
     let send_start = Instant::now();
+    let costs = super::Costs::start();
+    // Open loop: each message carries its scheduled time, so a stalled
+    // sender or gateway shows in the latencies instead of hiding.
+    let (first_micros, interval_micros) = (now_micros(), interval.as_micros() as i64);
     let mut sent = 0u64;
     while at < end {
         tokio::time::sleep_until(at).await;
-        let msg = json!({"pub": {"id": sent.to_string(), "topic": topic, "content": format!("fb:{}", now_micros())}});
+        let scheduled = first_micros + sent as i64 * interval_micros;
+        let msg = json!({"pub": {"id": sent.to_string(), "topic": topic, "content": format!("fb:{scheduled}")}});
         sink.send(Message::Text(msg.to_string().into())).await?;
         sent += 1;
         at += interval;
@@ -216,6 +221,7 @@ pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
     );
     println!("end-to-end delivery latency: {}", super::summary(&total));
     println!("deliveries per second: {:.0}", got as f64 / send_secs);
+    println!("{}", costs.report(got, "deliveries"));
     Ok(())
 }
 

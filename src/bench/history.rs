@@ -164,8 +164,10 @@ pub async fn run(config: &Config, args: HistoryArgs) -> anyhow::Result<()> {
         ("hot (Redis)", &hot_topic),
         ("MySQL, two months", &cold_topic),
     ] {
+        let costs = super::Costs::start();
         let hist = paced_reads(&web, &args, topic, &token, &cursors).await?;
         println!("{label:>18}: {}", super::summary(&hist));
+        println!("{:>18}  {}", "", costs.report(hist.len(), "pages"));
     }
 
     // Coalescing: a herd asking for the same latest page of the cold topic.

@@ -4,11 +4,14 @@
 
 pub mod client;
 pub mod conversations;
+pub mod cost;
 pub mod fanout;
 pub mod history;
 pub mod send;
 
 use hdrhistogram::Histogram;
+
+pub use cost::{BoxCpu, Costs};
 
 use crate::config::Config;
 use crate::gateway::auth::Tokens;
@@ -64,34 +67,4 @@ pub fn summary(h: &Histogram<u64>) -> String {
         ms(0.999),
         h.max() as f64 / 1000.0
     )
-}
-
-/// CPU time the whole machine spent (user + system + irq + softirq, every
-/// process) since `start`: on a shared box, what a figure cost.
-pub struct BoxCpu(u64);
-
-impl BoxCpu {
-    pub fn start() -> BoxCpu {
-        BoxCpu(busy_jiffies())
-    }
-
-    pub fn seconds(&self) -> f64 {
-        // USER_HZ is 100 on Linux.
-        busy_jiffies().saturating_sub(self.0) as f64 / 100.0
-    }
-}
-
-fn busy_jiffies() -> u64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(cpu) = stat.lines().find(|l| l.starts_with("cpu ")) else {
-        return 0;
-    };
-    // user nice system idle iowait irq softirq steal …
-    let f: Vec<u64> = cpu
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let at = |i: usize| f.get(i).copied().unwrap_or(0);
-    at(0) + at(1) + at(2) + at(5) + at(6)
 }

@@ -134,6 +134,7 @@ pub async fn run(config: &Config, args: SendArgs) -> anyhow::Result<()> {
         )));
     }
     let stored_at_start = stored(&pool, run).await?;
+    let costs = super::Costs::start();
     let mut hist = super::histogram();
     let (mut sent, mut acked, mut errors) = (0u64, 0u64, HashMap::<String, u64>::new());
     for t in tasks {
@@ -172,6 +173,10 @@ pub async fn run(config: &Config, args: SendArgs) -> anyhow::Result<()> {
         send_phase.as_secs_f64(),
         to_mysql.as_secs_f64(),
         total as f64 / to_mysql.as_secs_f64()
+    );
+    println!(
+        "{} (from the first send until the last is in MySQL)",
+        costs.report(acked, "messages")
     );
     if total < acked as i64 {
         println!(

@@ -141,7 +141,9 @@ pub async fn run(config: &Config, args: LegacyCopyArgs) -> anyhow::Result<()> {
         progress: true,
         ..Default::default()
     };
+    let costs = crate::bench::Costs::start();
     let out = super::copy::copy(&pool, &mut redis, &tenant.id, &options, &Shutdown::new()).await?;
+    let cost = costs.report(out.rows_read.max(0) as u64, "rows");
     let verified = Instant::now();
     let report = super::verify::verify(&pool, &mut redis, &tenant.id).await?;
     let verify_time = verified.elapsed();
@@ -163,6 +165,7 @@ pub async fn run(config: &Config, args: LegacyCopyArgs) -> anyhow::Result<()> {
         out.rows_per_sec()
     );
     println!("batch latency: {}", crate::bench::summary(&h));
+    println!("copy {cost}");
     println!(
         "verify: {} in {:.2}s",
         if report.ok() { "VERIFIED" } else { "FAILED" },
