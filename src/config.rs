@@ -437,6 +437,11 @@ pub struct PushConfig {
     pub webhook_url: String,
     /// Timeout of one webhook call, in milliseconds.
     pub timeout_ms: u64,
+    /// A message older than this when the push pipeline reaches it gets no
+    /// push (0: no horizon). After a lag or a replay the pipeline then
+    /// catches up with bounded work instead of a storm of notifications
+    /// nobody wants minutes late; the badge and catch-up show them.
+    pub horizon_secs: u64,
 }
 
 impl Default for PushConfig {
@@ -444,6 +449,7 @@ impl Default for PushConfig {
         Self {
             webhook_url: String::new(),
             timeout_ms: 3000,
+            horizon_secs: 300,
         }
     }
 }

@@ -314,6 +314,50 @@ async fn offline_recipients_get_exactly_one_push_task_without_content() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_push_pipeline_that_lagged_past_the_horizon_pushes_only_fresh_messages() {
+    let mut stack = Stack::prepared(None).await;
+    stack.world.config.push.horizon_secs = 2;
+    for p in ["store", "members"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    const TOPIC: &str = "grpHorizon";
+    const SENDER: i64 = 61;
+    const OFFLINE: i64 = 62;
+    stack.create_group(TOPIC, SENDER, &[OFFLINE]).await;
+    let web = reqwest::Client::new();
+    let token = stack.token(SENDER, "http");
+    // Sent while the push pipeline is down: by the time it runs they are
+    // past the horizon.
+    let mut old = Vec::new();
+    for n in 0..3 {
+        let (_, body) =
+            common::send_http(&web, gw, &token, TOPIC, &format!("old{n}"), "stale news").await;
+        old.push(body["seq"].as_i64().expect("seq"));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stack.start_pipeline("push").await;
+    let (_, body) = common::send_http(&web, gw, &token, TOPIC, "fresh", "fresh news").await;
+    let fresh = body["seq"].as_i64().expect("seq");
+    // Same topic, same partition: once the fresh message's task is out,
+    // the old ones were handled before it.
+    let tasks = read_events::<PushTask>(stack.config(), TopicKind::PushTasks, |ts| {
+        ts.iter().any(|t| t.topic == TOPIC && t.seq == fresh)
+    })
+    .await;
+    let ours: Vec<i64> = tasks
+        .iter()
+        .filter(|t| t.topic == TOPIC)
+        .map(|t| t.seq)
+        .collect();
+    assert_eq!(
+        ours,
+        vec![fresh],
+        "only the fresh message is pushed, not {old:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn p2p_history_pages_across_a_month_switch() {
     let mut stack = Stack::prepared(Some("2026-09-30T23:59:00Z")).await;
     stack.start_pipeline("store").await;

@@ -196,8 +196,12 @@ pub async fn with_handler<W: WithHandler>(
         "push" => {
             let producer = EventProducer::new(&config.kafka, codec.clone())?;
             let cap = config.limits.push_group_members;
-            then.with(push::PushHandler::new(codec, pools, redis, producer).group_cap(cap))
-                .await
+            then.with(
+                push::PushHandler::new(codec, pools, redis, producer)
+                    .group_cap(cap)
+                    .horizon_secs(config.push.horizon_secs),
+            )
+            .await
         }
         "pushsend" => {
             let sender = pushsend::PushSender::from_config(&config.push)?;

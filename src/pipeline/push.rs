@@ -7,7 +7,10 @@
 //! `{topic}:{seq}:{uid}` let the sender drop any duplicate a crash leaves.
 //! Push never affects messages: this is its own consumer group. In groups
 //! bigger than `limits.push_group_members` only mentioned members are
-//! pushed, so one message costs at most that many tasks.
+//! pushed, so one message costs at most that many tasks. A message older
+//! than `push.horizon_secs` when the pipeline reaches it (a lag, a replay)
+//! is pushed to nobody, so catching up is bounded work. Tasks are logged
+//! per batch, not per task.
 
 use futures::future::join_all;
 use redis::aio::ConnectionManager;
@@ -37,6 +40,8 @@ pub struct PushHandler {
     /// (`limits.push_group_members`): one message never fans out into
     /// more push tasks (and sender dedup keys) than this.
     group_cap: usize,
+    /// Messages older than this (ms) are not pushed; 0: no horizon.
+    horizon_ms: i64,
 }
 
 impl PushHandler {
@@ -52,7 +57,14 @@ impl PushHandler {
             redis,
             producer,
             group_cap: crate::config::LimitsConfig::default().push_group_members,
+            horizon_ms: crate::config::PushConfig::default().horizon_secs as i64 * 1000,
         }
+    }
+
+    /// No push for messages older than `secs` when handled (0: all).
+    pub fn horizon_secs(mut self, secs: u64) -> Self {
+        self.horizon_ms = secs.saturating_mul(1000) as i64;
+        self
     }
 
     /// Pushes to every offline member only in groups of at most `n`.
@@ -140,7 +152,11 @@ impl PushHandler {
         Ok(out)
     }
 
-    async fn push(&self, e: &GroupEvent, m: &MessageSent) -> Result<usize, Failed> {
+    async fn push(&self, e: &GroupEvent, m: &MessageSent) -> Result<Pushed, Failed> {
+        if self.horizon_ms > 0 && now_ms() - m.created_at > self.horizon_ms {
+            metrics::counter!(m::PUSH_TASKS_TOTAL, "status" => "past_horizon").increment(1);
+            return Ok(Pushed::PastHorizon);
+        }
         let mut redis = self.redis.clone();
         let claim = TopicKeys::new(&e.tenant_id, &e.topic).push_claim(m.seq);
         let claimed: Option<String> = redis::cmd("SET")
@@ -160,7 +176,7 @@ impl PushHandler {
                 .map_err(rd)?;
             if state.as_deref() == Some("done") {
                 metrics::counter!(m::PUSH_TASKS_TOTAL, "status" => "duplicate").increment(1);
-                return Ok(0);
+                return Ok(Pushed::Tasks(0));
             }
             // `pending`: an earlier attempt stopped half-way; do it again
             // (the sender drops task ids it already delivered).
@@ -200,8 +216,14 @@ impl PushHandler {
             .map_err(rd)?;
         metrics::counter!(m::PUSH_TASKS_TOTAL, "status" => "produced")
             .increment(tasks.len() as u64);
-        Ok(tasks.len())
+        Ok(Pushed::Tasks(tasks.len()))
     }
+}
+
+/// What one message's push did.
+enum Pushed {
+    Tasks(usize),
+    PastHorizon,
 }
 
 /// Why a message's push tasks were not all produced.
@@ -217,6 +239,7 @@ impl Handler for PushHandler {
         let events = decode_all::<GroupEvent>(&self.codec, records, &mut failures).await;
         // A topic's pushes go out in log order: after a failed one, wait.
         let mut gate = KeyGate::new(records, failures);
+        let (mut messages, mut tasks, mut stale) = (0usize, 0usize, 0usize);
         for (i, e) in events {
             let GroupEventBody::MessageSent(m) = &e.body else {
                 continue;
@@ -224,9 +247,20 @@ impl Handler for PushHandler {
             if !gate.admit(i) {
                 continue;
             }
-            if let Err((kind, why)) = self.push(&e, m).await {
-                gate.fail(RecordFailure::new(i, kind, why));
+            messages += 1;
+            match self.push(&e, m).await {
+                Ok(Pushed::Tasks(n)) => tasks += n,
+                Ok(Pushed::PastHorizon) => stale += 1,
+                Err((kind, why)) => gate.fail(RecordFailure::new(i, kind, why)),
             }
+        }
+        if tasks > 0 || stale > 0 {
+            tracing::info!(
+                messages,
+                tasks,
+                past_horizon = stale,
+                "push: tasks produced for a batch"
+            );
         }
         gate.outcome()
     }

@@ -47,7 +47,9 @@ impl PushSender {
     async fn send(&self, task: &PushTask) -> Result<(), (FailureKind, String)> {
         match self {
             PushSender::Log => {
-                tracing::info!(tenant = %task.tenant_id, topic = %task.topic, seq = task.seq, to = task.recipient_uid, "push");
+                // Per task at debug: a storm of tasks must not become a
+                // storm of log lines (the batch is logged once below).
+                tracing::debug!(tenant = %task.tenant_id, topic = %task.topic, seq = task.seq, to = task.recipient_uid, "push");
                 Ok(())
             }
             PushSender::Webhook { client, url } => {
@@ -140,10 +142,17 @@ fn webhook_failure(status: reqwest::StatusCode) -> FailureKind {
 impl Handler for PushSendHandler {
     async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
         // A recipient's tasks are delivered in log order.
-        apply_in_order(&self.codec, records, |task: PushTask| async move {
+        let outcome = apply_in_order(&self.codec, records, |task: PushTask| async move {
             self.deliver(&task).await
         })
-        .await
+        .await;
+        let failed = outcome.as_ref().map_or_else(Vec::len, |_| 0);
+        tracing::info!(
+            tasks = records.len() - failed.min(records.len()),
+            failed,
+            "pushsend: batch delivered"
+        );
+        outcome
     }
 }
 
