@@ -111,9 +111,18 @@ pub fn backlog(
     topic: &str,
     group: &str,
 ) -> Result<Vec<PartitionBacklog>, KafkaError> {
-    let probe = group_probe(kafka, group)?;
-    let committed = committed_of(&probe, topic)?;
-    Ok(watermarks_of(&probe, topic)?
+    backlog_with(&group_probe(kafka, group)?, topic)
+}
+
+/// [`backlog`] through an existing probe of the group: what a periodic
+/// reader uses, so it does not open a Kafka client (threads, connections,
+/// metadata, coordinator lookup) every time.
+pub fn backlog_with(
+    probe: &BaseConsumer,
+    topic: &str,
+) -> Result<Vec<PartitionBacklog>, KafkaError> {
+    let committed = committed_of(probe, topic)?;
+    Ok(watermarks_of(probe, topic)?
         .into_iter()
         .map(|(partition, (low, high))| PartitionBacklog {
             partition,

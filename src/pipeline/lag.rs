@@ -21,9 +21,26 @@ pub fn spawn(
     shutdown: Shutdown,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        // One probe for the pipeline's life (opened again after a failure):
+        // a new client every interval was most of an idle pipeline's CPU,
+        // and the broker's.
+        let mut probe: Option<std::sync::Arc<rdkafka::consumer::BaseConsumer>> = None;
         loop {
-            let (k, s, g) = (kafka.clone(), source.clone(), group.clone());
-            match tokio::task::spawn_blocking(move || lag::backlog(&k, &s, &g)).await {
+            let (k, s, g, p) = (kafka.clone(), source.clone(), group.clone(), probe.take());
+            let read = tokio::task::spawn_blocking(move || {
+                let p = match p {
+                    Some(p) => p,
+                    None => std::sync::Arc::new(lag::group_probe(&k, &g)?),
+                };
+                lag::backlog_with(&p, &s).map(|b| (b, p))
+            })
+            .await;
+            match read.map(|r| {
+                r.map(|(backlog, p)| {
+                    probe = Some(p);
+                    backlog
+                })
+            }) {
                 Ok(Ok(backlog)) => {
                     for b in backlog {
                         metrics::gauge!(m::PIPELINE_LAG,
