@@ -8,10 +8,21 @@ use tokio_tungstenite::tungstenite::Message;
 pub type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
+/// Opens the gateway's WebSocket with `TCP_NODELAY`, as a real client's
+/// small frames need (with Nagle a frame waits for the peer's delayed ACK).
+pub async fn open(url: &str) -> anyhow::Result<Ws> {
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(
+        format!("{url}/v0/channels?apikey=bench"),
+        None,
+        true,
+    )
+    .await?;
+    Ok(ws)
+}
+
 /// Connects, greets, logs in and attaches to `topic`.
 pub async fn connect(url: &str, token: &str, topic: &str) -> anyhow::Result<Ws> {
-    let (mut ws, _) =
-        tokio_tungstenite::connect_async(format!("{url}/v0/channels?apikey=bench")).await?;
+    let mut ws = open(url).await?;
     request(
         &mut ws,
         json!({"hi": {"id": "1", "ver": "0.25.3", "ua": "imstream-bench"}}),

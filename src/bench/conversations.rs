@@ -236,8 +236,7 @@ struct MeSession {
 
 impl MeSession {
     async fn open(url: &str, token: &str) -> anyhow::Result<MeSession> {
-        let (mut ws, _) =
-            tokio_tungstenite::connect_async(format!("{url}/v0/channels?apikey=bench")).await?;
+        let mut ws = super::client::open(url).await?;
         for msg in [
             json!({"hi": {"id": "1", "ver": "0.25.3", "ua": "imstream-bench"}}),
             json!({"login": {"id": "2", "scheme": "token", "secret": token}}),
