@@ -43,15 +43,44 @@ pub struct Acked {
 
 #[derive(Clone)]
 pub struct EventProducer {
-    producer: FutureProducer,
+    producer: std::sync::Arc<FutureProducer>,
     codec: EventCodec,
     names: TopicNames,
 }
 
 impl EventProducer {
-    /// Builds the producer (no I/O until the first send).
+    /// The process's producer for `kafka` (no I/O until the first send).
+    /// Every pipeline, the gateway and the commands of one process share
+    /// one librdkafka producer: each has a polling thread that costs CPU
+    /// even when idle (about 1 % of a core each), and one producer batches
+    /// better than twelve. It lives while any `EventProducer` holds it.
     pub fn new(kafka: &KafkaConfig, codec: EventCodec) -> Result<Self, rdkafka::error::KafkaError> {
-        let producer: FutureProducer = super::client_config(kafka)
+        static SHARED: std::sync::Mutex<Vec<(String, std::sync::Weak<FutureProducer>)>> =
+            std::sync::Mutex::new(Vec::new());
+        let key = format!("{kafka:?}");
+        let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        shared.retain(|(_, w)| w.strong_count() > 0);
+        let existing = shared
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, w)| w.upgrade());
+        let producer = match existing {
+            Some(p) => p,
+            None => {
+                let p = std::sync::Arc::new(Self::create(kafka)?);
+                shared.push((key, std::sync::Arc::downgrade(&p)));
+                p
+            }
+        };
+        Ok(Self {
+            producer,
+            codec,
+            names: TopicNames::new(kafka),
+        })
+    }
+
+    fn create(kafka: &KafkaConfig) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+        super::client_config(kafka)
             .set("acks", "all")
             .set("enable.idempotence", "true")
             .set("max.in.flight.requests.per.connection", "5")
@@ -60,12 +89,7 @@ impl EventProducer {
             .set("compression.type", "lz4")
             // A send gives up (and the client gets a retryable error) after this.
             .set("message.timeout.ms", "10000")
-            .create()?;
-        Ok(Self {
-            producer,
-            codec,
-            names: TopicNames::new(kafka),
-        })
+            .create()
     }
 
     pub fn names(&self) -> &TopicNames {
