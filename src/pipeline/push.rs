@@ -9,8 +9,13 @@
 //! bigger than `limits.push_group_members` only mentioned members are
 //! pushed, so one message costs at most that many tasks. A message older
 //! than `push.horizon_secs` when the pipeline reaches it (a lag, a replay)
-//! is pushed to nobody, so catching up is bounded work. Tasks are logged
-//! per batch, not per task.
+//! is pushed to nobody, so catching up is bounded work. Within a batch only
+//! a topic's newest message is pushed: a phone shows one notification per
+//! conversation, and a pipeline that fell behind (its recipients went
+//! offline meanwhile) would otherwise turn every message of the backlog
+//! into a task per member. Tasks are logged per batch, not per task.
+
+use std::collections::HashMap;
 
 use futures::future::join_all;
 use redis::aio::ConnectionManager;
@@ -220,6 +225,21 @@ impl PushHandler {
     }
 }
 
+/// (tenant, topic) → the newest seq sent in a batch: the only message of
+/// that topic the batch pushes.
+fn newest_per_topic(events: &[(usize, GroupEvent)]) -> HashMap<(&str, &str), i64> {
+    let mut newest: HashMap<(&str, &str), i64> = HashMap::new();
+    for (_, e) in events {
+        if let GroupEventBody::MessageSent(m) = &e.body {
+            let seq = newest
+                .entry((e.tenant_id.as_str(), e.topic.as_str()))
+                .or_insert(m.seq);
+            *seq = (*seq).max(m.seq);
+        }
+    }
+    newest
+}
+
 /// What one message's push did.
 enum Pushed {
     Tasks(usize),
@@ -239,8 +259,11 @@ impl Handler for PushHandler {
         let events = decode_all::<GroupEvent>(&self.codec, records, &mut failures).await;
         // A topic's pushes go out in log order: after a failed one, wait.
         let mut gate = KeyGate::new(records, failures);
+        let newest = newest_per_topic(&events);
         let (mut messages, mut tasks, mut stale) = (0usize, 0usize, 0usize);
-        for (i, e) in events {
+        let mut coalesced = 0usize;
+        for (i, e) in &events {
+            let (i, e) = (*i, e);
             let GroupEventBody::MessageSent(m) = &e.body else {
                 continue;
             };
@@ -248,20 +271,73 @@ impl Handler for PushHandler {
                 continue;
             }
             messages += 1;
-            match self.push(&e, m).await {
+            if newest.get(&(e.tenant_id.as_str(), e.topic.as_str())) != Some(&m.seq) {
+                metrics::counter!(m::PUSH_TASKS_TOTAL, "status" => "coalesced").increment(1);
+                coalesced += 1;
+                continue;
+            }
+            match self.push(e, m).await {
                 Ok(Pushed::Tasks(n)) => tasks += n,
                 Ok(Pushed::PastHorizon) => stale += 1,
                 Err((kind, why)) => gate.fail(RecordFailure::new(i, kind, why)),
             }
         }
-        if tasks > 0 || stale > 0 {
+        if tasks > 0 || stale > 0 || coalesced > 0 {
             tracing::info!(
                 messages,
                 tasks,
+                coalesced,
                 past_horizon = stale,
                 "push: tasks produced for a batch"
             );
         }
         gate.outcome()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(topic: &str, seq: i64) -> GroupEvent {
+        GroupEvent::new(
+            "t",
+            topic,
+            1,
+            GroupEventBody::MessageSent(MessageSent {
+                message_id: seq,
+                group_id: 1,
+                seq,
+                shard_month: "202612".into(),
+                client_msg_id: None,
+                from_user: 1,
+                msg_type: "text".into(),
+                head: None,
+                content: Some("\"x\"".into()),
+                mentioned_user_ids: Vec::new(),
+                mention_all: false,
+                reply_seq: None,
+                root_seq: None,
+                file_count: 0,
+                content_size: 1,
+                has_risk: false,
+                audit_status: "pass".into(),
+                created_at: 0,
+                expires_at: None,
+            }),
+        )
+    }
+
+    #[test]
+    fn a_batch_pushes_each_topics_newest_message_only() {
+        let events: Vec<(usize, GroupEvent)> = [("grpA", 1), ("grpB", 7), ("grpA", 3), ("grpA", 2)]
+            .iter()
+            .enumerate()
+            .map(|(i, (t, s))| (i, sent(t, *s)))
+            .collect();
+        let newest = newest_per_topic(&events);
+        assert_eq!(newest.len(), 2);
+        assert_eq!(newest[&("t", "grpA")], 3);
+        assert_eq!(newest[&("t", "grpB")], 7);
     }
 }
