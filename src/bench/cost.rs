@@ -186,7 +186,7 @@ fn label_of(args: &[String]) -> Option<String> {
                 listen.unwrap_or_default()
             ))
         }
-        "redis-server" => Some("redis".into()),
+        n if n.starts_with("redis-server") => Some("redis".into()),
         "mariadbd" | "mysqld" => Some("mariadb".into()),
         "java" if args.iter().any(|a| a.contains("kafka")) => Some("kafka".into()),
         _ => None,
@@ -225,6 +225,11 @@ mod tests {
         assert_eq!(
             label_of(&args("java -cp /k/kafka-server.jar kafka.Kafka")).as_deref(),
             Some("kafka")
+        );
+        // Redis rewrites its argv into one string.
+        assert_eq!(
+            label_of(&["redis-server 127.0.0.1:16379".to_string()]).as_deref(),
+            Some("redis")
         );
         // The benchmark itself and unrelated programs are not serving.
         assert_eq!(label_of(&args("imstream --config c.toml bench send")), None);
