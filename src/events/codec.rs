@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
+use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value;
 use apache_avro::Schema;
 use schema_registry_converter::async_impl::avro::{AvroDecoder, AvroEncoder};
@@ -53,6 +54,32 @@ pub struct EventCodec {
     /// Writer schema id → this build's index of each body union branch
     /// (`None` for a branch this build does not know).
     branch_maps: Arc<Mutex<HashMap<u32, Arc<BranchMap>>>>,
+    /// The registry's URL: with a schema id, the key of [`READERS`].
+    registry: Arc<str>,
+}
+
+/// A decoder per writer schema, by (registry URL, schema id), for the
+/// process's life. `AvroDecoder::decode_with_schema` resolves the writer
+/// schema's named types again for every record (a map of cloned names: the
+/// largest single cost of a pipeline in the profile); a reader built once
+/// keeps them. The schemas are leaked on purpose: one per registered schema
+/// version seen, never freed, bounded by the registry's contents.
+static READERS: LazyLock<Mutex<HashMap<(Arc<str>, u32), Arc<WriterReader>>>> =
+    LazyLock::new(Mutex::default);
+
+/// A writer schema and its reader.
+struct WriterReader {
+    schema: &'static Schema,
+    reader: GenericDatumReader<'static>,
+}
+
+/// The schema id of a Confluent-framed record (magic byte 0, then a
+/// big-endian u32) and its Avro payload.
+fn framed(bytes: &[u8]) -> Option<(u32, &[u8])> {
+    match bytes {
+        [0, a, b, c, d, payload @ ..] => Some((u32::from_be_bytes([*a, *b, *c, *d]), payload)),
+        _ => None,
+    }
 }
 
 /// How a writer schema's body branches map onto this build's.
@@ -73,6 +100,7 @@ impl EventCodec {
             decoder: Arc::new(AvroDecoder::new(settings)),
             strategies: Arc::default(),
             branch_maps: Arc::default(),
+            registry: Arc::from(registry_url.trim_end_matches('/')),
         })
     }
 
@@ -103,13 +131,48 @@ impl EventCodec {
     /// Decodes a record value written with any registered version of `E`'s
     /// schema.
     pub async fn decode<E: Event>(&self, bytes: Option<&[u8]>) -> Result<E, CodecError> {
-        let decoded = self
-            .decoder
-            .decode_with_schema(bytes)
-            .await?
-            .ok_or(CodecError::Empty)?;
-        let map = self.branch_map::<E>(decoded.schema.id, &decoded.schema.parsed)?;
-        let value = apply_branch_map::<E>(decoded.value, &map)?;
+        let Some((id, payload)) = bytes.and_then(framed) else {
+            // Not a framed record: the registry client's own errors.
+            self.decoder.decode_with_schema(bytes).await?;
+            return Err(CodecError::Empty);
+        };
+        let key = (self.registry.clone(), id);
+        let known = READERS.lock().expect("codec lock").get(&key).cloned();
+        let reader = match known {
+            Some(reader) => reader,
+            None => {
+                // First record of this schema id: fetch it (the registry
+                // client caches it) and build its reader.
+                let decoded = self
+                    .decoder
+                    .decode_with_schema(bytes)
+                    .await?
+                    .ok_or(CodecError::Empty)?;
+                let schema: &'static Schema = Box::leak(Box::new(decoded.schema.parsed.clone()));
+                let reader = GenericDatumReader::builder(schema)
+                    .build()
+                    .map_err(|source| CodecError::Shape {
+                        kind: E::KIND,
+                        source,
+                    })?;
+                let reader = Arc::new(WriterReader { schema, reader });
+                READERS
+                    .lock()
+                    .expect("codec lock")
+                    .entry(key)
+                    .or_insert(reader)
+                    .clone()
+            }
+        };
+        let value = reader
+            .reader
+            .read_value(&mut &payload[..])
+            .map_err(|source| CodecError::Shape {
+                kind: E::KIND,
+                source,
+            })?;
+        let map = self.branch_map::<E>(id, reader.schema)?;
+        let value = apply_branch_map::<E>(value, &map)?;
         apache_avro::from_value(&value).map_err(|source| CodecError::Shape {
             kind: E::KIND,
             source,
