@@ -343,10 +343,22 @@ pub async fn run_on<H: Handler>(
     )
     .health_id(group);
     let linger = Duration::from_millis(topology.batch_linger_ms);
+    // Offsets handled but not committed yet: committed at most every
+    // COMMIT_INTERVAL, and at once when the source goes quiet. A commit per
+    // batch was one broker request per record per pipeline at low rates; a
+    // crash now re-handles at most that interval's records, which every
+    // handler already takes (idempotent by key).
+    let mut pending: HashMap<(String, i32), i64> = HashMap::new();
+    let mut last_commit = tokio::time::Instant::now();
     loop {
         let first = tokio::select! {
             _ = shutdown.cancelled() => break,
             m = consumer.recv() => m,
+            _ = tokio::time::sleep_until(last_commit + COMMIT_INTERVAL), if !pending.is_empty() => {
+                commit_offsets(&consumer, &mut pending, CommitMode::Async);
+                last_commit = tokio::time::Instant::now();
+                continue;
+            }
         };
         let mut batch = match first {
             Ok(msg) => vec![detach(&msg)],
@@ -372,7 +384,18 @@ pub async fn run_on<H: Handler>(
             // be redelivered.
             break;
         }
-        commit(&consumer, &batch, CommitMode::Async);
+        for r in &batch {
+            let next = pending.entry((r.topic.clone(), r.partition)).or_insert(0);
+            *next = (*next).max(r.offset + 1);
+        }
+        if last_commit.elapsed() >= COMMIT_INTERVAL {
+            commit_offsets(&consumer, &mut pending, CommitMode::Async);
+            last_commit = tokio::time::Instant::now();
+        }
+    }
+    // What was handled is committed before the consumer leaves.
+    if !pending.is_empty() {
+        commit_offsets(&consumer, &mut pending, CommitMode::Sync);
     }
     if let Ok(assigned) = consumer.assignment() {
         if assigned.count() > 0 {
@@ -399,6 +422,24 @@ pub(crate) fn detach<M: Message>(msg: &M) -> Record {
         payload: msg.payload().map(<[u8]>::to_vec),
         traceparent,
         timestamp_ms: msg.timestamp().to_millis(),
+    }
+}
+
+/// How long handled offsets may wait for their commit while records flow.
+const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Commits `pending` (next offset per partition) and clears it.
+fn commit_offsets<C: Consumer>(
+    consumer: &C,
+    pending: &mut HashMap<(String, i32), i64>,
+    mode: CommitMode,
+) {
+    let mut tpl = TopicPartitionList::new();
+    for ((topic, partition), offset) in pending.drain() {
+        let _ = tpl.add_partition_offset(&topic, partition, Offset::Offset(offset));
+    }
+    if let Err(e) = consumer.commit(&tpl, mode) {
+        tracing::warn!(error = %e, "offset commit failed; records will be handled again");
     }
 }
 
