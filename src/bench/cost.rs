@@ -69,7 +69,7 @@ impl Costs {
     /// dev 6.1 s (2.03), kafka 2.0 s (0.67) …; load generator 1.2 s`.
     /// Processes that started during the window are not counted.
     pub fn report(&self, units: u64, unit: &str) -> String {
-        let per = |s: f64| s * 1000.0 / units.max(1) as f64;
+        let per = |s: f64| Sig(s * 1000.0 / units.max(1) as f64);
         let total = self.box_seconds();
         let mut parts = Vec::new();
         // Same-named processes (two gateways) are summed under one label
@@ -84,7 +84,7 @@ impl Costs {
         let mut counted = 0.0;
         for (label, s) in &by_label {
             counted += s;
-            parts.push(format!("{label} {s:.2} s ({:.2})", per(*s)));
+            parts.push(format!("{label} {s:.2} s ({})", per(*s)));
         }
         let own = process_ticks(std::process::id() as i32)
             .unwrap_or(0)
@@ -92,8 +92,8 @@ impl Costs {
             / TICKS_PER_SECOND;
         let kernel_and_rest = (total - counted - own).max(0.0);
         format!(
-            "cpu: box {total:.2} s = {:.2} s per 1,000 {unit}; serving: {}; \
-             load generator {own:.2} s ({:.2}); kernel and the rest {kernel_and_rest:.2} s",
+            "cpu: box {total:.2} s = {} s per 1,000 {unit}; serving: {}; \
+             load generator {own:.2} s ({}); kernel and the rest {kernel_and_rest:.2} s",
             per(total),
             if parts.is_empty() {
                 "none found".to_string()
@@ -102,6 +102,21 @@ impl Costs {
             },
             per(own),
         )
+    }
+}
+
+/// A figure with three significant digits (0.0112, 1.85, 18.9).
+struct Sig(f64);
+
+impl std::fmt::Display for Sig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.0;
+        let decimals = if v == 0.0 || !v.is_finite() {
+            2
+        } else {
+            (2 - v.abs().log10().floor() as i32).clamp(0, 6) as usize
+        };
+        write!(f, "{v:.decimals$}")
     }
 }
 
@@ -235,6 +250,14 @@ mod tests {
         assert_eq!(label_of(&args("imstream --config c.toml bench send")), None);
         assert_eq!(label_of(&args("java -jar other.jar")), None);
         assert_eq!(label_of(&args("bash")), None);
+    }
+
+    #[test]
+    fn figures_keep_three_significant_digits() {
+        assert_eq!(Sig(0.011234).to_string(), "0.0112");
+        assert_eq!(Sig(1.8512).to_string(), "1.85");
+        assert_eq!(Sig(18.86).to_string(), "18.9");
+        assert_eq!(Sig(0.0).to_string(), "0.00");
     }
 
     #[test]
