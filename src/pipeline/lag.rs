@@ -32,16 +32,12 @@ pub fn spawn(
                     Some(p) => p,
                     None => std::sync::Arc::new(lag::group_probe(&k, &g)?),
                 };
-                lag::backlog_with(&p, &s).map(|b| (b, p))
+                lag::backlog_with(&p, &s).map(|backlog| (backlog, p))
             })
             .await;
-            match read.map(|r| {
-                r.map(|(backlog, p)| {
+            match read {
+                Ok(Ok((backlog, p))) => {
                     probe = Some(p);
-                    backlog
-                })
-            }) {
-                Ok(Ok(backlog)) => {
                     for b in backlog {
                         metrics::gauge!(m::PIPELINE_LAG,
                             "pipeline" => pipeline.clone(),

@@ -384,10 +384,7 @@ pub async fn run_on<H: Handler>(
             // be redelivered.
             break;
         }
-        for r in &batch {
-            let next = pending.entry((r.topic.clone(), r.partition)).or_insert(0);
-            *next = (*next).max(r.offset + 1);
-        }
+        handled(&mut pending, &batch);
         if last_commit.elapsed() >= COMMIT_INTERVAL {
             commit_offsets(&consumer, &mut pending, CommitMode::Async);
             last_commit = tokio::time::Instant::now();
@@ -445,17 +442,16 @@ fn commit_offsets<C: Consumer>(
 
 /// Commits the next offset of every partition in the batch.
 pub(crate) fn commit<C: Consumer>(consumer: &C, batch: &[Record], mode: CommitMode) {
-    let mut next: HashMap<(&str, i32), i64> = HashMap::new();
+    let mut next = HashMap::new();
+    handled(&mut next, batch);
+    commit_offsets(consumer, &mut next, mode);
+}
+
+/// Records `batch` as handled: the next offset of each of its partitions.
+fn handled(pending: &mut HashMap<(String, i32), i64>, batch: &[Record]) {
     for r in batch {
-        let e = next.entry((r.topic.as_str(), r.partition)).or_insert(0);
-        *e = (*e).max(r.offset + 1);
-    }
-    let mut tpl = TopicPartitionList::new();
-    for ((topic, partition), offset) in next {
-        let _ = tpl.add_partition_offset(topic, partition, Offset::Offset(offset));
-    }
-    if let Err(e) = consumer.commit(&tpl, mode) {
-        tracing::warn!(error = %e, "offset commit failed; records will be handled again");
+        let next = pending.entry((r.topic.clone(), r.partition)).or_insert(0);
+        *next = (*next).max(r.offset + 1);
     }
 }
 
