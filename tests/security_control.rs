@@ -178,15 +178,8 @@ async fn a_login_nobody_can_check_is_refused() {
     // A tenant whose database does not exist, and no control keys in
     // Redis for its user: nothing can say whether the user may enter.
     let broken = format!("{}x", stack.tenant());
-    stack
-        .world
-        .config
-        .tenants
-        .push(imstream::config::TenantConfig {
-            id: broken.clone(),
-            database: format!("imt_missing_{}", stack.world.id),
-            signing_keys: Vec::new(),
-        });
+    let missing = format!("imt_missing_{}", stack.world.id);
+    stack.add_tenant(&broken, missing, Vec::new());
     let addr = stack.start_gateway("node-a").await;
     let token = imstream::gateway::auth::Tokens::new(stack.config())
         .issue(&broken, 7, "web", 0, 0)

@@ -179,15 +179,8 @@ async fn internal_failures_are_not_echoed_and_bad_traceparents_are_not_copied() 
     let mut stack = Stack::prepared(None).await;
     // A tenant whose database does not exist: every query of it fails.
     let broken = format!("b{}", stack.world.id);
-    stack
-        .world
-        .config
-        .tenants
-        .push(imstream::config::TenantConfig {
-            id: broken.clone(),
-            database: format!("imt_missing_{}", stack.world.id),
-            signing_keys: Vec::new(),
-        });
+    let missing = format!("imt_missing_{}", stack.world.id);
+    stack.add_tenant(&broken, missing, Vec::new());
     stack.start_pipeline("members").await;
     let addr = stack.start_gateway("node-a").await;
     let token = imstream::gateway::auth::Tokens::new(stack.config())
@@ -424,15 +417,8 @@ async fn each_tenant_signs_its_own_tokens_and_rolls_its_keys_over() {
     let new_a = format!("a-new-{}", uuid::Uuid::new_v4().simple());
     let key_b = format!("b-key-{}", uuid::Uuid::new_v4().simple());
     stack.world.config.tenants[0].signing_keys = vec![key("k1", &old_a)];
-    stack
-        .world
-        .config
-        .tenants
-        .push(imstream::config::TenantConfig {
-            id: b.clone(),
-            database: format!("imt_{}_b", stack.world.id),
-            signing_keys: vec![key("kb", &key_b)],
-        });
+    let database = format!("imt_{}_b", stack.world.id);
+    stack.add_tenant(&b, database, vec![key("kb", &key_b)]);
     let global = stack.config().auth.jwt_secret.clone();
     let issuer = stack.config().auth.issuer.clone();
     let addr = stack.start_gateway("keys-1").await;
@@ -540,15 +526,8 @@ async fn admin_calls_are_audited_with_the_tokens_operator_and_scoped_to_its_tena
     let other = format!("{tenant}o");
     let alice = format!("alice-{}", uuid::Uuid::new_v4().simple());
     let bob = format!("bob-{}", uuid::Uuid::new_v4().simple());
-    stack
-        .world
-        .config
-        .tenants
-        .push(imstream::config::TenantConfig {
-            id: other.clone(),
-            database: format!("imt_{}_o", stack.world.id),
-            signing_keys: Vec::new(),
-        });
+    let database = format!("imt_{}_o", stack.world.id);
+    stack.add_tenant(&other, database, Vec::new());
     stack.world.config.auth.admin_tokens = vec![
         imstream::config::AdminToken {
             name: "ops-alice".into(),

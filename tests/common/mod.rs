@@ -290,6 +290,24 @@ impl Stack {
         self.pipelines = kept;
     }
 
+    /// Adds tenant `id` on database `database` to the configuration (not
+    /// migrated: a database that does not exist makes every query fail).
+    pub fn add_tenant(
+        &mut self,
+        id: &str,
+        database: String,
+        signing_keys: Vec<imstream::config::SigningKey>,
+    ) {
+        self.world
+            .config
+            .tenants
+            .push(imstream::config::TenantConfig {
+                id: id.to_string(),
+                database,
+                signing_keys,
+            });
+    }
+
     /// Starts a gateway with its own node id on a free port.
     pub async fn start_gateway(&mut self, node: &str) -> std::net::SocketAddr {
         let mut config = self.world.config.clone();
