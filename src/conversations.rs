@@ -335,6 +335,71 @@ pub async fn user_profile(pool: &MySqlPool, uid: i64) -> sqlx::Result<Profile> {
     })
 }
 
+/// Most users one directory search returns.
+pub const FIND_MAX: usize = 20;
+
+/// The directory search behind Tinode's `fnd` topic: users of the tenant
+/// whose profile name contains one of `terms` (case-insensitive, as the
+/// column's collation compares), or whose id is one of `ids`; never
+/// `exclude` (the caller). Only users with a profile are found.
+pub async fn find_users(
+    pool: &MySqlPool,
+    terms: &[String],
+    ids: &[i64],
+    exclude: i64,
+) -> sqlx::Result<Vec<(i64, Profile)>> {
+    if terms.is_empty() && ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
+        "SELECT uid, full_name, photo, note FROM im_user_profiles WHERE uid <> ",
+    );
+    q.push_bind(exclude).push(" AND (");
+    let mut first = true;
+    for term in terms {
+        if !first {
+            q.push(" OR ");
+        }
+        first = false;
+        q.push("full_name LIKE ")
+            .push_bind(format!("%{}%", like_escaped(term)))
+            .push(" ESCAPE '!'");
+    }
+    for id in ids {
+        if !first {
+            q.push(" OR ");
+        }
+        first = false;
+        q.push("uid = ").push_bind(*id);
+    }
+    q.push(") ORDER BY full_name, uid LIMIT ")
+        .push_bind(FIND_MAX as i64);
+    let mut out = Vec::new();
+    for r in q.build().fetch_all(pool).await? {
+        out.push((
+            r.try_get::<i64, _>(0)?,
+            Profile {
+                full_name: r.try_get(1)?,
+                photo: r.try_get(2)?,
+                note: r.try_get(3)?,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+/// `s` with LIKE's wildcards taken literally (escape character `!`).
+fn like_escaped(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '%' | '_' | '!') {
+            out.push('!');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Profiles of several users (missing ones are absent).
 pub async fn user_profiles(pool: &MySqlPool, uids: &[i64]) -> sqlx::Result<HashMap<i64, Profile>> {
     let mut out = HashMap::new();

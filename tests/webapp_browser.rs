@@ -10,7 +10,8 @@
 //! With the `me` topic: both see the group by its name in their chat list,
 //! A pages back through 30 seeded messages, B sees A typing, C (group not
 //! open) sees an unread badge that clears when C opens the group, and a
-//! one-to-one chat B starts appears in A's list under B's name.
+//! one-to-one chat B starts (new chat, search A by name, pick, write)
+//! appears in A's list under B's name and opens with B's message.
 //! IMSTREAM_WEBAPP_CHAT_LIST=0 skips those steps (to tell a chat-list
 //! failure from a basic one).
 //!
@@ -161,12 +162,12 @@ async fn people_chat_in_the_web_app_in_a_real_browser() {
         .env("USER_A", "alice:alice-pass")
         .env("USER_B", "bob:bob-pass")
         .env("USER_C", "carol:carol-pass")
-        .env("UID_A", imstream::tinode::user_id(ALICE))
         .env("GROUP", GROUP)
         .env("GROUP_NAME", GROUP_NAME)
         .env("SEEDED", SEEDED.to_string())
         .env("ARTIFACTS", &artifacts)
         .env("CHAT_LIST", if chat_list == "0" { "0" } else { "1" })
+        .env("NAME_A", "Alice Liddell")
         .env("NAME_B", "Bob Builder")
         .env("CHROMIUM", &chromium)
         .kill_on_drop(true)

@@ -146,9 +146,30 @@ pub async fn user_offline(
     Ok(left <= 0)
 }
 
-/// A user's session attached to a topic; returns true when it is the
-/// user's first attached session anywhere and the group is small enough to
-/// announce it (→ `{pres what="on"}`).
+/// What attaching or detaching a session changed in a topic's presence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    /// The user's first attached session anywhere came (attach) or the last
+    /// one went (detach), and the group is small enough to tell every
+    /// attached session (→ `{pres topic=T src=usr… what="on"|"off"}`).
+    pub announce: bool,
+    /// Members with an attached session after the change.
+    pub online_members: i64,
+    /// An attach (else a detach).
+    pub attached: bool,
+}
+
+impl Change {
+    /// Whether the attached members' `online` of the group in their `me`
+    /// topic flipped: with two attached each sees another member (on), with
+    /// one left the remaining member sees nobody (off). Only told when the
+    /// member change itself is announced (small groups).
+    pub fn flips_group_online(&self) -> bool {
+        self.announce && self.online_members == if self.attached { 2 } else { 1 }
+    }
+}
+
+/// A user's session attached to a topic.
 /// `heartbeat_ms` is the node's heartbeat interval.
 pub async fn attach(
     redis: &mut ConnectionManager,
@@ -158,9 +179,9 @@ pub async fn attach(
     node: &str,
     now_ms: i64,
     heartbeat_ms: i64,
-) -> redis::RedisResult<bool> {
+) -> redis::RedisResult<Change> {
     let k = TopicKeys::new(tenant, topic);
-    let (count, members): (i64, i64) = redis::pipe()
+    let (count, members, online_members): (i64, i64, i64) = redis::pipe()
         .sadd(k.online_members(), uid)
         .ignore()
         .expire(k.online_members(), PRESENCE_TTL_SECS)
@@ -183,15 +204,18 @@ pub async fn attach(
         .expire(k.online_sessions(), PRESENCE_TTL_SECS)
         .ignore()
         .scard(k.members())
+        .scard(k.online_members())
         .query_async(redis)
         .await?;
-    Ok(count == 1 && members <= PRESENCE_ANNOUNCE_MAX_MEMBERS)
+    Ok(Change {
+        announce: count == 1 && members <= PRESENCE_ANNOUNCE_MAX_MEMBERS,
+        online_members,
+        attached: true,
+    })
 }
 
 /// A user's session detached; `still_on_node` tells whether another of the
-/// user's sessions on this node is still attached. Returns true when it was
-/// the user's last attached session anywhere and the group is small enough
-/// to announce it (→ `{pres what="off"}`).
+/// user's sessions on this node is still attached.
 pub async fn detach(
     redis: &mut ConnectionManager,
     tenant: &str,
@@ -199,7 +223,7 @@ pub async fn detach(
     uid: i64,
     node: &str,
     still_on_node: bool,
-) -> redis::RedisResult<bool> {
+) -> redis::RedisResult<Change> {
     let k = TopicKeys::new(tenant, topic);
     let (count, members): (i64, i64) = redis::pipe()
         .hincr(k.online_sessions(), uid, -1)
@@ -214,8 +238,13 @@ pub async fn detach(
         pipe.hdel(k.online_sessions(), uid).ignore();
         pipe.srem(k.online_members(), uid).ignore();
     }
-    pipe.query_async::<()>(redis).await?;
-    Ok(count <= 0 && members <= PRESENCE_ANNOUNCE_MAX_MEMBERS)
+    pipe.scard(k.online_members());
+    let (online_members,): (i64,) = pipe.query_async(redis).await?;
+    Ok(Change {
+        announce: count <= 0 && members <= PRESENCE_ANNOUNCE_MAX_MEMBERS,
+        online_members,
+        attached: false,
+    })
 }
 
 /// Nodes that have had online members of `topic` within the presence TTL.
@@ -283,4 +312,40 @@ pub async fn refresh(
         }
     }
     pipe.query_async(redis).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Change;
+
+    fn change(attached: bool, online_members: i64) -> Change {
+        Change {
+            announce: true,
+            online_members,
+            attached,
+        }
+    }
+
+    #[test]
+    fn the_group_turns_online_for_the_first_member_when_a_second_comes() {
+        assert!(!change(true, 1).flips_group_online());
+        assert!(change(true, 2).flips_group_online());
+        assert!(!change(true, 3).flips_group_online());
+    }
+
+    #[test]
+    fn the_group_turns_offline_for_the_last_member_left() {
+        assert!(change(false, 1).flips_group_online());
+        assert!(!change(false, 2).flips_group_online());
+        assert!(!change(false, 0).flips_group_online());
+    }
+
+    #[test]
+    fn big_groups_are_not_told() {
+        let quiet = Change {
+            announce: false,
+            ..change(true, 2)
+        };
+        assert!(!quiet.flips_group_online());
+    }
 }

@@ -9,8 +9,9 @@
 // Environment: BASE_URL (http://host:port), USER_A, USER_B, USER_C
 // ("login:password"), GROUP (topic), GROUP_NAME, SEEDED (messages already in
 // GROUP), ARTIFACTS (folder), CHAT_LIST=1 enables the steps that need the
-// `me` topic (chat list with names, unread badges, paging, one-to-one),
-// CHROMIUM (default /usr/bin/chromium).
+// `me` topic (chat list with names, unread badges, paging, typing,
+// one-to-one), NAME_A / NAME_B (the people's names), CHROMIUM (default
+// /usr/bin/chromium).
 
 'use strict';
 
@@ -123,6 +124,15 @@ async function openGroup(who) {
   await noErrorBox(who, `opening ${GROUP}`);
 }
 
+/// Opens the menu of the message showing `text` (its ⌄ trigger) and picks
+/// the item whose title matches `item`.
+async function messageMenu(who, text, item) {
+  const bubble = who.page.locator('#messages-panel li', { has: who.page.getByText(text, { exact: true }) }).last();
+  await bubble.hover();
+  await bubble.locator('.menuTrigger a').click();
+  await who.page.locator('.menu li', { hasText: item }).click();
+}
+
 function message(who, text) {
   return who.page.locator('#messages-panel').getByText(text, { exact: true });
 }
@@ -196,10 +206,9 @@ async function steps(browser) {
     const input = a.page.locator('#send-message-input');
     await input.click();
     await input.pressSequentially(text.slice(0, 5));
-    if (CHAT_LIST && process.env.TYPING === '1') {
-      // B sees A typing before the message arrives. Off by default: the app
-      // shows typing only on a topic marked online, and a group's `online`
-      // in the me topic is false today.
+    if (CHAT_LIST) {
+      // B, who has the group open, sees A typing before the message arrives
+      // (the app shows it in a topic its chat list marks online).
       await b.page.locator('#topic-caption-panel .typing, #messages-panel .typing').first().waitFor(WAIT);
       await screenshot(b, 'typing');
     }
@@ -209,6 +218,32 @@ async function steps(browser) {
     await screenshot(a, 'sent');
     await message(b, text).waitFor(WAIT);
     await screenshot(b, 'received-live');
+    if (CHAT_LIST) {
+      // B has the group open and has read everything: no badge.
+      await b.page.locator('.contact-box li', { hasText: GROUP_NAME }).first().locator('.unread').waitFor({ state: 'detached', ...WAIT });
+      await screenshot(b, 'read-no-badge');
+
+      // A edits her message in the app; B sees the new text in place.
+      const edited = `${text} edited`;
+      await messageMenu(a, text, /^Edit$/);
+      await input.fill(edited);
+      await input.press('Enter');
+      await message(a, edited).waitFor(WAIT);
+      await message(b, edited).waitFor(WAIT);
+      await message(b, text).waitFor({ state: 'detached', ...WAIT });
+      await screenshot(b, 'edited');
+
+      // B (a member) deletes a message for himself: gone for B only.
+      await messageMenu(b, 'seeded 29', /^Delete$/);
+      await message(b, 'seeded 29').waitFor({ state: 'detached', ...WAIT });
+      if (!(await message(a, 'seeded 29').count())) throw new Error('a delete for B removed the message for A');
+
+      // A (the owner) deletes her message for all: gone for both.
+      await messageMenu(a, edited, /^Delete for All$/);
+      await message(a, edited).waitFor({ state: 'detached', ...WAIT });
+      await message(b, edited).waitFor({ state: 'detached', ...WAIT });
+      await screenshot(b, 'deleted-for-all');
+    }
 
     if (CHAT_LIST && process.env.USER_C) {
       const c = await person(browser, 'c');
@@ -223,18 +258,34 @@ async function steps(browser) {
       await screenshot(c, 'badge-cleared');
     }
 
-    if (CHAT_LIST && process.env.P2P === '1') {
-      // B starts a one-to-one chat with A by A's user id; A sees it appear.
-      // Off by default: B's view of the new usr topic never offers the
-      // message input today (see the report of issue 15).
-      await b.page.evaluate((u) => { window.location.hash = '#/contacts/' + u; }, process.env.UID_A);
+    if (CHAT_LIST) {
+      // B starts a one-to-one chat with A the way people do: new chat,
+      // search A by name, pick A, write. A sees it appear in the chat list
+      // under B's name.
+      const nameA = process.env.NAME_A;
+      await b.page.locator('#side-caption-panel a', { has: b.page.locator('i.material-icons', { hasText: /^chat$/ }) }).click();
+      const search = b.page.locator('input.search');
+      await search.waitFor(WAIT);
+      await search.fill(nameA.split(' ')[0]);
+      await search.press('Enter');
+      const found = b.page.locator('.contact-box li', { hasText: nameA }).first();
+      await found.waitFor(WAIT);
+      await screenshot(b, 'found-peer');
+      await found.click();
       await b.page.locator('#send-message-input').waitFor(WAIT);
+      await noErrorBox(b, 'opening a one-to-one chat');
       const hi = `one to one ${Date.now()}`;
       await b.page.locator('#send-message-input').fill(hi);
       await b.page.locator('#send-message-input').press('Enter');
       await message(b, hi).waitFor(WAIT);
-      await a.page.locator('.contact-box li', { hasText: process.env.NAME_B || credentials('USER_B').login }).first().waitFor(WAIT);
+      await screenshot(b, 'p2p-sent');
+      const entry = a.page.locator('.contact-box li', { hasText: process.env.NAME_B });
+      await entry.first().waitFor(WAIT);
       await screenshot(a, 'p2p-appeared');
+      await entry.first().click();
+      await message(a, hi).waitFor(WAIT);
+      await entry.first().locator('.unread').waitFor({ state: 'detached', ...WAIT });
+      await screenshot(a, 'p2p-open');
     }
 
     // Every request got its answer within 5 s: wait until each is

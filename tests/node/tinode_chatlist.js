@@ -3,7 +3,8 @@
 // counts; a message to a conversation the client is not attached to moves
 // it to the top and raises its count live; reading it on a second device
 // clears the count on the first; a new one-to-one conversation appears for
-// its recipient; a group is online while another member is attached; a
+// its recipient; a group is online while another member is attached (live:
+// it turns on and off in the list as members come and go); a
 // group's member list shows names, roles and online state.
 //
 // Run by tests/chat_list.rs with GATEWAY_A, GATEWAY_B (host:port), TOKEN_A,
@@ -138,6 +139,31 @@ async function main() {
   assert.equal(byUser[B].online, false, 'B is not attached to Team');
   assert.equal(teamA.public && teamA.public.fn, 'Team', 'desc carries the name');
   assert.ok(teamA.getAccessMode().isOwner(), "A's own mode on Team");
+
+  // 5b. The group's online in the chat list follows live: A alone on Team
+  // sees it offline; B attaching turns it on in A's list, B leaving off.
+  await until("Team offline in A's list (A is alone)", () => contact(a.me, TEAM).online === false);
+  const teamB = b.t.getTopic(TEAM);
+  assert.equal((await teamB.subscribe()).code, 200);
+  await until("Team online in A's list once B is attached", () => contact(a.me, TEAM).online === true);
+  await teamB.leave(false);
+  await until("Team offline in A's list once B left", () => contact(a.me, TEAM).online === false);
+
+  // 5c. Finding someone to talk to (the `fnd` topic): by a part of the
+  // name, by user id; never oneself; one letter finds nobody.
+  const fnd = a.t.getFndTopic();
+  assert.equal((await fnd.subscribe()).code, 200);
+  const search = async (q) => {
+    await fnd.setMeta({ desc: { public: q } });
+    await fnd.getMeta(fnd.startMetaQuery().withSub().build());
+    const found = [];
+    fnd.contacts((x) => found.push(x));
+    return found;
+  };
+  const byName = await search('arol');
+  assert.deepEqual(byName.map((x) => x.user || x.topic), [C], 'a part of the name finds Carol');
+  assert.equal(byName[0].public.fn, 'Carol');
+  assert.deepEqual((await search(`${C} alice`)).map((x) => x.user || x.topic), [C], 'by id; not oneself');
 
   // 6. Presence of one-to-one peers on the chat list: B goes offline, C's
   // list shows it.

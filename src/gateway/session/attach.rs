@@ -18,6 +18,9 @@ impl Session {
         if topic == "me" {
             return self.subscribe_me(id, sub.get.as_ref()).await;
         }
+        if topic == super::find::FND {
+            return self.subscribe_fnd(id, sub.get.as_ref()).await;
+        }
         if !tinode::is_conversation_topic(topic) {
             self.reply(ctrl(
                 id,
@@ -56,9 +59,10 @@ impl Session {
         match crate::groups::membership(pool, &mut redis, &who.tenant, topic, who.uid).await {
             Ok(Membership::Member) => {
                 self.attached.insert(topic.to_string());
+                let mut change = None;
                 if let Some(handle) = self.handle.clone() {
                     self.gateway.hub.attach(&handle, topic);
-                    let first = presence::attach(
+                    change = presence::attach(
                         &mut redis,
                         &who.tenant,
                         topic,
@@ -68,14 +72,11 @@ impl Session {
                         self.gateway.config.gateway.heartbeat_secs as i64 * 1000,
                     )
                     .await
-                    .unwrap_or(false);
-                    if first && tinode::is_group_topic(topic) {
-                        self.announce(
-                            &who.tenant,
-                            topic,
-                            frames::pres_frame(topic, &tinode::user_id(who.uid), "on"),
-                        )
-                        .await;
+                    .ok()
+                    .filter(|_| tinode::is_group_topic(topic));
+                    if let Some(change) = change {
+                        self.announce_attached(&who.tenant, topic, who.uid, change)
+                            .await;
                     }
                 }
                 // The access mode the member's role gives (see README: roles).
@@ -94,6 +95,16 @@ impl Session {
                 let acs = json!({ "acs": crate::gateway::chats::acs(&mode) });
                 self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", Some(acs)))
                     .await;
+                if let (Some(change), true) = (change, self.on_me) {
+                    // Whether another member is here: the group's `online`
+                    // in this session's chat list.
+                    let others = if change.online_members > 1 {
+                        "on"
+                    } else {
+                        "off"
+                    };
+                    self.reply(frames::pres_me_frame(topic, others)).await;
+                }
                 if let Some(query) = &sub.get {
                     self.get(id, topic, query).await;
                 }
@@ -137,6 +148,11 @@ impl Session {
         let topic = leave.topic.as_str();
         if topic == "me" {
             return self.leave_me(id).await;
+        }
+        if topic == super::find::FND {
+            self.fnd_query = None;
+            self.reply(ctrl(id, Some(topic), 200, "ok", None)).await;
+            return;
         }
         if !self.is_attached(topic) || !self.attached.remove(topic) {
             self.reply(ctrl(id, Some(&self.shown(topic)), 304, "not joined", None))
@@ -187,7 +203,7 @@ impl Session {
     pub(super) async fn detach(&self, handle: &SessionHandle, topic: &str) {
         let still_here = self.gateway.hub.detach(handle, topic);
         let mut redis = self.gateway.sender.redis();
-        let last = presence::detach(
+        let change = presence::detach(
             &mut redis,
             &handle.tenant,
             topic,
@@ -195,15 +211,36 @@ impl Session {
             &self.gateway.node_id,
             still_here,
         )
-        .await
-        .unwrap_or(false);
-        if last {
+        .await;
+        if let (Ok(change), true) = (change, tinode::is_group_topic(topic)) {
+            self.announce_attached(&handle.tenant, topic, handle.uid, change)
+                .await;
+        }
+    }
+
+    /// Tells a group's attached sessions that the user came (`"on"`) or
+    /// went (`"off"`): the member's presence on the topic, and, when it
+    /// flipped the others' view of the group, the group's `online` in their
+    /// `me` topic (Tinode's web app shows typing only in an online topic).
+    async fn announce_attached(
+        &self,
+        tenant: &str,
+        topic: &str,
+        uid: i64,
+        change: presence::Change,
+    ) {
+        let what = if change.attached { "on" } else { "off" };
+        if change.announce {
             self.announce(
-                &handle.tenant,
+                tenant,
                 topic,
-                frames::pres_frame(topic, &tinode::user_id(handle.uid), "off"),
+                frames::pres_frame(topic, &tinode::user_id(uid), what),
             )
             .await;
+        }
+        if change.flips_group_online() {
+            self.announce(tenant, topic, frames::pres_me_frame(topic, what))
+                .await;
         }
     }
 

@@ -49,6 +49,9 @@ impl Session {
         if topic == "me" {
             return self.get_me(id, query).await;
         }
+        if topic == super::find::FND {
+            return self.get_fnd(id, query).await;
+        }
         let who = self.identity.clone().expect("logged in");
         // Attached or not: a member removed a moment ago reads no more
         // (one cached membership check).

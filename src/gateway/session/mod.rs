@@ -9,6 +9,7 @@
 
 mod attach;
 mod delete;
+mod find;
 mod get;
 mod login;
 mod me;
@@ -69,6 +70,8 @@ struct Session {
     closing: Shutdown,
     /// Subscribed to `me`: its chat list gets `{pres topic="me"}`.
     on_me: bool,
+    /// The `fnd` topic's search query (`{set topic="fnd"}`).
+    fnd_query: Option<String>,
     /// The client's address (failed logins are counted against it).
     peer: Option<std::net::IpAddr>,
 }
@@ -184,6 +187,7 @@ pub async fn serve(
         in_flight: Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_SENDS)),
         closing: Shutdown::new(),
         on_me: false,
+        fnd_query: None,
         peer,
     };
     let connected = tokio::time::Instant::now();
@@ -303,7 +307,7 @@ impl Session {
             msg.note.as_mut().map(|m| &mut m.topic)
         };
         let Some(topic) = slot else { return Ok(()) };
-        if topic == "me" || tinode::is_group_topic(topic) {
+        if topic == "me" || topic == find::FND || tinode::is_group_topic(topic) {
             return Ok(());
         }
         match tinode::resolve_topic(topic, who.uid) {

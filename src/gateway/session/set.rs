@@ -13,6 +13,10 @@ use super::Session;
 impl Session {
     pub(super) async fn set(&mut self, set: MsgSet) {
         let id = set.id.as_deref();
+        if set.topic == super::find::FND {
+            let public = set.desc.as_ref().and_then(|d| d.public.as_ref());
+            return self.set_fnd(id, public).await;
+        }
         let shown = self.shown(&set.topic);
         let unsupported = set.sub.is_some()
             || set.tags.is_some()
