@@ -383,3 +383,102 @@ async fn a_big_group_costs_one_row_per_message() {
         "the sender read what they sent"
     );
 }
+
+/// Ok when `uid`'s list shows `want` as the preview of `topic`.
+async fn preview_of(stack: &Stack, uid: i64, topic: &str, want: Value) -> Result<(), String> {
+    let (_, list) = get(stack, uid, "/v1/me/conversations").await;
+    let got = entry(&list, topic).map(|c| c["last"]["preview"].clone());
+    if got.as_ref() == Some(&want) {
+        Ok(())
+    } else {
+        Err(format!("preview {got:?}"))
+    }
+}
+
+/// What the list shows of a message its sender took back: an edit shows
+/// the new text; recalling the original withdraws it (the edit's text
+/// too), and a replay, where the message, its edit and its recall arrive
+/// in one batch, ends the same: no preview of a recalled message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_recalled_message_leaves_no_preview_even_edited_and_replayed() {
+    const TOPIC: &str = "grpChatsRecall";
+    let mut stack = Stack::prepared(None).await;
+    stack.start_pipeline("store").await;
+    stack.start_pipeline("members").await;
+    stack.start_pipeline("conversations").await;
+    let gw = stack.start_gateway("node-a").await;
+    stack.create_group(TOPIC, A, &[B]).await;
+    let client = reqwest::Client::new();
+    let (status, body) = send_http(
+        &client,
+        gw,
+        &stack.token(A, "http"),
+        TOPIC,
+        "r1",
+        "a secret",
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let seq = body["seq"].as_i64().expect("seq");
+    wait_for("the message's preview", Duration::from_secs(60), || {
+        preview_of(&stack, B, TOPIC, json!("a secret"))
+    })
+    .await;
+    let (status, body) = call(
+        &stack,
+        gw,
+        A,
+        "PATCH",
+        &format!("/v1/groups/{TOPIC}/messages/{seq}"),
+        json!({"content": {"txt": "a secret, edited"}, "client_msg_id": "r1-edit"}),
+    )
+    .await;
+    assert_eq!(status, 202, "edit: {body}");
+    wait_for("the edit's preview", Duration::from_secs(60), || {
+        preview_of(&stack, B, TOPIC, json!("a secret, edited"))
+    })
+    .await;
+    let (status, body) = call(
+        &stack,
+        gw,
+        A,
+        "DELETE",
+        &format!("/v1/groups/{TOPIC}/messages/{seq}"),
+        json!({}),
+    )
+    .await;
+    assert!(status == 200 || status == 202, "recall: {status} {body}");
+    wait_for("no preview once recalled", Duration::from_secs(60), || {
+        preview_of(&stack, B, TOPIC, Value::Null)
+    })
+    .await;
+
+    // Rebuilt from the log in one go.
+    let pool = stack.pool();
+    let before = projection::conversation_lists(&pool).await.unwrap();
+    stack.stop_pipeline("conversations").await;
+    for table in ["im_conversations", "im_conversation_topics"] {
+        sqlx::query(&format!("DELETE FROM {table}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let args = ReplayArgs {
+        pipeline: "conversations".into(),
+        from: "earliest".into(),
+        tenant: None,
+        into: None,
+        wait_inactive_secs: 30,
+    };
+    replay(stack.config(), &args, stack.world.shutdown.child())
+        .await
+        .expect("replay");
+    assert_eq!(
+        projection::conversation_lists(&pool).await.unwrap(),
+        before,
+        "replay rebuilt the same lists"
+    );
+    preview_of(&stack, B, TOPIC, Value::Null)
+        .await
+        .expect("still no preview after the replay");
+}

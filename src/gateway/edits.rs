@@ -36,23 +36,8 @@ pub struct Caller<'a> {
 
 /// The target seq of a `head.replace` value (`":123"`).
 pub fn replace_target(head: Option<&str>) -> Result<Option<i64>, Refusal> {
-    let Some(head) = head else { return Ok(None) };
-    let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(head) else {
-        return Ok(None);
-    };
-    match map.get("replace") {
-        None => Ok(None),
-        Some(serde_json::Value::String(r)) => r
-            .strip_prefix(':')
-            .and_then(|s| s.parse::<i64>().ok())
-            .filter(|seq| *seq > 0)
-            .map(Some)
-            .ok_or_else(|| Refusal(400, "malformed: head.replace must be \":<seq>\"".into())),
-        Some(_) => Err(Refusal(
-            400,
-            "malformed: head.replace must be \":<seq>\"".into(),
-        )),
-    }
+    crate::tinode::replaced_seq(head)
+        .map_err(|()| Refusal(400, "malformed: head.replace must be \":<seq>\"".into()))
 }
 
 /// Checks that `caller` may edit message `seq` of `topic` now.

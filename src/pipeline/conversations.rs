@@ -9,7 +9,11 @@
 //! - `GroupCreated` / `MemberJoined` / `MemberLeft` / `GroupDissolved`: the
 //!   per-user rows, in log order per topic.
 //! - `HistoryCleared`: the user's clear id; `MessageRecalled` /
-//!   `MessageDeleted` of the last message: its preview is withdrawn.
+//!   `MessageDeleted` of the last message (or of the message the last one
+//!   edits): its preview is withdrawn; `MessageEdited` in place of the last
+//!   message: the preview shows the new text. Both apply to the batch's
+//!   pending newest message too, so a batch (a replay's above all) ends
+//!   where one event at a time would.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
@@ -49,8 +53,29 @@ struct Touch {
     seq: i64,
     at_ms: i64,
     from: i64,
+    /// The seq it replaces (an edit), 0 if none.
+    replaces: i64,
     preview: Option<String>,
     records: Vec<usize>,
+}
+
+impl Touch {
+    /// A later recall or delete of the batch covering this message, or
+    /// the message it edits, withdraws its preview before it is written
+    /// (the log order within a batch, whatever the flush order).
+    fn withdraw(&mut self, ranges: &[(i64, i64)]) {
+        let hit = |seq: i64| ranges.iter().any(|(low, hi)| seq >= *low && seq < *hi);
+        if hit(self.seq) || (self.replaces > 0 && hit(self.replaces)) {
+            self.preview = None;
+        }
+    }
+
+    /// A later in-place edit of the batch's newest message.
+    fn edit(&mut self, seq: i64, content: Option<&str>) {
+        if self.seq == seq || self.replaces == seq {
+            self.preview = preview(content);
+        }
+    }
 }
 
 type TopicKey = (String, String);
@@ -74,6 +99,7 @@ impl Handler for ConversationsHandler {
                     seq: 0,
                     at_ms: 0,
                     from: 0,
+                    replaces: 0,
                     preview: None,
                     records: Vec::new(),
                 });
@@ -81,6 +107,12 @@ impl Handler for ConversationsHandler {
                     t.seq = m.seq;
                     t.at_ms = m.created_at;
                     t.from = m.from_user;
+                    // A malformed replace was refused at the gateway; here
+                    // it is just not an edit.
+                    t.replaces = tinode::replaced_seq(m.head.as_deref())
+                        .ok()
+                        .flatten()
+                        .unwrap_or(0);
                     t.preview = preview(m.content.as_deref());
                 }
                 t.records.push(i);
@@ -101,7 +133,20 @@ impl Handler for ConversationsHandler {
                 }
                 continue;
             }
-            // Everything else changes little and is applied in log order.
+            // Everything else changes little and is applied in log order:
+            // to the batch's pending newest message, and to the stored row.
+            if let Some(t) = touches.get_mut(&key) {
+                match &event.body {
+                    GroupEventBody::MessageRecalled(r) => t.withdraw(&[(r.seq, r.seq + 1)]),
+                    GroupEventBody::MessageDeleted(d) => {
+                        t.withdraw(&d.ranges.iter().map(|r| (r.low, r.hi)).collect::<Vec<_>>())
+                    }
+                    GroupEventBody::MessageEdited(e) if e.edit_seq.is_none() => {
+                        t.edit(e.seq, e.content.as_deref())
+                    }
+                    _ => {}
+                }
+            }
             let result = match self.pools.get(&event.tenant_id) {
                 Ok(pool) => apply(pool, &event).await,
                 Err(e) => Err((crate::failure::FailureKind::Poison, e.to_string())),
@@ -182,13 +227,14 @@ impl ConversationsHandler {
                 }
                 let rows: Vec<_> = touches.iter().filter(|(k, _)| ours(k)).collect();
                 let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
-                    "INSERT INTO im_conversation_topics (topic, last_seq, touched_ms, last_from, preview) ",
+                    "INSERT INTO im_conversation_topics (topic, last_seq, touched_ms, last_from, last_replaces, preview) ",
                 );
                 q.push_values(rows, |mut r, ((_, topic), t)| {
                     r.push_bind(topic)
                         .push_bind(t.seq)
                         .push_bind(t.at_ms)
                         .push_bind(t.from)
+                        .push_bind(t.replaces)
                         .push_bind(&t.preview);
                 });
                 // Assignments run left to right: last_seq moves last, so the
@@ -197,6 +243,7 @@ impl ConversationsHandler {
                     " ON DUPLICATE KEY UPDATE \
                      touched_ms = IF(VALUES(last_seq) > last_seq, VALUES(touched_ms), touched_ms), \
                      last_from = IF(VALUES(last_seq) > last_seq, VALUES(last_from), last_from), \
+                     last_replaces = IF(VALUES(last_seq) > last_seq, VALUES(last_replaces), last_replaces), \
                      preview = IF(VALUES(last_seq) > last_seq, VALUES(preview), preview), \
                      last_seq = GREATEST(last_seq, VALUES(last_seq))",
                 );
@@ -324,18 +371,36 @@ async fn apply(
             let ranges: Vec<(i64, i64)> = d.ranges.iter().map(|r| (r.low, r.hi)).collect();
             withdraw(pool, topic, &ranges).await.map_err(db)
         }
+        // An edit in place (a replacement message is a MessageSent of its
+        // own): the preview shows the new text while it is the last one.
+        GroupEventBody::MessageEdited(ed) if ed.edit_seq.is_none() => sqlx::query(
+            "UPDATE im_conversation_topics SET preview = ? \
+             WHERE topic = ? AND preview IS NOT NULL AND (last_seq = ? OR last_replaces = ?)",
+        )
+        .bind(preview(ed.content.as_deref()))
+        .bind(topic)
+        .bind(ed.seq)
+        .bind(ed.seq)
+        .execute(pool)
+        .await
+        .map(|_| ())
+        .map_err(db),
         _ => Ok(()),
     }
 }
 
-/// The preview goes when the last message is among `ranges`.
+/// The preview goes when the last message, or the message it edits, is
+/// among `ranges`.
 async fn withdraw(pool: &MySqlPool, topic: &str, ranges: &[(i64, i64)]) -> sqlx::Result<()> {
     for (low, hi) in ranges {
         sqlx::query(
             "UPDATE im_conversation_topics SET preview = NULL \
-             WHERE topic = ? AND last_seq >= ? AND last_seq < ?",
+             WHERE topic = ? AND ((last_seq >= ? AND last_seq < ?) \
+             OR (last_replaces >= ? AND last_replaces < ?))",
         )
         .bind(topic)
+        .bind(low)
+        .bind(hi)
         .bind(low)
         .bind(hi)
         .execute(pool)

@@ -64,3 +64,22 @@ pub fn parse_timestamp_ms(text: &str) -> Option<i64> {
         .ok()
         .map(|t| t.timestamp_millis())
 }
+
+/// The seq a message's `head.replace` (`":123"`) names: the message it
+/// replaces (an edit). `Err` for a `replace` of another shape.
+pub fn replaced_seq(head: Option<&str>) -> Result<Option<i64>, ()> {
+    let Some(head) = head else { return Ok(None) };
+    let Ok(Value::Object(map)) = serde_json::from_str::<Value>(head) else {
+        return Ok(None);
+    };
+    match map.get("replace") {
+        None => Ok(None),
+        Some(Value::String(r)) => r
+            .strip_prefix(':')
+            .and_then(|s| s.parse::<i64>().ok())
+            .filter(|seq| *seq > 0)
+            .map(Some)
+            .ok_or(()),
+        Some(_) => Err(()),
+    }
+}

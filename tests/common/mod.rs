@@ -516,6 +516,7 @@ pub async fn call(
     let req = match method {
         "POST" => client.post(url),
         "PUT" => client.put(url),
+        "PATCH" => client.patch(url),
         "DELETE" => client.delete(url),
         other => panic!("method {other}"),
     };
