@@ -397,7 +397,7 @@ async fn preview_of(stack: &Stack, uid: i64, topic: &str, want: Value) -> Result
 
 /// What the list shows of a message its sender took back: an edit shows
 /// the new text; recalling the original withdraws it (the edit's text
-/// too), and a replay, where the message, its edit and its recall arrive
+/// too, from the list and from history), and a replay, where the message, its edit and its recall arrive
 /// in one batch, ends the same: no preview of a recalled message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_recalled_message_leaves_no_preview_even_edited_and_replayed() {
@@ -451,6 +451,22 @@ async fn a_recalled_message_leaves_no_preview_even_edited_and_replayed() {
     wait_for("no preview once recalled", Duration::from_secs(60), || {
         preview_of(&stack, B, TOPIC, Value::Null)
     })
+    .await;
+    // Nor is any of its texts in the history: the edit went with it.
+    wait_for(
+        "the recalled message gone from history",
+        Duration::from_secs(60),
+        || async {
+            let (status, page) =
+                get(&stack, B, &format!("/v1/groups/{TOPIC}/messages?limit=50")).await;
+            let texts = page["messages"].to_string();
+            if status == 200 && !texts.contains("a secret") {
+                Ok(())
+            } else {
+                Err(format!("{status} {texts}"))
+            }
+        },
+    )
     .await;
 
     // Rebuilt from the log in one go.

@@ -110,6 +110,7 @@ pub async fn hard_delete(
     };
     let privileged = matches!(role, Role::Owner | Role::Admin);
     let ranges = gov.clamp(caller.tenant, topic, ranges).await?;
+    let ranges = with_edits(gw, caller, topic, ranges).await?;
     let count: i64 = ranges.iter().map(|r| r.hi - r.low).sum();
     // One delete is one transaction of the store: bounded in width.
     let width = gw.config.limits.delete_width;
@@ -176,6 +177,59 @@ pub async fn hard_delete(
     Ok(Deleted::Moderated(outcome.del_id.unwrap_or(0)))
 }
 
+/// `ranges` and the edits (replacement messages) of the messages in them:
+/// taking a message back takes every text it had. The edits come from the
+/// hot copy (the newest) and the revisions table (all the store has seen).
+async fn with_edits(
+    gw: &Gateway,
+    caller: &Caller<'_>,
+    topic: &str,
+    ranges: Vec<SeqRange>,
+) -> Result<Vec<SeqRange>, Refusal> {
+    let mut edits: Vec<i64> = read_ranges(gw, caller, topic, &ranges)
+        .await?
+        .iter()
+        .filter_map(|m| m.edit_seq)
+        .collect();
+    let pool = gw
+        .sender
+        .pools()
+        .get(caller.tenant)
+        .map_err(|_| Refusal(500, "internal error".into()))?;
+    for r in &ranges {
+        let seqs: Vec<i64> = sqlx::query_scalar(
+            "SELECT edit_seq FROM im_message_revisions \
+             WHERE topic = ? AND action = 'edit' AND edit_seq IS NOT NULL AND seqid >= ? AND seqid < ?",
+        )
+        .bind(topic)
+        .bind(r.low)
+        .bind(r.hi)
+        .fetch_all(pool)
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "edits of deleted messages unreadable");
+            Refusal(503, "service unavailable, retry".into())
+        })?;
+        edits.extend(seqs);
+    }
+    Ok(merged(ranges, &edits))
+}
+
+/// `ranges` plus the single seqs `extra`, sorted and merged.
+fn merged(ranges: Vec<SeqRange>, extra: &[i64]) -> Vec<SeqRange> {
+    let mut all = ranges;
+    all.extend(extra.iter().map(|s| SeqRange { low: *s, hi: s + 1 }));
+    all.sort_by_key(|r| r.low);
+    let mut out: Vec<SeqRange> = Vec::with_capacity(all.len());
+    for r in all {
+        match out.last_mut() {
+            Some(last) if r.low <= last.hi => last.hi = last.hi.max(r.hi),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
 /// The messages in `ranges` the caller can still see.
 async fn read_ranges(
     gw: &Gateway,
@@ -195,4 +249,25 @@ async fn read_ranges(
         );
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merged;
+    use crate::events::SeqRange;
+
+    fn r(low: i64, hi: i64) -> SeqRange {
+        SeqRange { low, hi }
+    }
+
+    #[test]
+    fn edits_join_the_ranges_they_follow_or_stand_alone() {
+        assert_eq!(merged(vec![r(31, 32)], &[32]), vec![r(31, 33)]);
+        assert_eq!(
+            merged(vec![r(31, 32)], &[40, 35]),
+            vec![r(31, 32), r(35, 36), r(40, 41)]
+        );
+        assert_eq!(merged(vec![r(5, 10)], &[7]), vec![r(5, 10)]);
+        assert_eq!(merged(vec![r(8, 9), r(1, 3)], &[]), vec![r(1, 3), r(8, 9)]);
+    }
 }

@@ -68,6 +68,13 @@ impl StoredMessage {
     pub fn visible(&self) -> bool {
         self.status == "normal"
     }
+
+    /// The seq this message replaces when it is an edit (`head.replace`).
+    pub fn replaces(&self) -> Option<i64> {
+        crate::tinode::replaced_seq(self.head.as_deref())
+            .ok()
+            .flatten()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -236,7 +243,9 @@ impl History {
         let first = self.shared_page(tenant, topic, query).await?;
         let deleted = dellog::ranges_for(self.pool(tenant)?, topic, reader).await?;
         // Recalled and deleted rows stay as stubs; their dellog rows hide
-        // them, and so does their status while the dellog catches up.
+        // them, and so does their status while the dellog catches up. An
+        // edit (a replacement message) goes with the message it edits: a
+        // recall or delete of the original takes its later texts too.
         if deleted.is_empty() && first.messages.iter().all(StoredMessage::visible) {
             return Ok(first);
         }
@@ -251,12 +260,20 @@ impl History {
             let full = fetched.messages.len() as i64 >= cursor.limit;
             out.next = fetched.next.or(out.next);
             out.source = fetched.source;
-            out.messages.extend(
-                fetched
-                    .messages
-                    .into_iter()
-                    .filter(|m| m.visible() && !dellog::covers(&deleted, m.seq)),
-            );
+            let gone: Vec<i64> = fetched
+                .messages
+                .iter()
+                .filter(|m| !m.visible())
+                .map(|m| m.seq)
+                .collect();
+            out.messages
+                .extend(fetched.messages.into_iter().filter(|m| {
+                    m.visible()
+                        && !dellog::covers(&deleted, m.seq)
+                        && !m
+                            .replaces()
+                            .is_some_and(|t| dellog::covers(&deleted, t) || gone.contains(&t))
+                }));
             let missing = query.limit - out.messages.len() as i64;
             let Some(edge) = out.next else { break };
             if !full || missing <= 0 {

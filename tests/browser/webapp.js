@@ -192,11 +192,16 @@ async function steps(browser) {
       const first = message(a, 'seeded 1');
       while (!(await first.count())) {
         // The oldest message shown changes once the older page arrived.
-        const oldest = () => document.querySelector('#messages-panel').innerText.slice(0, 40);
-        const before = await a.page.evaluate(oldest);
-        await a.page.locator('#messages-panel').evaluate((el) => { el.scrollTop = 0; });
-        await a.page.waitForFunction(
-          ([f, b]) => (new Function('return (' + f + ')()'))() !== b, [oldest.toString(), before], WAIT);
+        // Scrolled to the top on every poll: a scroll the app saw before
+        // it was ready to load (or while loading) asks for nothing.
+        const before = await a.page.evaluate(() => document.querySelector('#messages-panel').innerText.slice(0, 40));
+        await a.page.waitForFunction((b) => {
+          const el = document.querySelector('#messages-panel');
+          if (el.innerText.slice(0, 40) !== b) return true;
+          el.scrollTop = 1;
+          el.scrollTop = 0;
+          return false;
+        }, before, { polling: 500, ...WAIT });
       }
       await screenshot(a, 'paged-back');
     }
@@ -256,6 +261,25 @@ async function steps(browser) {
       await c.page.locator('#send-message-input').waitFor(WAIT);
       await c.page.locator('.contact-box li', { hasText: GROUP_NAME }).first().locator('.unread').waitFor({ state: 'detached', ...WAIT });
       await screenshot(c, 'badge-cleared');
+
+      // C looks at who is in the group: names, Alice as the owner.
+      await c.page.locator('#topic-caption-panel a', { has: c.page.locator('i.material-icons', { hasText: /^more_vert$/ }) }).click();
+      await c.page.locator('.menu li', { hasText: /^Info$/ }).click();
+      const info = c.page.locator('#info-view-content');
+      for (const name of [process.env.NAME_A, process.env.NAME_B]) {
+        await info.locator('.contact-box li', { hasText: name }).first().waitFor(WAIT);
+      }
+      await info.locator('.contact-box li', { hasText: process.env.NAME_A }).first().getByText('owner', { exact: true }).waitFor(WAIT);
+      await screenshot(c, 'members');
+
+      // C leaves the group (Info → Security → Leave): it goes from C's
+      // chat list.
+      await info.locator('a', { hasText: /^\s*\S*\s*Security$/i }).first().click();
+      await c.page.locator('#info-view a.danger.flat-button', { hasText: 'Leave' }).click();
+      await c.page.locator('.alert-container button.primary').click();
+      await c.page.locator('.contact-box li', { hasText: GROUP_NAME }).first().waitFor({ state: 'detached', ...WAIT });
+      await noErrorBox(c, 'leaving the group');
+      await screenshot(c, 'left');
     }
 
     if (CHAT_LIST) {

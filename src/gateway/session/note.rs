@@ -61,6 +61,21 @@ impl Session {
                 if last.is_some_and(|l| seq > l) {
                     return;
                 }
+                // Clients note the newest message they saw; when everything
+                // after it is deleted for this user, the cursor moves to the
+                // end (else a trailing delete leaves an unread count that
+                // can never be read away), and this session is told.
+                let mut seq = seq;
+                if let Some(last) = last.filter(|l| seq < *l) {
+                    if self
+                        .hidden_through(&who.tenant, topic, who.uid, seq, last)
+                        .await
+                    {
+                        seq = last;
+                        self.reply(frames::pres_me_seq_frame(&self.shown(topic), what, seq))
+                            .await;
+                    }
+                }
                 let cursor = SeqCursor { seq };
                 let body = if what == "read" {
                     ReceiptBody::ReadReceipt(cursor)
@@ -90,6 +105,28 @@ impl Session {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Whether every message after `seq` up to `last` is deleted for `uid`
+    /// (for everyone or by the user).
+    async fn hidden_through(
+        &self,
+        tenant: &str,
+        topic: &str,
+        uid: i64,
+        seq: i64,
+        last: i64,
+    ) -> bool {
+        let Ok(pool) = self.gateway.sender.pools().get(tenant) else {
+            return false;
+        };
+        match crate::history::dellog::ranges_for(pool, topic, uid).await {
+            Ok(hidden) => hidden.range_of(seq + 1).is_some_and(|(_, hi)| hi > last),
+            Err(e) => {
+                tracing::warn!(error = %e, "delete log unreadable; the read cursor stays");
+                false
+            }
         }
     }
 }
