@@ -159,6 +159,10 @@ async function main() {
     await browser.close();
   }
   if (problems.length) {
+    for (const who of everyone) {
+      console.log(`--- ${who.label}: last WebSocket frames`);
+      for (const l of who.log.slice(-40)) console.log(l);
+    }
     for (const p of problems) console.log('PROBLEM ' + p);
     process.exit(1);
   }
@@ -227,6 +231,10 @@ async function steps(browser) {
       // B has the group open and has read everything: no badge.
       await b.page.locator('.contact-box li', { hasText: GROUP_NAME }).first().locator('.unread').waitFor({ state: 'detached', ...WAIT });
       await screenshot(b, 'read-no-badge');
+      // A's message shows the read tick (blue ✓✓) once B read it.
+      await a.page.locator('#messages-panel li', { has: a.page.getByText(text, { exact: true }) }).last()
+        .locator('i.material-icons.blue', { hasText: /^done_all$/ }).waitFor(WAIT);
+      await screenshot(a, 'read-tick');
 
       // A edits her message in the app; B sees the new text in place.
       const edited = `${text} edited`;

@@ -160,6 +160,12 @@ impl Session {
             return;
         }
         if leave.unsub {
+            // Off the local hub first: the member pipeline's eviction of
+            // the leaver must not reach this session before its own answer
+            // (a client that hears `gone` before `ctrl 200` trips).
+            if let Some(handle) = &self.handle {
+                self.gateway.hub.detach(handle, topic);
+            }
             // Through governance: an owner may not leave (403).
             let who = self.identity.clone().expect("logged in");
             let caller = self.caller(&who);
@@ -180,6 +186,9 @@ impl Session {
             };
             if let Err(refused) = result {
                 self.attached.insert(topic.to_string());
+                if let Some(handle) = &self.handle {
+                    self.gateway.hub.attach(handle, topic);
+                }
                 self.reply(ctrl(
                     id,
                     Some(&self.shown(topic)),
