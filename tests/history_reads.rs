@@ -700,6 +700,13 @@ async fn user_delete_ranges_across_months_are_per_user() {
         stack.token(OWNER, "web"),
     );
 
+    // Pages read before the deletes: the gateway caches each reader's
+    // (empty) deleted ranges, which the deletes below must replace.
+    for token in [&alice, &bob] {
+        let (status, _) = get(&client, &format!("{base}/messages?limit=60"), token).await;
+        assert_eq!(status, 200);
+    }
+
     // Invalid ranges are refused.
     for bad in [
         json!({"ranges": []}),
@@ -744,6 +751,29 @@ async fn user_delete_ranges_across_months_are_per_user() {
         .await;
     assert_eq!(ctrl["ctrl"]["code"], json!(400), "{ctrl}");
     wait_dellog(&pool, topic, 3).await;
+    // The store announces each dellog write (readers' caches go stale).
+    let redis = stack.redis().await;
+    let token_key = TopicKeys::new(stack.tenant(), topic).dellog_token();
+    wait_for(
+        "the dellog change announced",
+        Duration::from_secs(30),
+        || {
+            let (mut redis, key) = (redis.clone(), token_key.clone());
+            async move {
+                let n: i64 = redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query_async(&mut redis)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if n == 1 {
+                    Ok(())
+                } else {
+                    Err("no token".into())
+                }
+            }
+        },
+    )
+    .await;
 
     let alice_hidden: Vec<i64> = (50..71).collect();
     let bob_hidden: Vec<i64> = [10].into_iter().chain(58..64).collect();
@@ -1284,4 +1314,68 @@ async fn identical_concurrent_reads_share_one_fetch() {
             "read after a cancelled reader sees new messages"
         );
     }
+}
+
+/// Readers' deleted ranges are cached between pages, and a dellog write
+/// the store announces is seen at once by the next read (no waiting out
+/// the cache); unannounced, the cache would keep serving what it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readers_deletes_are_cached_until_the_topic_announces_a_change() {
+    use imstream::history::dellog;
+    let stack = Stack::prepared(None).await;
+    let (pool, mut redis) = (stack.pool(), stack.redis().await);
+    let tenant = stack.tenant().to_string();
+    let topic = format!("grpDellog{}", &new_event_id()[..8]);
+    let cache = dellog::Cache::default();
+    let insert = |low: i64, hi: i64| {
+        let (pool, topic) = (pool.clone(), topic.clone());
+        async move {
+            sqlx::query(
+                "INSERT INTO im_dellog (topic, deletedfor, delid, low, hi, event_id) VALUES (?, 7, 1, ?, ?, ?)",
+            )
+            .bind(&topic)
+            .bind(low)
+            .bind(hi)
+            .bind(new_event_id())
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    };
+    insert(1, 2).await;
+    dellog::changed(&mut redis, &tenant, &topic).await.unwrap();
+    let first = cache
+        .ranges_for(&pool, &mut redis, &tenant, &topic, 7)
+        .await
+        .unwrap();
+    assert!(first.covers(1) && !first.covers(5));
+    // Written but not announced: the cached ranges stand (the cache works).
+    insert(5, 6).await;
+    let cached = cache
+        .ranges_for(&pool, &mut redis, &tenant, &topic, 7)
+        .await
+        .unwrap();
+    assert!(!cached.covers(5), "served from the cache");
+    // Announced, as the store pipeline does after every dellog write: seen.
+    dellog::changed(&mut redis, &tenant, &topic).await.unwrap();
+    let fresh = cache
+        .ranges_for(&pool, &mut redis, &tenant, &topic, 7)
+        .await
+        .unwrap();
+    assert!(
+        fresh.covers(1) && fresh.covers(5),
+        "the change is read at once"
+    );
+    // A lost token (Redis flushed) is a change too.
+    redis::cmd("DEL")
+        .arg(TopicKeys::new(&tenant, &topic).dellog_token())
+        .query_async::<()>(&mut redis)
+        .await
+        .unwrap();
+    insert(9, 10).await;
+    let after_loss = cache
+        .ranges_for(&pool, &mut redis, &tenant, &topic, 7)
+        .await
+        .unwrap();
+    assert!(after_loss.covers(9));
 }

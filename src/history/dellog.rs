@@ -4,7 +4,103 @@
 //! merged range set per read. A user has at most `limits.dellog_per_user`
 //! rows per topic (a clear beyond it is refused).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
 use sqlx::mysql::MySqlPool;
+
+use crate::keys::TopicKeys;
+
+impl TopicKeys {
+    /// STRING set anew after every write of the topic's dellog (by the
+    /// store pipeline): a reader's cached ranges are good while it is the
+    /// token they were read under.
+    pub fn dellog_token(&self) -> String {
+        format!("{}:dellog_token", self.base())
+    }
+}
+
+/// How long a token lives (a topic whose deletes are older is read from
+/// MySQL once, then cached again).
+const TOKEN_TTL_SECS: u64 = 7 * 24 * 3600;
+/// A cached entry is never used when older than this, token or not.
+const CACHE_MAX_AGE: Duration = Duration::from_secs(10);
+/// Entries kept; the cache is emptied when it grows past this.
+const CACHE_MAX_ENTRIES: usize = 100_000;
+
+/// Marks `topic`'s dellog as changed; called after every committed write.
+pub async fn changed(
+    redis: &mut ConnectionManager,
+    tenant: &str,
+    topic: &str,
+) -> redis::RedisResult<()> {
+    redis::cmd("SET")
+        .arg(TopicKeys::new(tenant, topic).dellog_token())
+        .arg(crate::events::new_event_id())
+        .arg("EX")
+        .arg(TOKEN_TTL_SECS)
+        .query_async(redis)
+        .await
+}
+
+/// Readers' hidden ranges kept in the process between their reads: one
+/// Redis GET of the topic's token instead of a MySQL query per page.
+#[derive(Default)]
+pub struct Cache {
+    entries: Mutex<HashMap<(String, String, i64), Entry>>,
+}
+
+struct Entry {
+    token: Option<String>,
+    at: Instant,
+    hidden: Hidden,
+}
+
+impl Cache {
+    /// [`ranges_for`], from the cache while the topic's token is the one
+    /// the entry was read under. Without Redis it reads MySQL every time.
+    pub async fn ranges_for(
+        &self,
+        pool: &MySqlPool,
+        redis: &mut ConnectionManager,
+        tenant: &str,
+        topic: &str,
+        reader: i64,
+    ) -> sqlx::Result<Hidden> {
+        let token: Option<String> = match redis::cmd("GET")
+            .arg(TopicKeys::new(tenant, topic).dellog_token())
+            .query_async(redis)
+            .await
+        {
+            Ok(t) => t,
+            Err(_) => return ranges_for(pool, topic, reader).await,
+        };
+        let key = (tenant.to_string(), topic.to_string(), reader);
+        if let Some(e) = self.entries.lock().expect("dellog cache").get(&key) {
+            if e.token == token && e.at.elapsed() < CACHE_MAX_AGE {
+                return Ok(e.hidden.clone());
+            }
+        }
+        // Read after the token: a write between the two leaves a newer
+        // token behind, so this entry is not used again.
+        let hidden = ranges_for(pool, topic, reader).await?;
+        let mut entries = self.entries.lock().expect("dellog cache");
+        if entries.len() >= CACHE_MAX_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(
+            key,
+            Entry {
+                token,
+                at: Instant::now(),
+                hidden: hidden.clone(),
+            },
+        );
+        Ok(hidden)
+    }
+}
 
 /// The ranges hidden from `reader` in `topic`, merged (see [`Hidden`]).
 pub async fn ranges_for(pool: &MySqlPool, topic: &str, reader: i64) -> sqlx::Result<Hidden> {

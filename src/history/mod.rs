@@ -202,6 +202,8 @@ pub struct History {
     fetches: Arc<AtomicU64>,
     /// Per-tenant switch: also read the legacy table (migration in progress).
     dual_read: legacy::DualRead,
+    /// Readers' deleted ranges between their pages.
+    dellog: Arc<dellog::Cache>,
 }
 
 /// Refetches one read may do to fill a page the reader's deletes thinned.
@@ -215,6 +217,7 @@ impl History {
             coalescer: coalesce::Coalescer::default(),
             fetches: Arc::new(AtomicU64::new(0)),
             dual_read: legacy::DualRead::default(),
+            dellog: Arc::default(),
         }
     }
 
@@ -241,7 +244,11 @@ impl History {
         query: PageQuery,
     ) -> Result<Page, HistoryError> {
         let first = self.shared_page(tenant, topic, query).await?;
-        let deleted = dellog::ranges_for(self.pool(tenant)?, topic, reader).await?;
+        let mut redis = self.redis.clone();
+        let deleted = self
+            .dellog
+            .ranges_for(self.pool(tenant)?, &mut redis, tenant, topic, reader)
+            .await?;
         // Recalled and deleted rows stay as stubs; their dellog rows hide
         // them, and so does their status while the dellog catches up. An
         // edit (a replacement message) goes with the message it edits: a

@@ -39,6 +39,23 @@ impl StoreHandler {
         }
     }
 
+    /// Tells readers' caches that the topic's dellog changed; until Redis
+    /// takes it the record is retried (its writes are idempotent), so no
+    /// reader keeps serving what was just deleted.
+    async fn dellog_changed(&self, gate: &mut KeyGate<'_>, i: usize, event: &GroupEvent) {
+        let mut redis = self.redis.clone();
+        if let Err(e) =
+            crate::history::dellog::changed(&mut redis, &event.tenant_id, &event.topic).await
+        {
+            tracing::warn!(tenant = %event.tenant_id, topic = %event.topic, error = %e, "dellog change not announced");
+            gate.fail(RecordFailure::new(
+                i,
+                crate::failure::redis_failure(&e),
+                format!("redis: {e}"),
+            ));
+        }
+    }
+
     async fn repair_routes(&self) {
         let pending: Vec<(String, String)> =
             self.repair.lock().expect("lock").iter().cloned().collect();
@@ -200,11 +217,19 @@ impl Handler for StoreHandler {
                         db_failure(&e),
                         format!("mysql: {e}"),
                     ));
+                } else {
+                    self.dellog_changed(&mut gate, *i, event).await;
                 }
                 continue;
             }
             match revisions::apply(pool, event).await {
                 Ok(applied) => {
+                    if matches!(
+                        event.body,
+                        GroupEventBody::MessageRecalled(_) | GroupEventBody::MessageDeleted(_)
+                    ) {
+                        self.dellog_changed(&mut gate, *i, event).await;
+                    }
                     metrics::counter!(m::REVISIONS_TOTAL, "kind" => event.body.name(), "status" => "applied")
                         .increment(applied.changed as u64);
                     metrics::counter!(m::REVISIONS_TOTAL, "kind" => event.body.name(), "status" => "skipped")

@@ -224,10 +224,13 @@ pub async fn serve(
             Message::Close(_) => break,
             _ => continue,
         };
-        session.dispatch(&text).await;
+        // Boxed: a handler's state lives only while it runs, so an idle
+        // session holds none of it (its future is most of a session's
+        // memory otherwise).
+        Box::pin(session.dispatch(&text)).await;
     }
     closed.trigger();
-    session.finish().await;
+    Box::pin(session.finish()).await;
     drop(session);
     let _ = writer.await;
 }
