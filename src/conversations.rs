@@ -374,18 +374,19 @@ pub async fn find_users(
     }
     q.push(") ORDER BY full_name, uid LIMIT ")
         .push_bind(FIND_MAX as i64);
-    let mut out = Vec::new();
-    for r in q.build().fetch_all(pool).await? {
-        out.push((
-            r.try_get::<i64, _>(0)?,
-            Profile {
-                full_name: r.try_get(1)?,
-                photo: r.try_get(2)?,
-                note: r.try_get(3)?,
-            },
-        ));
-    }
-    Ok(out)
+    q.build().fetch_all(pool).await?.iter().map(profile_row).collect()
+}
+
+/// A `(uid, full_name, photo, note)` row of `im_user_profiles`.
+fn profile_row(r: &sqlx::mysql::MySqlRow) -> sqlx::Result<(i64, Profile)> {
+    Ok((
+        r.try_get(0)?,
+        Profile {
+            full_name: r.try_get(1)?,
+            photo: r.try_get(2)?,
+            note: r.try_get(3)?,
+        },
+    ))
 }
 
 /// `s` with LIKE's wildcards taken literally (escape character `!`).
@@ -413,14 +414,8 @@ pub async fn user_profiles(pool: &MySqlPool, uids: &[i64]) -> sqlx::Result<HashM
         }
         q.push(")");
         for r in q.build().fetch_all(pool).await? {
-            out.insert(
-                r.try_get::<i64, _>(0)?,
-                Profile {
-                    full_name: r.try_get(1)?,
-                    photo: r.try_get(2)?,
-                    note: r.try_get(3)?,
-                },
-            );
+            let (uid, profile) = profile_row(&r)?;
+            out.insert(uid, profile);
         }
     }
     Ok(out)

@@ -33,6 +33,32 @@ async fn get(stack: &Stack, uid: i64, path: &str) -> (u16, Value) {
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
+/// Stops the conversations pipeline and empties its tables.
+async fn wipe_conversations(stack: &mut Stack) {
+    stack.stop_pipeline("conversations").await;
+    let pool = stack.pool();
+    for table in ["im_conversations", "im_conversation_topics"] {
+        sqlx::query(&format!("DELETE FROM {table}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+}
+
+/// `imstream replay conversations` from the start of the log.
+async fn replay_conversations(stack: &Stack) {
+    let args = ReplayArgs {
+        pipeline: "conversations".into(),
+        from: "earliest".into(),
+        tenant: None,
+        into: None,
+        wait_inactive_secs: 30,
+    };
+    replay(stack.config(), &args, stack.world.shutdown.child())
+        .await
+        .expect("replay");
+}
+
 fn entry<'a>(list: &'a Value, topic: &str) -> Option<&'a Value> {
     list["conversations"]
         .as_array()?
@@ -256,33 +282,16 @@ async fn chat_list_through_tinode_sdk_and_http() {
     .await;
     let before = projection::conversation_lists(&pool).await.unwrap();
     assert_eq!(before.len(), 3, "three users with lists: {before:?}");
-    stack.stop_pipeline("conversations").await;
-    for table in ["im_conversations", "im_conversation_topics"] {
-        sqlx::query(&format!("DELETE FROM {table}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
+    wipe_conversations(&mut stack).await;
     let (_, empty) = get(&stack, A, "/v1/me/conversations").await;
     assert_eq!(empty["conversations"], json!([]), "wiped");
-    let args = ReplayArgs {
-        pipeline: "conversations".into(),
-        from: "earliest".into(),
-        tenant: None,
-        into: None,
-        wait_inactive_secs: 30,
-    };
-    replay(stack.config(), &args, stack.world.shutdown.child())
-        .await
-        .expect("replay");
+    replay_conversations(&stack).await;
     assert_eq!(
         projection::conversation_lists(&pool).await.unwrap(),
         before,
         "replay rebuilt the same lists"
     );
-    replay(stack.config(), &args, stack.world.shutdown.child())
-        .await
-        .expect("replay again");
+    replay_conversations(&stack).await;
     assert_eq!(
         projection::conversation_lists(&pool).await.unwrap(),
         before,
@@ -472,23 +481,8 @@ async fn a_recalled_message_leaves_no_preview_even_edited_and_replayed() {
     // Rebuilt from the log in one go.
     let pool = stack.pool();
     let before = projection::conversation_lists(&pool).await.unwrap();
-    stack.stop_pipeline("conversations").await;
-    for table in ["im_conversations", "im_conversation_topics"] {
-        sqlx::query(&format!("DELETE FROM {table}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
-    let args = ReplayArgs {
-        pipeline: "conversations".into(),
-        from: "earliest".into(),
-        tenant: None,
-        into: None,
-        wait_inactive_secs: 30,
-    };
-    replay(stack.config(), &args, stack.world.shutdown.child())
-        .await
-        .expect("replay");
+    wipe_conversations(&mut stack).await;
+    replay_conversations(&stack).await;
     assert_eq!(
         projection::conversation_lists(&pool).await.unwrap(),
         before,
