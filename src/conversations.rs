@@ -374,7 +374,12 @@ pub async fn find_users(
     }
     q.push(") ORDER BY full_name, uid LIMIT ")
         .push_bind(FIND_MAX as i64);
-    q.build().fetch_all(pool).await?.iter().map(profile_row).collect()
+    q.build()
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(profile_row)
+        .collect()
 }
 
 /// A `(uid, full_name, photo, note)` row of `im_user_profiles`.

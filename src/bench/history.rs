@@ -1,5 +1,6 @@
 //! `imstream bench history`: 50-message history pages over HTTP at a fixed
-//! rate, from the hot path (Redis) and from MySQL across two months, plus
+//! rate, from the hot path (Redis: pages within a topic's newest
+//! `limits.hot_per_topic` messages) and from MySQL across two months, plus
 //! the request-coalescing check: N members asking for the same latest page
 //! at once cost one fetch.
 //!
@@ -153,19 +154,28 @@ pub async fn run(config: &Config, args: HistoryArgs) -> anyhow::Result<()> {
         .query_async(&mut redis)
         .await?;
 
-    // Cursors whose 50-message page crosses the month boundary.
+    // Hot: pages inside the hot copy (the newest `limits.hot_per_topic`
+    // messages of a topic). MySQL: pages crossing the month boundary of the
+    // topic whose hot copy is gone.
+    let newest = 2 * per_month;
+    let cap = config.limits.hot_per_topic;
+    anyhow::ensure!(
+        cap > 60,
+        "limits.hot_per_topic ({cap}) holds no 50-message page to bench"
+    );
+    let hot_cursors: Vec<i64> = (0..10).map(|i| newest + 1 - i * (cap - 51) / 10).collect();
     let edge = per_month;
-    let cursors: Vec<i64> = (0..10).map(|i| edge + 10 + i * 3).collect();
+    let cold_cursors: Vec<i64> = (0..10).map(|i| edge + 10 + i * 3).collect();
     println!(
-        "bench history: {} pages/s for {} s per path, 50 messages crossing {}→{}",
+        "bench history: {} pages/s for {} s per path, 50-message pages: hot within the newest {cap}, MySQL crossing {}→{}",
         args.rate, args.duration, months[0], months[1]
     );
-    for (label, topic) in [
-        ("hot (Redis)", &hot_topic),
-        ("MySQL, two months", &cold_topic),
+    for (label, topic, cursors) in [
+        ("hot (Redis)", &hot_topic, &hot_cursors),
+        ("MySQL, two months", &cold_topic, &cold_cursors),
     ] {
         let costs = super::Costs::start();
-        let hist = paced_reads(&web, &args, topic, &token, &cursors).await?;
+        let hist = paced_reads(&web, &args, topic, &token, cursors).await?;
         println!("{label:>18}: {}", super::summary(&hist));
         println!("{:>18}  {}", "", costs.report(hist.len(), "pages"));
     }
