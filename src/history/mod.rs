@@ -231,6 +231,21 @@ impl History {
         self.pools.get(tenant).map_err(|_| HistoryError::Tenant)
     }
 
+    /// The ranges hidden from `reader` in `topic` (their deletes and
+    /// everyone's), from the process's cache while it is current.
+    pub async fn hidden(
+        &self,
+        tenant: &str,
+        topic: &str,
+        reader: i64,
+    ) -> Result<dellog::Hidden, HistoryError> {
+        let mut redis = self.redis.clone();
+        Ok(self
+            .dellog
+            .ranges_for(self.pool(tenant)?, &mut redis, tenant, topic, reader)
+            .await?)
+    }
+
     /// One page for `reader`, with the reader's deleted ranges filtered.
     /// Identical concurrent reads share one fetch. When the reader's deletes
     /// thin a full page, the page is filled from further back (skipping
@@ -244,11 +259,7 @@ impl History {
         query: PageQuery,
     ) -> Result<Page, HistoryError> {
         let first = self.shared_page(tenant, topic, query).await?;
-        let mut redis = self.redis.clone();
-        let deleted = self
-            .dellog
-            .ranges_for(self.pool(tenant)?, &mut redis, tenant, topic, reader)
-            .await?;
+        let deleted = self.hidden(tenant, topic, reader).await?;
         // Recalled and deleted rows stay as stubs; their dellog rows hide
         // them, and so does their status while the dellog catches up. An
         // edit (a replacement message) goes with the message it edits: a

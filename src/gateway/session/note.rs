@@ -118,10 +118,7 @@ impl Session {
         seq: i64,
         last: i64,
     ) -> bool {
-        let Ok(pool) = self.gateway.sender.pools().get(tenant) else {
-            return false;
-        };
-        match crate::history::dellog::ranges_for(pool, topic, uid).await {
+        match self.gateway.history.hidden(tenant, topic, uid).await {
             Ok(hidden) => hidden.range_of(seq + 1).is_some_and(|(_, hi)| hi > last),
             Err(e) => {
                 tracing::warn!(error = %e, "delete log unreadable; the read cursor stays");
