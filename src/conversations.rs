@@ -355,22 +355,14 @@ pub async fn find_users(
         "SELECT uid, full_name, photo, note FROM im_user_profiles WHERE uid <> ",
     );
     q.push_bind(exclude).push(" AND (");
-    let mut first = true;
+    let mut any = q.separated(" OR ");
     for term in terms {
-        if !first {
-            q.push(" OR ");
-        }
-        first = false;
-        q.push("full_name LIKE ")
-            .push_bind(format!("%{}%", like_escaped(term)))
-            .push(" ESCAPE '!'");
+        any.push("full_name LIKE ")
+            .push_bind_unseparated(format!("%{}%", like_escaped(term)))
+            .push_unseparated(" ESCAPE '!'");
     }
     for id in ids {
-        if !first {
-            q.push(" OR ");
-        }
-        first = false;
-        q.push("uid = ").push_bind(*id);
+        any.push("uid = ").push_bind_unseparated(*id);
     }
     q.push(") ORDER BY full_name, uid LIMIT ")
         .push_bind(FIND_MAX as i64);

@@ -215,19 +215,19 @@ async fn with_edits(
     Ok(merged(ranges, &edits))
 }
 
-/// `ranges` plus the single seqs `extra`, sorted and merged.
+/// `ranges` plus the single seqs `extra`, sorted and merged (as a reader's
+/// hidden ranges are).
 fn merged(ranges: Vec<SeqRange>, extra: &[i64]) -> Vec<SeqRange> {
-    let mut all = ranges;
-    all.extend(extra.iter().map(|s| SeqRange { low: *s, hi: s + 1 }));
-    all.sort_by_key(|r| r.low);
-    let mut out: Vec<SeqRange> = Vec::with_capacity(all.len());
-    for r in all {
-        match out.last_mut() {
-            Some(last) if r.low <= last.hi => last.hi = last.hi.max(r.hi),
-            _ => out.push(r),
-        }
-    }
-    out
+    let rows = ranges
+        .iter()
+        .map(|r| (r.low, r.hi))
+        .chain(extra.iter().map(|s| (*s, s + 1)))
+        .collect();
+    crate::history::dellog::Hidden::new(rows)
+        .ranges()
+        .iter()
+        .map(|&(low, hi)| SeqRange { low, hi })
+        .collect()
 }
 
 /// The messages in `ranges` the caller can still see.

@@ -142,6 +142,11 @@ impl Hidden {
         Self(merged)
     }
 
+    /// The merged ranges, in order.
+    pub fn ranges(&self) -> &[(i64, i64)] {
+        &self.0
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -160,6 +160,12 @@ pub struct Change {
 }
 
 impl Change {
+    /// After an attach: whether another member is attached too, the
+    /// group's `online` in the attaching member's `me` topic.
+    pub fn others_attached(&self) -> bool {
+        self.online_members > 1
+    }
+
     /// Whether the attached members' `online` of the group in their `me`
     /// topic flipped: with two attached each sees another member (on), with
     /// one left the remaining member sees nobody (off). Only told when the

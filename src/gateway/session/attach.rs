@@ -98,7 +98,7 @@ impl Session {
                 if let (Some(change), true) = (change, self.on_me) {
                     // Whether another member is here: the group's `online`
                     // in this session's chat list.
-                    let others = if change.online_members > 1 {
+                    let others = if change.others_attached() {
                         "on"
                     } else {
                         "off"
