@@ -143,19 +143,6 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
             Reach::All,
         )
     };
-    let evict = |uid: Option<i64>| {
-        let payload = uid.map(|u| u.to_string()).unwrap_or_default();
-        (
-            base(
-                ":evict",
-                Kind::Evict,
-                TargetType::Topic,
-                topic.to_string(),
-                payload,
-            ),
-            Reach::All,
-        )
-    };
     let actor = tinode::user_id(event.actor_uid);
     // A one-to-one topic: every device of both users gets the frame, each
     // under its own name for the topic (`usr<peer>`); the sending session
@@ -249,10 +236,11 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
                 to_user(j.uid, frames::pres_me_acs_frame(topic, &mode, Some(role.as_str()))),
             ]
         }
-        GroupEventBody::MemberLeft(l) => vec![
-            evict(Some(l.uid)),
-            to_topic(frames::pres_acs_frame(topic, l.uid, "N", None)),
-        ],
+        // The eviction comes from the members pipeline, once membership
+        // says so.
+        GroupEventBody::MemberLeft(l) => vec![to_topic(frames::pres_acs_frame(
+            topic, l.uid, "N", None,
+        ))],
         GroupEventBody::MemberRoleChanged(c) => {
             let role = Role::parse(&c.role);
             let mode = frames::access_mode(Some(role), false);
@@ -273,7 +261,7 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
             serde_json::json!({"pres": {"topic": topic, "src": topic, "what": "upd", "mute_all": g.mute_all}})
                 .to_string(),
         )],
-        GroupEventBody::GroupDissolved(_) => vec![evict(None)],
+        GroupEventBody::GroupDissolved(_) => Vec::new(),
         GroupEventBody::GroupProfileChanged(_) => vec![
             to_topic(frames::pres_frame(topic, topic, "upd")),
             (

@@ -1,5 +1,7 @@
 //! The members pipeline's handler: membership events into MySQL
-//! (`im_groups`, `im_group_members`) and the cached group facts in Redis.
+//! (`im_groups`, `im_group_members`) and the cached group facts in Redis,
+//! then the eviction of a removed member's (or a dissolved group's)
+//! sessions on every gateway.
 //! Events are applied in log order (a topic's events after a failed one
 //! wait for it); every write is an upsert or a delete, so redelivery and
 //! replay converge to the same state.
@@ -11,6 +13,7 @@ use sqlx::mysql::MySqlPool;
 use crate::events::{EventCodec, GroupEvent, GroupEventBody};
 use crate::groups::{self, GroupError, Role};
 use crate::keys::TopicKeys;
+use crate::realtime::{Envelope, Kind, TargetType};
 use crate::tenant::TenantPools;
 
 use super::failure::group_failure;
@@ -83,7 +86,30 @@ impl MembersHandler {
             return Ok(());
         }
         let mut redis = self.redis.clone();
-        apply_redis(pool, &mut redis, event).await
+        apply_redis(pool, &mut redis, event).await?;
+        // Evicted only now that MySQL and the Redis member set say so: a
+        // client told `{ctrl 205}` that asks again is refused, never served
+        // by a membership check that has not caught up.
+        let evicted = match &event.body {
+            GroupEventBody::MemberLeft(l) => Some(l.uid.to_string()),
+            GroupEventBody::GroupDissolved(_) => Some(String::new()),
+            _ => None,
+        };
+        if let Some(payload) = evicted {
+            let envelope = Envelope {
+                event_id: format!("{}:evict", event.event_id),
+                tenant_id: event.tenant_id.clone(),
+                kind: Kind::Evict,
+                target_type: TargetType::Topic,
+                target: event.topic.clone(),
+                skip_sid: String::new(),
+                dedup_key: String::new(),
+                occurred_at: event.occurred_at,
+                payload,
+            };
+            crate::realtime::bus::publish(&mut redis, None, &envelope).await?;
+        }
+        Ok(())
     }
 }
 
