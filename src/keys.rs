@@ -83,6 +83,46 @@ impl TopicKeys {
     pub fn del_id(&self) -> String {
         format!("{}:del_id", self.base)
     }
+    /// STRING `seq|touched_ms|from|±preview`: the topic's chat-list state
+    /// (hot copy of `im_conversation_topics`, see `conversations::hot`).
+    pub fn chat(&self) -> String {
+        format!("{}:chat", self.base)
+    }
+    /// STRING JSON: the group's public profile as chat lists show it.
+    pub fn profile(&self) -> String {
+        format!("{}:profile", self.base)
+    }
+}
+
+/// Keys of one user of one tenant that are read or written per user (the
+/// chat list): their own hash tag `{tenant:u<uid>}`, so a busy tenant is
+/// not one slot.
+#[derive(Debug, Clone)]
+pub struct UserKeys {
+    base: String,
+}
+
+impl UserKeys {
+    pub fn new(tenant: &str, uid: i64) -> Self {
+        Self {
+            base: format!("im:{{{tenant}:u{uid}}}"),
+        }
+    }
+
+    /// HASH: the user's chat list hot copy — `<topic>` → membership,
+    /// `c:<topic>` → cursors, `_v` present once the copy is complete.
+    pub fn chats(&self) -> String {
+        format!("{}:chats", self.base)
+    }
+    /// STRING counter bumped by every change a fill must not overwrite
+    /// (`lua/cache_chats.lua`).
+    pub fn chats_version(&self) -> String {
+        format!("{}:chats_ver", self.base)
+    }
+    /// STRING JSON: the user's public profile as chat lists show it.
+    pub fn profile(&self) -> String {
+        format!("{}:profile", self.base)
+    }
 }
 
 /// Tenant-wide keys.
@@ -160,6 +200,9 @@ mod tests {
             assert!(key.starts_with("im:{acme:grpX}:"), "{key}");
         }
         assert_eq!(k.route(), "im:{acme:grpX}:groupmsg:route");
+        let u = UserKeys::new("acme", 7);
+        assert_eq!(u.chats(), "im:{acme:u7}:chats");
+        assert!(u.chats_version().starts_with("im:{acme:u7}:"));
         assert_eq!(
             TenantKeys::new("acme").active_month(),
             "im:{acme}:groupmsg:active_month"

@@ -11,10 +11,15 @@ mod common;
 
 use std::time::Duration;
 
+use futures::SinkExt;
+use imstream::conversations::{self, Conversation};
+use imstream::groups::Role;
+use imstream::history::dellog;
+use imstream::keys::{TopicKeys, UserKeys};
 use imstream::replay::{projection, replay, ReplayArgs};
 use serde_json::{json, Value};
 
-use common::{call, send_http, wait_for, Stack};
+use common::{call, send_http, wait_for, Stack, Ws};
 
 const TEAM: &str = "grpChatsTeam";
 const PAIR: &str = "grpChatsPair";
@@ -33,7 +38,8 @@ async fn get(stack: &Stack, uid: i64, path: &str) -> (u16, Value) {
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
-/// Stops the conversations pipeline and empties its tables.
+/// Stops the conversations pipeline and empties its tables and their hot
+/// copy in Redis.
 async fn wipe_conversations(stack: &mut Stack) {
     stack.stop_pipeline("conversations").await;
     let pool = stack.pool();
@@ -43,6 +49,10 @@ async fn wipe_conversations(stack: &mut Stack) {
             .await
             .unwrap();
     }
+    let mut redis = stack.redis().await;
+    conversations::hot::drop_all(&mut redis, stack.tenant())
+        .await
+        .unwrap();
 }
 
 /// `imstream replay conversations` from the start of the log.
@@ -57,6 +67,24 @@ async fn replay_conversations(stack: &Stack) {
     replay(stack.config(), &args, stack.world.shutdown.child())
         .await
         .expect("replay");
+}
+
+/// A's, B's and C's lists as `GET /v1/me/conversations` serves them, less
+/// who is online (sessions come and go) and when rows were last written (a
+/// rebuild writes them anew).
+async fn served_lists(stack: &Stack) -> Vec<Value> {
+    let mut out = Vec::new();
+    for uid in [A, B, C] {
+        let (status, mut list) = get(stack, uid, "/v1/me/conversations").await;
+        assert_eq!(status, 200, "{list}");
+        for c in list["conversations"].as_array_mut().unwrap() {
+            let c = c.as_object_mut().unwrap();
+            c.remove("online");
+            c.remove("updated");
+        }
+        out.push(list);
+    }
+    out
 }
 
 fn entry<'a>(list: &'a Value, topic: &str) -> Option<&'a Value> {
@@ -282,6 +310,7 @@ async fn chat_list_through_tinode_sdk_and_http() {
     .await;
     let before = projection::conversation_lists(&pool).await.unwrap();
     assert_eq!(before.len(), 3, "three users with lists: {before:?}");
+    let served_before = served_lists(&stack).await;
     wipe_conversations(&mut stack).await;
     let (_, empty) = get(&stack, A, "/v1/me/conversations").await;
     assert_eq!(empty["conversations"], json!([]), "wiped");
@@ -290,6 +319,11 @@ async fn chat_list_through_tinode_sdk_and_http() {
         projection::conversation_lists(&pool).await.unwrap(),
         before,
         "replay rebuilt the same lists"
+    );
+    assert_eq!(
+        served_lists(&stack).await,
+        served_before,
+        "the lists served (from the hot copy, filled again) are the same"
     );
     replay_conversations(&stack).await;
     assert_eq!(
@@ -491,4 +525,247 @@ async fn a_recalled_message_leaves_no_preview_even_edited_and_replayed() {
     preview_of(&stack, B, TOPIC, Value::Null)
         .await
         .expect("still no preview after the replay");
+}
+
+/// `uid`'s whole list from the hot copy and from MySQL: Ok when they are the
+/// same and `check` holds for it.
+async fn hot_matches(
+    stack: &Stack,
+    deletes: &dellog::Cache,
+    uid: i64,
+    check: impl Fn(&[Conversation]) -> bool,
+) -> Result<Vec<Conversation>, String> {
+    let pool = stack.pool();
+    let redis = stack.redis().await;
+    let all = conversations::Query::default();
+    let hot = conversations::hot::list(&pool, &redis, deletes, stack.tenant(), uid, &all)
+        .await
+        .map_err(|e| e.to_string())?;
+    let cold = conversations::list(&pool, uid, &all)
+        .await
+        .map_err(|e| e.to_string())?;
+    if hot != cold {
+        return Err(format!("hot {hot:#?}\nMySQL {cold:#?}"));
+    }
+    if !check(&hot) {
+        return Err(format!("not yet: {hot:#?}"));
+    }
+    Ok(hot)
+}
+
+fn in_list<'a>(list: &'a [Conversation], topic: &str) -> Option<&'a Conversation> {
+    list.iter().find(|c| c.topic == topic)
+}
+
+/// The chat list is served from its hot copy in Redis: the same lists and
+/// counts MySQL holds, following every change (messages, a read on a
+/// device, a profile, a role, a member removed); when Redis loses the copy,
+/// lists come back from MySQL and are cached again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_hot_copy_serves_what_mysql_holds_and_comes_back_after_redis_loss() {
+    const TOPIC: &str = "grpChatsHot";
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "members", "conversations", "receipts", "relations"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("node-a").await;
+    let deletes = dellog::Cache::default();
+    for (uid, name) in [(A, "Alice"), (B, "Bob")] {
+        let (status, body) = call(
+            &stack,
+            gw,
+            uid,
+            "PUT",
+            "/v1/me/profile",
+            json!({"fn": name}),
+        )
+        .await;
+        assert_eq!(status, 202, "{body}");
+    }
+    stack.create_group(TOPIC, A, &[B, C]).await;
+    let client = reqwest::Client::new();
+    for i in 1..=3 {
+        let (status, _) = send_http(
+            &client,
+            gw,
+            &stack.token(A, "http"),
+            TOPIC,
+            &format!("h{i}"),
+            &format!("hot {i}"),
+        )
+        .await;
+        assert_eq!(status, 202);
+    }
+    let (status, body) = call(
+        &stack,
+        gw,
+        B,
+        "POST",
+        &format!("/v1/users/{A}/messages"),
+        json!({"content": {"txt": "hi Alice"}}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let pair = imstream::tinode::p2p_topic(A, B);
+
+    let b_list = wait_for("B's list in the hot copy", Duration::from_secs(60), || {
+        hot_matches(&stack, &deletes, B, |l| {
+            in_list(l, TOPIC).is_some_and(|c| c.unread == 3) && in_list(l, &pair).is_some()
+        })
+    })
+    .await;
+    let group = in_list(&b_list, TOPIC).unwrap();
+    assert_eq!(group.preview.as_deref(), Some("hot 3"));
+    assert_eq!(
+        in_list(&b_list, &pair)
+            .unwrap()
+            .profile
+            .full_name
+            .as_deref(),
+        Some("Alice")
+    );
+    wait_for("A's list in the hot copy", Duration::from_secs(60), || {
+        hot_matches(&stack, &deletes, A, |l| {
+            in_list(l, &pair).is_some_and(|c| c.unread == 1)
+        })
+    })
+    .await;
+
+    // Served from Redis: a change MySQL alone sees (no pipeline wrote it)
+    // does not show …
+    let mut redis = stack.redis().await;
+    let tenant = stack.tenant().to_string();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(UserKeys::new(&tenant, B).chats())
+        .arg(TopicKeys::new(&tenant, TOPIC).chat())
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(exists, 2, "B's list and the topic's state are in Redis");
+    let pool = stack.pool();
+    sqlx::query("UPDATE im_conversation_topics SET preview = 'only in MySQL' WHERE topic = ?")
+        .bind(TOPIC)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let all = conversations::Query::default();
+    let hot = conversations::hot::list(&pool, &redis, &deletes, &tenant, B, &all)
+        .await
+        .unwrap();
+    assert_eq!(
+        in_list(&hot, TOPIC).unwrap().preview.as_deref(),
+        Some("hot 3")
+    );
+    // … until Redis loses the copy: then the list comes from MySQL, whole,
+    // and is cached again.
+    let dropped = conversations::hot::drop_all(&mut redis, &tenant)
+        .await
+        .unwrap();
+    assert!(
+        dropped >= 4,
+        "lists, states and profiles dropped: {dropped}"
+    );
+    let back = hot_matches(&stack, &deletes, B, |_| true)
+        .await
+        .expect("hot == MySQL after the loss");
+    assert_eq!(
+        in_list(&back, TOPIC).unwrap().preview.as_deref(),
+        Some("only in MySQL")
+    );
+    assert_eq!(in_list(&back, TOPIC).unwrap().unread, 3);
+    let badge = conversations::hot::badge(&pool, &redis, &deletes, &tenant, B)
+        .await
+        .unwrap();
+    assert_eq!(badge, conversations::badge(&pool, B).await.unwrap());
+    assert_eq!(
+        badge,
+        (3, 1),
+        "3 unread in the group; B sent the one-to-one message"
+    );
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(UserKeys::new(&tenant, B).chats())
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(exists, 1, "cached again");
+
+    // Every change reaches the copy: a read on a device …
+    let mut ws = Ws::connect(gw, &stack.token(B, "phone")).await;
+    ws.request(json!({"sub": {"topic": TOPIC}})).await;
+    let note = json!({"note": {"topic": TOPIC, "what": "read", "seq": 3}});
+    ws.stream
+        .send(tokio_tungstenite::tungstenite::Message::Text(
+            note.to_string().into(),
+        ))
+        .await
+        .unwrap();
+    wait_for("B's read in the copy", Duration::from_secs(60), || {
+        hot_matches(&stack, &deletes, B, |l| {
+            in_list(l, TOPIC).is_some_and(|c| c.read == 3 && c.unread == 0)
+        })
+    })
+    .await;
+    // … a new message and a profile …
+    let (status, _) = send_http(&client, gw, &stack.token(A, "http"), TOPIC, "h4", "hot 4").await;
+    assert_eq!(status, 202);
+    let (status, _) = call(
+        &stack,
+        gw,
+        A,
+        "PUT",
+        "/v1/me/profile",
+        json!({"fn": "Alice L"}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    wait_for(
+        "the message and the profile in the copy",
+        Duration::from_secs(60),
+        || {
+            hot_matches(&stack, &deletes, B, |l| {
+                in_list(l, TOPIC)
+                    .is_some_and(|c| c.unread == 1 && c.preview.as_deref() == Some("hot 4"))
+                    && in_list(l, &pair)
+                        .is_some_and(|c| c.profile.full_name.as_deref() == Some("Alice L"))
+            })
+        },
+    )
+    .await;
+    // … a role, and a member removed.
+    let (status, body) = call(
+        &stack,
+        gw,
+        A,
+        "PUT",
+        &format!("/v1/groups/{TOPIC}/members/{B}/role"),
+        json!({"role": "admin"}),
+    )
+    .await;
+    assert!(status == 200 || status == 202, "{status} {body}");
+    wait_for("B's role in the copy", Duration::from_secs(60), || {
+        hot_matches(&stack, &deletes, B, |l| {
+            in_list(l, TOPIC).is_some_and(|c| c.role == Some(Role::Admin))
+        })
+    })
+    .await;
+    wait_for("C's list before", Duration::from_secs(60), || {
+        hot_matches(&stack, &deletes, C, |l| in_list(l, TOPIC).is_some())
+    })
+    .await;
+    let (status, body) = call(
+        &stack,
+        gw,
+        A,
+        "DELETE",
+        &format!("/v1/groups/{TOPIC}/members/{C}"),
+        json!(null),
+    )
+    .await;
+    assert!(status == 200 || status == 202, "{status} {body}");
+    wait_for(
+        "the group gone from C's copy",
+        Duration::from_secs(60),
+        || hot_matches(&stack, &deletes, C, |l| in_list(l, TOPIC).is_none()),
+    )
+    .await;
 }

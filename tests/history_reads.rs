@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use imstream::events::{new_event_id, now_ms, GroupEvent, GroupEventBody, MessageSent};
 use imstream::history::{History, PageQuery};
 use imstream::kafka::producer::EventProducer;
@@ -24,9 +24,8 @@ use imstream::keys::TopicKeys;
 use imstream::store::month::ShardMonth;
 use serde_json::{json, Value};
 use sqlx::MySqlPool;
-use tokio_tungstenite::tungstenite::Message;
 
-use common::{send_http, wait_for, Stack};
+use common::{send_http, wait_for, Stack, Ws};
 
 const CLOCK: &str = "2026-09-05T12:00:00Z";
 const OWNER: i64 = 1;
@@ -244,86 +243,6 @@ async fn walk_since(
         since = body["next_since"].as_i64().unwrap();
     }
     panic!("walk did not end");
-}
-
-/// A logged-in Tinode WebSocket session.
-struct Ws {
-    stream: tokio_tungstenite::WebSocketStream<
-        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-    >,
-    next_id: u64,
-}
-
-impl Ws {
-    async fn connect(addr: std::net::SocketAddr, token: &str) -> Ws {
-        let (stream, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/v0/channels"))
-            .await
-            .expect("websocket");
-        let mut ws = Ws { stream, next_id: 0 };
-        let (_, hi) = ws.request(json!({"hi": {"ver": "0.25.3"}})).await;
-        assert_eq!(hi["ctrl"]["code"], json!(201), "{hi}");
-        let (_, login) = ws
-            .request(json!({"login": {"scheme": "token", "secret": token}}))
-            .await;
-        assert_eq!(login["ctrl"]["code"], json!(200), "{login}");
-        ws
-    }
-
-    async fn next_frame(&mut self) -> Value {
-        loop {
-            let frame = tokio::time::timeout(Duration::from_secs(20), self.stream.next())
-                .await
-                .expect("a frame within 20 s")
-                .expect("socket open")
-                .expect("frame");
-            if let Message::Text(t) = frame {
-                return serde_json::from_str(&t).expect("json frame");
-            }
-        }
-    }
-
-    /// Sends `msg` (its single verb gets a fresh id) and returns the frames
-    /// that came before the reply with that id, and the reply (a `ctrl` or,
-    /// for `{get what="del"}`, a `meta`).
-    async fn request(&mut self, mut msg: Value) -> (Vec<Value>, Value) {
-        self.next_id += 1;
-        let id = self.next_id.to_string();
-        let verb = msg.as_object().unwrap().keys().next().unwrap().clone();
-        msg[&verb]["id"] = json!(id);
-        self.stream
-            .send(Message::Text(msg.to_string().into()))
-            .await
-            .expect("send");
-        self.until_reply(&id).await
-    }
-
-    async fn until_reply(&mut self, id: &str) -> (Vec<Value>, Value) {
-        let mut before = Vec::new();
-        loop {
-            let frame = self.next_frame().await;
-            if frame["ctrl"]["id"] == json!(id) || frame["meta"]["id"] == json!(id) {
-                return (before, frame);
-            }
-            before.push(frame);
-        }
-    }
-
-    /// `{get what="data"}`: the seqs of the `{data}` frames and the ending ctrl.
-    async fn get_data(&mut self, topic: &str, data: Value) -> (Vec<i64>, Value) {
-        let (frames, ctrl) = self
-            .request(json!({"get": {"topic": topic, "what": "data", "data": data}}))
-            .await;
-        let seqs = frames
-            .iter()
-            .map(|f| {
-                assert_eq!(f["data"]["topic"], json!(topic), "{f}");
-                f["data"]["seq"]
-                    .as_i64()
-                    .unwrap_or_else(|| panic!("a data frame: {f}"))
-            })
-            .collect();
-        (seqs, ctrl)
-    }
 }
 
 /// (4) the latest 50 across two months, over HTTP and WebSocket; (6) exact

@@ -110,7 +110,9 @@ pub async fn conversations_of(
     query: &conversations::Query,
 ) -> Result<Vec<Conversation>, Refusal> {
     let pool = pool(gw, tenant)?;
-    let list = conversations::list(pool, uid, query)
+    let redis = gw.sender.redis();
+    let deletes = gw.history.dellog_cache();
+    let list = conversations::hot::list(pool, &redis, deletes, tenant, uid, query)
         .await
         .map_err(unavailable)?;
     match (&query.topic, list.is_empty()) {

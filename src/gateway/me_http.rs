@@ -124,9 +124,15 @@ async fn badge(gw: &Gateway, tenant: &str, uid: i64) -> Result<(i64, i64), ApiEr
         .pools()
         .get(tenant)
         .map_err(|_| error(500, "internal error"))?;
-    conversations::badge(pool, uid)
-        .await
-        .map_err(super::http::unavailable)
+    conversations::hot::badge(
+        pool,
+        &gw.sender.redis(),
+        gw.history.dellog_cache(),
+        tenant,
+        uid,
+    )
+    .await
+    .map_err(super::http::unavailable)
 }
 
 /// `GET /v1/me/unread`

@@ -77,28 +77,52 @@ impl Cache {
             Ok(t) => t,
             Err(_) => return ranges_for(pool, topic, reader).await,
         };
-        let key = (tenant.to_string(), topic.to_string(), reader);
-        if let Some(e) = self.entries.lock().expect("dellog cache").get(&key) {
-            if e.token == token && e.at.elapsed() < CACHE_MAX_AGE {
-                return Ok(e.hidden.clone());
-            }
+        if let Some(hidden) = self.cached(tenant, topic, reader, token.as_deref()) {
+            return Ok(hidden);
         }
         // Read after the token: a write between the two leaves a newer
         // token behind, so this entry is not used again.
         let hidden = ranges_for(pool, topic, reader).await?;
+        self.insert(tenant, topic, reader, token, hidden.clone());
+        Ok(hidden)
+    }
+
+    /// The entry read under `token` (the topic's current token, read by
+    /// the caller), if it is still young enough.
+    pub fn cached(
+        &self,
+        tenant: &str,
+        topic: &str,
+        reader: i64,
+        token: Option<&str>,
+    ) -> Option<Hidden> {
+        let key = (tenant.to_string(), topic.to_string(), reader);
+        let entries = self.entries.lock().expect("dellog cache");
+        let e = entries.get(&key)?;
+        (e.token.as_deref() == token && e.at.elapsed() < CACHE_MAX_AGE).then(|| e.hidden.clone())
+    }
+
+    /// Keeps `hidden`, read from MySQL after the caller read `token`.
+    pub fn insert(
+        &self,
+        tenant: &str,
+        topic: &str,
+        reader: i64,
+        token: Option<String>,
+        hidden: Hidden,
+    ) {
         let mut entries = self.entries.lock().expect("dellog cache");
         if entries.len() >= CACHE_MAX_ENTRIES {
             entries.clear();
         }
         entries.insert(
-            key,
+            (tenant.to_string(), topic.to_string(), reader),
             Entry {
                 token,
                 at: Instant::now(),
-                hidden: hidden.clone(),
+                hidden,
             },
         );
-        Ok(hidden)
     }
 }
 

@@ -231,6 +231,12 @@ impl History {
         self.pools.get(tenant).map_err(|_| HistoryError::Tenant)
     }
 
+    /// The process's cache of readers' deleted ranges (also behind the
+    /// chat list's unread counts).
+    pub fn dellog_cache(&self) -> &dellog::Cache {
+        &self.dellog
+    }
+
     /// The ranges hidden from `reader` in `topic` (their deletes and
     /// everyone's), from the process's cache while it is current.
     pub async fn hidden(

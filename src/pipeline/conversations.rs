@@ -14,15 +14,23 @@
 //!   message: the preview shows the new text. Both apply to the batch's
 //!   pending newest message too, so a batch (a replay's above all) ends
 //!   where one event at a time would.
+//!
+//! After each MySQL commit the hot copy follows (`conversations::hot`): the
+//! touched topics' states are read back and written, cursors moved, and the
+//! lists of users whose memberships changed dropped. A Redis failure fails
+//! the records, which are applied again (every write is idempotent).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 
 use chrono::{DateTime, TimeZone, Utc};
+use redis::aio::ConnectionManager;
 use sqlx::mysql::MySqlPool;
 
+use crate::conversations::hot::{self, CursorMove, HotError};
 use crate::conversations::{preview, Kind};
 use crate::events::{EventCodec, GroupEvent, GroupEventBody};
+use crate::failure::{redis_failure, FailureKind};
 use crate::tenant::{db_failure, TenantPools};
 use crate::tinode;
 
@@ -35,16 +43,27 @@ const KNOWN_P2P_MAX: usize = 100_000;
 pub struct ConversationsHandler {
     codec: EventCodec,
     pools: TenantPools,
+    /// The lists' hot copy, written after each MySQL commit.
+    redis: ConnectionManager,
     known_p2p: Mutex<HashSet<(String, String)>>,
 }
 
 impl ConversationsHandler {
-    pub fn new(codec: EventCodec, pools: TenantPools) -> Self {
+    pub fn new(codec: EventCodec, pools: TenantPools, redis: ConnectionManager) -> Self {
         Self {
             codec,
             pools,
+            redis,
             known_p2p: Mutex::new(HashSet::new()),
         }
+    }
+}
+
+/// A failed write, classified for the runner.
+fn hot_failure(e: HotError) -> (FailureKind, String) {
+    match e {
+        HotError::Db(e) => (db_failure(&e), format!("mysql: {e}")),
+        HotError::Redis(e) => (redis_failure(&e), format!("redis: {e}")),
     }
 }
 
@@ -148,8 +167,8 @@ impl Handler for ConversationsHandler {
                 }
             }
             let result = match self.pools.get(&event.tenant_id) {
-                Ok(pool) => apply(pool, &event).await,
-                Err(e) => Err((crate::failure::FailureKind::Poison, e.to_string())),
+                Ok(pool) => apply(pool, &mut self.redis.clone(), &event).await,
+                Err(e) => Err((FailureKind::Poison, e.to_string())),
             };
             if let Err((kind, reason)) = result {
                 gate.fail(RecordFailure::new(i, kind, reason));
@@ -194,7 +213,7 @@ impl ConversationsHandler {
                     fail_all(
                         gate,
                         &mut indexes().into_iter(),
-                        crate::failure::FailureKind::Poison,
+                        FailureKind::Poison,
                         &e.to_string(),
                     );
                     continue;
@@ -260,7 +279,30 @@ impl ConversationsHandler {
                      recv_seq = GREATEST(recv_seq, VALUES(recv_seq))",
                 );
                 q.build().execute(&mut *tx).await?;
-                tx.commit().await
+                tx.commit().await.map_err(HotError::Db)?;
+                // The hot copy, from what MySQL now holds.
+                let mut redis = self.redis.clone();
+                let topics: Vec<&str> = touches
+                    .keys()
+                    .filter(|k| ours(k))
+                    .map(|(_, t)| t.as_str())
+                    .collect();
+                hot::refresh_topics(pool, &mut redis, tenant, &topics).await?;
+                let moves: Vec<CursorMove> = senders
+                    .iter()
+                    .filter(|((t, _, _), _)| t == tenant)
+                    .map(|((_, topic, uid), (seq, _))| CursorMove {
+                        uid: *uid,
+                        topic: topic.clone(),
+                        read: *seq,
+                        recv: *seq,
+                        clear: 0,
+                    })
+                    .collect();
+                hot::move_cursors(&mut redis, tenant, &moves).await?;
+                let pairs: Vec<i64> = p2p.iter().flat_map(|(_, (a, b, _, _))| [*a, *b]).collect();
+                hot::forget(&mut redis, tenant, &pairs).await?;
+                Ok::<(), HotError>(())
             }
             .await;
             match result {
@@ -279,28 +321,33 @@ impl ConversationsHandler {
                             .filter(|(k, _)| ours(k))
                             .flat_map(|(_, v)| v.3.iter().copied()),
                     );
-                    fail_all(
-                        gate,
-                        &mut all.into_iter(),
-                        db_failure(&e),
-                        &format!("mysql: {e}"),
-                    );
+                    let (kind, reason) = hot_failure(e);
+                    fail_all(gate, &mut all.into_iter(), kind, &reason);
                 }
             }
         }
     }
 }
 
-/// A membership, clear, recall or delete event.
+/// A membership, clear, recall or delete event: MySQL, then the hot copy.
 async fn apply(
     pool: &MySqlPool,
+    redis: &mut ConnectionManager,
     e: &GroupEvent,
-) -> Result<(), (crate::failure::FailureKind, String)> {
-    let db = |err: sqlx::Error| (db_failure(&err), format!("mysql: {err}"));
+) -> Result<(), (FailureKind, String)> {
+    apply_to(pool, redis, e).await.map_err(hot_failure)
+}
+
+async fn apply_to(
+    pool: &MySqlPool,
+    redis: &mut ConnectionManager,
+    e: &GroupEvent,
+) -> Result<(), HotError> {
+    let tenant = e.tenant_id.as_str();
     let topic = e.topic.as_str();
     let join = |uids: Vec<i64>| async move {
         if uids.is_empty() {
-            return Ok::<(), sqlx::Error>(());
+            return Ok::<Vec<i64>, sqlx::Error>(uids);
         }
         for chunk in uids.chunks(1000) {
             let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
@@ -325,7 +372,7 @@ async fn apply(
         .bind(e.occurred_at)
         .execute(pool)
         .await?;
-        Ok(())
+        Ok(uids)
     };
     match &e.body {
         GroupEventBody::GroupCreated(g) => {
@@ -333,58 +380,83 @@ async fn apply(
             uids.push(g.owner_uid);
             uids.sort_unstable();
             uids.dedup();
-            join(uids).await.map_err(db)
+            let joined = join(uids).await?;
+            hot::forget(redis, tenant, &joined).await?;
+            hot::refresh_topics(pool, redis, tenant, &[topic]).await
         }
-        GroupEventBody::MemberJoined(j) => join(vec![j.uid]).await.map_err(db),
+        GroupEventBody::MemberJoined(j) => {
+            join(vec![j.uid]).await?;
+            hot::forget(redis, tenant, &[j.uid]).await?;
+            hot::refresh_topics(pool, redis, tenant, &[topic]).await
+        }
         GroupEventBody::MemberLeft(l) => {
             sqlx::query("DELETE FROM im_conversations WHERE uid = ? AND topic = ?")
                 .bind(l.uid)
                 .bind(topic)
                 .execute(pool)
-                .await
-                .map(|_| ())
-                .map_err(db)
+                .await?;
+            Ok(hot::forget(redis, tenant, &[l.uid]).await?)
         }
         GroupEventBody::GroupDissolved(_) => {
+            // Whose lists held it: the rows about to go, and the members
+            // (still there when this is redelivered after the delete).
+            let uids: Vec<i64> = sqlx::query_scalar(
+                "SELECT uid FROM im_conversations WHERE topic = ? \
+                 UNION SELECT uid FROM im_group_members WHERE topic = ?",
+            )
+            .bind(topic)
+            .bind(topic)
+            .fetch_all(pool)
+            .await?;
             sqlx::query("DELETE FROM im_conversations WHERE topic = ?")
                 .bind(topic)
                 .execute(pool)
-                .await
-                .map(|_| ())
-                .map_err(db)
+                .await?;
+            Ok(hot::forget(redis, tenant, &uids).await?)
         }
-        GroupEventBody::HistoryCleared(c) => sqlx::query(
-            "INSERT INTO im_subscriptions (topic, uid, clear_delid) VALUES (?, ?, ?) \
-             ON DUPLICATE KEY UPDATE clear_delid = GREATEST(clear_delid, VALUES(clear_delid))",
-        )
-        .bind(topic)
-        .bind(c.uid)
-        .bind(c.del_id)
-        .execute(pool)
-        .await
-        .map(|_| ())
-        .map_err(db),
-        GroupEventBody::MessageRecalled(r) => withdraw(pool, topic, &[(r.seq, r.seq + 1)])
-            .await
-            .map_err(db),
+        GroupEventBody::HistoryCleared(c) => {
+            sqlx::query(
+                "INSERT INTO im_subscriptions (topic, uid, clear_delid) VALUES (?, ?, ?) \
+                 ON DUPLICATE KEY UPDATE clear_delid = GREATEST(clear_delid, VALUES(clear_delid))",
+            )
+            .bind(topic)
+            .bind(c.uid)
+            .bind(c.del_id)
+            .execute(pool)
+            .await?;
+            let clear = CursorMove {
+                uid: c.uid,
+                topic: topic.to_string(),
+                read: 0,
+                recv: 0,
+                clear: c.del_id as i64,
+            };
+            Ok(hot::move_cursors(redis, tenant, &[clear]).await?)
+        }
+        GroupEventBody::MessageRecalled(r) => {
+            withdraw(pool, topic, &[(r.seq, r.seq + 1)]).await?;
+            hot::refresh_topics(pool, redis, tenant, &[topic]).await
+        }
         GroupEventBody::MessageDeleted(d) => {
             let ranges: Vec<(i64, i64)> = d.ranges.iter().map(|r| (r.low, r.hi)).collect();
-            withdraw(pool, topic, &ranges).await.map_err(db)
+            withdraw(pool, topic, &ranges).await?;
+            hot::refresh_topics(pool, redis, tenant, &[topic]).await
         }
         // An edit in place (a replacement message is a MessageSent of its
         // own): the preview shows the new text while it is the last one.
-        GroupEventBody::MessageEdited(ed) if ed.edit_seq.is_none() => sqlx::query(
-            "UPDATE im_conversation_topics SET preview = ? \
-             WHERE topic = ? AND preview IS NOT NULL AND (last_seq = ? OR last_replaces = ?)",
-        )
-        .bind(preview(ed.content.as_deref()))
-        .bind(topic)
-        .bind(ed.seq)
-        .bind(ed.seq)
-        .execute(pool)
-        .await
-        .map(|_| ())
-        .map_err(db),
+        GroupEventBody::MessageEdited(ed) if ed.edit_seq.is_none() => {
+            sqlx::query(
+                "UPDATE im_conversation_topics SET preview = ? \
+                 WHERE topic = ? AND preview IS NOT NULL AND (last_seq = ? OR last_replaces = ?)",
+            )
+            .bind(preview(ed.content.as_deref()))
+            .bind(topic)
+            .bind(ed.seq)
+            .bind(ed.seq)
+            .execute(pool)
+            .await?;
+            hot::refresh_topics(pool, redis, tenant, &[topic]).await
+        }
         _ => Ok(()),
     }
 }

@@ -1,7 +1,7 @@
 //! The members pipeline's handler: membership events into MySQL
 //! (`im_groups`, `im_group_members`) and the cached group facts in Redis,
-//! then the eviction of a removed member's (or a dissolved group's)
-//! sessions on every gateway.
+//! and the chat lists' hot copy, then the eviction of a removed member's
+//! (or a dissolved group's) sessions on every gateway.
 //! Events are applied in log order (a topic's events after a failed one
 //! wait for it); every write is an upsert or a delete, so redelivery and
 //! replay converge to the same state.
@@ -10,6 +10,7 @@ use chrono::{TimeZone, Utc};
 use redis::aio::ConnectionManager;
 use sqlx::mysql::MySqlPool;
 
+use crate::conversations::hot::{self, HotError};
 use crate::events::{EventCodec, GroupEvent, GroupEventBody};
 use crate::groups::{self, GroupError, Role};
 use crate::keys::TopicKeys;
@@ -87,6 +88,7 @@ impl MembersHandler {
         }
         let mut redis = self.redis.clone();
         apply_redis(pool, &mut redis, event).await?;
+        chat_lists(pool, &mut redis, event).await?;
         // Evicted only now that MySQL and the Redis member set say so: a
         // client told `{ctrl 205}` that asks again is refused, never served
         // by a membership check that has not caught up.
@@ -111,6 +113,31 @@ impl MembersHandler {
         }
         Ok(())
     }
+}
+
+/// The chat lists' hot copy: the lists of members whose role, mute or
+/// membership changed are dropped (filled again from MySQL), and the
+/// group's profile row is written as it now is.
+async fn chat_lists(
+    pool: &MySqlPool,
+    redis: &mut ConnectionManager,
+    event: &GroupEvent,
+) -> Result<(), GroupError> {
+    let changed: Vec<i64> = match &event.body {
+        GroupEventBody::GroupCreated(g) => g.members.iter().copied().chain([g.owner_uid]).collect(),
+        GroupEventBody::MemberJoined(j) => vec![j.uid],
+        GroupEventBody::MemberLeft(l) => vec![l.uid],
+        GroupEventBody::MemberRoleChanged(c) => vec![c.uid],
+        GroupEventBody::MemberMuted(m) => vec![m.uid],
+        _ => Vec::new(),
+    };
+    hot::forget(redis, &event.tenant_id, &changed).await?;
+    hot::refresh_group_profile(pool, redis, &event.tenant_id, &event.topic)
+        .await
+        .map_err(|e| match e {
+            HotError::Db(e) => GroupError::Db(e),
+            HotError::Redis(e) => GroupError::Redis(e),
+        })
 }
 
 /// Applies `event` to MySQL; `false` when it is refused for good (a

@@ -190,8 +190,10 @@ pub async fn with_handler<W: WithHandler>(
         }
         "notify" => then.with(notify::NotifyHandler::new(codec, redis)).await,
         "conversations" => {
-            then.with(conversations::ConversationsHandler::new(codec, pools))
-                .await
+            then.with(conversations::ConversationsHandler::new(
+                codec, pools, redis,
+            ))
+            .await
         }
         "push" => {
             let producer = EventProducer::new(&config.kafka, codec.clone())?;

@@ -5,6 +5,8 @@
 
 use redis::aio::ConnectionManager;
 
+use crate::conversations::hot::{self, CursorMove};
+
 use crate::events::{EventCodec, ReceiptBody, ReceiptEvent};
 use crate::realtime::{bus, frames, presence, Envelope, Kind, TargetType};
 use crate::tenant::{db_failure, TenantPools};
@@ -55,6 +57,16 @@ impl ReceiptsHandler {
 
         let rd = |err: redis::RedisError| (redis_failure(&err), format!("redis: {err}"));
         let mut redis = self.redis.clone();
+        let moved = CursorMove {
+            uid: e.uid,
+            topic: e.topic.clone(),
+            read: if what == "read" { seq } else { 0 },
+            recv: if what == "recv" { seq } else { 0 },
+            clear: 0,
+        };
+        hot::move_cursors(&mut redis, &e.tenant_id, &[moved])
+            .await
+            .map_err(rd)?;
         let nodes =
             presence::online_nodes(&mut redis, &e.tenant_id, &e.topic, crate::events::now_ms())
                 .await

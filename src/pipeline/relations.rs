@@ -5,6 +5,7 @@
 
 use redis::aio::ConnectionManager;
 
+use crate::conversations::hot::{self, HotError};
 use crate::events::{EventCodec, UserEvent, UserEventBody};
 use crate::keys::TenantKeys;
 use crate::relations::{self, Set};
@@ -138,6 +139,12 @@ impl RelationsHandler {
                 .execute(pool)
                 .await
                 .map_err(db)?;
+                hot::refresh_user_profile(pool, &mut redis, &e.tenant_id, e.uid)
+                    .await
+                    .map_err(|err| match err {
+                        HotError::Db(err) => db(err),
+                        HotError::Redis(err) => rd(err),
+                    })?;
             }
             UserEventBody::SystemNotification(_) | UserEventBody::BadgeRefresh(_) => {}
         }

@@ -283,6 +283,14 @@ pub async fn replay(
     };
     let counts = crate::pipeline::with_handler(&sink, pipeline, codec, replayer).await??;
     progress.finish_and_clear();
+    if pipeline == "conversations" && !matches!(target, Some(Target::Database(_))) {
+        // The lists' hot copy is filled again from the rebuilt tables.
+        let mut redis = crate::redis_util::connect(&sink.redis.url).await?;
+        for tenant in &tenants {
+            let dropped = crate::conversations::hot::drop_all(&mut redis, tenant).await?;
+            tracing::info!(%tenant, dropped, "chat-list hot copy dropped");
+        }
+    }
 
     let after = snapshot(&sink, pipeline, &tenants).await?;
     let verifications = before

@@ -49,29 +49,7 @@ pub async fn conversation_lists(pool: &MySqlPool) -> sqlx::Result<BTreeMap<Strin
             .fetch_all(pool)
             .await?;
     for uid in uids {
-        let mut all = Vec::new();
-        let mut after = None;
-        loop {
-            let page = crate::conversations::list(
-                pool,
-                uid,
-                &crate::conversations::Query {
-                    after: after.clone(),
-                    limit: crate::conversations::MAX_PAGE,
-                    ..Default::default()
-                },
-            )
-            .await?;
-            let full = page.len() as i64 == crate::conversations::MAX_PAGE;
-            after = page.last().map(|c| crate::conversations::Cursor {
-                touched_ms: c.touched_ms,
-                topic: c.topic.clone(),
-            });
-            all.extend(page);
-            if !full {
-                break;
-            }
-        }
+        let mut all = crate::conversations::list_all(pool, uid).await?;
         all.sort_by(|a, b| a.topic.cmp(&b.topic));
         for c in all {
             let content = format!(

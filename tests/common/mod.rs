@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use serde_json::{json, Value};
+
 use imstream::config::{Config, TenantConfig, TopicSpec};
 use imstream::registry::RunningRegistry;
 use imstream::shutdown::Shutdown;
@@ -616,4 +618,89 @@ pub async fn run_node(script: &str, env: &[(&str, String)], limit: Duration) {
         "{script} failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
         output.status
     );
+}
+
+/// A logged-in Tinode WebSocket session.
+pub struct Ws {
+    pub stream: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    next_id: u64,
+}
+
+impl Ws {
+    pub async fn connect(addr: std::net::SocketAddr, token: &str) -> Ws {
+        let (stream, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/v0/channels"))
+            .await
+            .expect("websocket");
+        let mut ws = Ws { stream, next_id: 0 };
+        let (_, hi) = ws.request(json!({"hi": {"ver": "0.25.3"}})).await;
+        assert_eq!(hi["ctrl"]["code"], json!(201), "{hi}");
+        let (_, login) = ws
+            .request(json!({"login": {"scheme": "token", "secret": token}}))
+            .await;
+        assert_eq!(login["ctrl"]["code"], json!(200), "{login}");
+        ws
+    }
+
+    pub async fn next_frame(&mut self) -> Value {
+        loop {
+            let frame = tokio::time::timeout(
+                Duration::from_secs(20),
+                futures::StreamExt::next(&mut self.stream),
+            )
+            .await
+            .expect("a frame within 20 s")
+            .expect("socket open")
+            .expect("frame");
+            if let tokio_tungstenite::tungstenite::Message::Text(t) = frame {
+                return serde_json::from_str(&t).expect("json frame");
+            }
+        }
+    }
+
+    /// Sends `msg` (its single verb gets a fresh id) and returns the frames
+    /// that came before the reply with that id, and the reply (a `ctrl` or,
+    /// for `{get what="del"}`, a `meta`).
+    pub async fn request(&mut self, mut msg: Value) -> (Vec<Value>, Value) {
+        self.next_id += 1;
+        let id = self.next_id.to_string();
+        let verb = msg.as_object().unwrap().keys().next().unwrap().clone();
+        msg[&verb]["id"] = json!(id);
+        futures::SinkExt::send(
+            &mut self.stream,
+            tokio_tungstenite::tungstenite::Message::Text(msg.to_string().into()),
+        )
+        .await
+        .expect("send");
+        self.until_reply(&id).await
+    }
+
+    pub async fn until_reply(&mut self, id: &str) -> (Vec<Value>, Value) {
+        let mut before = Vec::new();
+        loop {
+            let frame = self.next_frame().await;
+            if frame["ctrl"]["id"] == json!(id) || frame["meta"]["id"] == json!(id) {
+                return (before, frame);
+            }
+            before.push(frame);
+        }
+    }
+
+    /// `{get what="data"}`: the seqs of the `{data}` frames and the ending ctrl.
+    pub async fn get_data(&mut self, topic: &str, data: Value) -> (Vec<i64>, Value) {
+        let (frames, ctrl) = self
+            .request(json!({"get": {"topic": topic, "what": "data", "data": data}}))
+            .await;
+        let seqs = frames
+            .iter()
+            .map(|f| {
+                assert_eq!(f["data"]["topic"], json!(topic), "{f}");
+                f["data"]["seq"]
+                    .as_i64()
+                    .unwrap_or_else(|| panic!("a data frame: {f}"))
+            })
+            .collect();
+        (seqs, ctrl)
+    }
 }

@@ -9,7 +9,8 @@
 //! receipts pipeline (`im_subscriptions`) and the profiles of the members
 //! and relations pipelines. Unread is derived when read: last seq − read
 //! cursor − the user's deleted seqs after the cursor, so a message costs one
-//! topic row whatever the group's size.
+//! topic row whatever the group's size. Lists are served from the hot copy
+//! in Redis ([`hot`]); the functions here read MySQL, the ground truth.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -18,6 +19,8 @@ use sqlx::mysql::MySqlPool;
 use sqlx::Row;
 
 use crate::groups::Role;
+
+pub mod hot;
 
 /// Longest preview kept, in characters.
 pub const PREVIEW_CHARS: usize = 120;
@@ -185,12 +188,7 @@ pub async fn list(pool: &MySqlPool, uid: i64, q: &Query) -> sqlx::Result<Vec<Con
             .bind(after.touched_ms)
             .bind(&after.topic);
     }
-    let limit = if q.limit <= 0 {
-        MAX_PAGE
-    } else {
-        q.limit.min(MAX_PAGE)
-    };
-    let rows = query.bind(limit).fetch_all(pool).await?;
+    let rows = query.bind(page_limit(q.limit)).fetch_all(pool).await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let kind = if r.try_get::<String, _>("kind")? == "p2p" {
@@ -232,6 +230,15 @@ pub async fn list(pool: &MySqlPool, uid: i64, q: &Query) -> sqlx::Result<Vec<Con
     Ok(out)
 }
 
+/// How many entries a page holds for a requested `limit` (≤ 0: the most).
+pub fn page_limit(limit: i64) -> i64 {
+    if limit <= 0 {
+        MAX_PAGE
+    } else {
+        limit.min(MAX_PAGE)
+    }
+}
+
 /// Sets `unread` of each entry: last seq − read, less the seqs after the
 /// read cursor the user deleted or that were deleted for everyone.
 async fn count_unread(pool: &MySqlPool, uid: i64, list: &mut [Conversation]) -> sqlx::Result<()> {
@@ -240,8 +247,22 @@ async fn count_unread(pool: &MySqlPool, uid: i64, list: &mut [Conversation]) -> 
         .filter(|c| c.last_seq > c.read)
         .map(|c| c.topic.as_str())
         .collect();
+    let mut deleted = deleted_ranges(pool, uid, &behind).await?;
+    for c in list.iter_mut() {
+        let ranges = deleted.remove(&c.topic).unwrap_or_default();
+        c.unread = unread(c.last_seq, c.read, &ranges);
+    }
+    Ok(())
+}
+
+/// The `[low, hi)` ranges of `topics` deleted for `uid` or for everyone.
+async fn deleted_ranges(
+    pool: &MySqlPool,
+    uid: i64,
+    topics: &[&str],
+) -> sqlx::Result<HashMap<String, Vec<(i64, i64)>>> {
     let mut deleted: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
-    for chunk in behind.chunks(200) {
+    for chunk in topics.chunks(200) {
         let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
             "SELECT topic, low, hi FROM im_dellog WHERE deletedfor IN (0, ",
         );
@@ -258,11 +279,7 @@ async fn count_unread(pool: &MySqlPool, uid: i64, list: &mut [Conversation]) -> 
                 .push((r.try_get(1)?, r.try_get(2)?));
         }
     }
-    for c in list.iter_mut() {
-        let ranges = deleted.remove(&c.topic).unwrap_or_default();
-        c.unread = unread(c.last_seq, c.read, &ranges);
-    }
-    Ok(())
+    Ok(deleted)
 }
 
 /// Seqs in `(read, last]` outside every `[low, hi)` of `deleted`.
@@ -300,16 +317,30 @@ pub fn unread(last: i64, read: i64, deleted: &[(i64, i64)]) -> i64 {
 /// The badge: unread messages over all of a user's conversations, and how
 /// many conversations have some.
 pub async fn badge(pool: &MySqlPool, uid: i64) -> sqlx::Result<(i64, i64)> {
-    let all = list(
-        pool,
-        uid,
-        &Query {
+    Ok(badge_of(&list_all(pool, uid).await?))
+}
+
+/// Every conversation of `uid`, newest first, page after page.
+pub async fn list_all(pool: &MySqlPool, uid: i64) -> sqlx::Result<Vec<Conversation>> {
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let query = Query {
+            after: after.take(),
             limit: MAX_PAGE,
             ..Default::default()
-        },
-    )
-    .await?;
-    Ok(badge_of(&all))
+        };
+        let page = list(pool, uid, &query).await?;
+        let full = page.len() as i64 == MAX_PAGE;
+        after = page.last().map(|c| Cursor {
+            touched_ms: c.touched_ms,
+            topic: c.topic.clone(),
+        });
+        all.extend(page);
+        if !full {
+            return Ok(all);
+        }
+    }
 }
 
 /// (unread messages, conversations with some) of a list.
