@@ -100,6 +100,27 @@ pub fn list_query(q: Option<&tinode::SubQuery>, uid: i64) -> Result<conversation
     })
 }
 
+/// Most messages a login catch-up returns per conversation.
+pub const MAX_CATCHUP: i64 = 50;
+
+/// A conversation's part of the login catch-up (seed 003 §9.1): its
+/// unread messages, oldest first, when there are at most `n`; `None` when
+/// there are more (the client shows the count) or none.
+pub async fn catch_up(
+    gw: &Gateway,
+    tenant: &str,
+    uid: i64,
+    c: &Conversation,
+    n: i64,
+) -> Result<Option<Vec<crate::history::StoredMessage>>, Refusal> {
+    if c.unread == 0 || c.unread > n {
+        return Ok(None);
+    }
+    let query = crate::history::PageQuery::new(Some(c.read + 1), None, Some(n), true)?;
+    let page = gw.history.page(tenant, &c.topic, uid, query).await?;
+    Ok(Some(page.messages))
+}
+
 /// The user's conversations, newest first. Asked for one topic the
 /// projection has not reached yet (the `{pres}` of a first message can
 /// arrive before it), a member gets the entry from the live state.

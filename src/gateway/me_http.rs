@@ -22,16 +22,12 @@ use serde_json::{json, Value};
 
 use crate::conversations::{self, Cursor};
 use crate::governance::Actor;
-use crate::history::PageQuery;
 use crate::tinode;
 
-use super::chats;
+use super::chats::{self, MAX_CATCHUP};
 use super::governance::origin;
 use super::http::{authenticate, error, message_json, refused, ApiError};
 use super::Gateway;
-
-/// Most messages a catch-up returns per conversation.
-pub const MAX_CATCHUP: i64 = 50;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -77,19 +73,11 @@ pub async fn conversations(
     for (c, online) in list.iter().zip(online) {
         let mut entry = chats::http_entry(c, claims.uid, online);
         if catchup > 0 && c.unread > 0 {
-            entry["catchup"] = if c.unread > catchup {
-                json!({"unread": c.unread, "messages": null})
-            } else {
-                let page = PageQuery::new(Some(c.read + 1), None, Some(catchup), true)
-                    .map_err(|e| refused(e.into()))?;
-                let page = gw
-                    .history
-                    .page(&claims.ten, &c.topic, claims.uid, page)
-                    .await
-                    .map_err(|e| refused(e.into()))?;
-                let messages: Vec<Value> = page.messages.iter().map(message_json).collect();
-                json!({"unread": c.unread, "messages": messages})
-            };
+            let messages = chats::catch_up(&gw, &claims.ten, claims.uid, c, catchup)
+                .await
+                .map_err(refused)?
+                .map(|page| page.iter().map(message_json).collect::<Vec<Value>>());
+            entry["catchup"] = json!({"unread": c.unread, "messages": messages});
         }
         entries.push(entry);
     }

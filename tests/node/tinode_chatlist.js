@@ -1,6 +1,7 @@
 // The chat list through a real Tinode client (tinode-sdk from npm): after
 // login the `me` topic lists every conversation with names and unread
-// counts; a message to a conversation the client is not attached to moves
+// counts; the login catch-up brings each conversation's few unread
+// messages (only a count for many); a message to a conversation the client is not attached to moves
 // it to the top and raises its count live; reading it on a second device
 // clears the count on the first; a new one-to-one conversation appears for
 // its recipient; a group is online while another member is attached (live:
@@ -83,6 +84,22 @@ async function main() {
   assert.equal(withC.public && withC.public.fn, 'Carol', 'the one-to-one shows the peer');
   assert.equal(withC.unread, 1, "C's message is unread");
   assert.equal(a.me.public && a.me.public.fn, 'Alice', 'own profile in me desc');
+
+  // 1b. The login catch-up (seed 003 §9.1) through `me`: each conversation
+  // with at most N unread messages gets them, filed under its own topic;
+  // the others are only counted.
+  const caught = await a.me.getMeta(a.me.startMetaQuery().withData(undefined, undefined, 2).build());
+  assert.equal(caught.code, 208, `catch-up answered: ${JSON.stringify(caught)}`);
+  assert.deepEqual(caught.params.unread, { [TEAM]: 3 }, 'Team has more unread than asked: only its count');
+  assert.equal(caught.params.count, 1, "C's one message came");
+  // The SDK files {data} after the request's promise settles.
+  const fromC = await until(`C's message filed under ${C}`, () => a.t.getTopic(C).latestMessage());
+  assert.ok(JSON.stringify(fromC.content).includes('hi Alice') && fromC.from === C, `C's message: ${JSON.stringify(fromC)}`);
+  await assert.rejects(
+    a.me.getMeta(a.me.startMetaQuery().withData(undefined, undefined, 500).build()),
+    /400/,
+    'a catch-up beyond the cap is refused',
+  );
 
   // 2. B writes to PAIR, where A is not attached: it moves to the top of
   // A's list and its unread count goes up, live.

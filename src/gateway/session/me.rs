@@ -1,15 +1,19 @@
 //! The `me` topic: the chat list (`{meta sub}` with one entry per
-//! conversation), the user's own profile (`{meta desc}`), and the live
+//! conversation), the user's own profile (`{meta desc}`), the login
+//! catch-up (`{get what="data"}`: each conversation's unread messages), and the live
 //! `{pres topic="me"}` a subscribed session gets for the conversations it
 //! is not attached to (see [`crate::realtime::hub::Hub::watch`]).
 
 use serde_json::{json, Value};
 
 use crate::gateway::chats;
-use crate::gateway::reads::Refusal;
+use crate::gateway::reads::{self, Refusal};
 use crate::tinode::{self, ctrl};
 
 use super::Session;
+
+/// Messages per conversation a catch-up returns when the client names no limit.
+const DEFAULT_CATCHUP: i64 = 10;
 
 impl Session {
     /// `{sub topic="me"}`: ctrl 200, then whatever `get` asks for.
@@ -37,8 +41,9 @@ impl Session {
         self.reply(ctrl(id, Some("me"), 200, "ok", None)).await;
     }
 
-    /// `{get topic="me"}`: `desc`, `sub`; `tags` and `cred` are empty
-    /// (204), anything else 204 too: every part gets an answer.
+    /// `{get topic="me"}`: `desc`, `sub`, `data` (the catch-up); `tags` and
+    /// `cred` are empty (204), anything else 204 too: every part gets an
+    /// answer.
     pub(super) async fn get_me(&mut self, id: Option<&str>, query: &tinode::GetQuery) {
         let who = self.identity.clone().expect("logged in");
         let what: Vec<&str> = query.what.split_whitespace().collect();
@@ -48,6 +53,10 @@ impl Session {
             return;
         }
         for part in what {
+            if part == "data" {
+                self.me_catch_up(id, query.data.as_ref()).await;
+                continue;
+            }
             let answer = match part {
                 "desc" => chats::me_desc(&self.gateway, &who.tenant, who.uid)
                     .await
@@ -72,6 +81,58 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// `{get topic="me" what="data" data={limit:N}}`: the login catch-up
+    /// (seed 003 §9.1) in Tinode's shapes. Every conversation with at most
+    /// N unread messages gets them as `{data}` frames of its own topic (the
+    /// client files them under that topic, as after `{get what="data"}`
+    /// there); the others are counted in the closing `{ctrl 208}`'s
+    /// `params.unread` (topic → unread), as the list's `seq`/`read` say.
+    async fn me_catch_up(&mut self, id: Option<&str>, data: Option<&tinode::DataQuery>) {
+        let who = self.identity.clone().expect("logged in");
+        let n = data.and_then(|d| d.limit).unwrap_or(DEFAULT_CATCHUP);
+        if !(1..=chats::MAX_CATCHUP).contains(&n) {
+            let text = format!("malformed: data.limit is 1 to {}", chats::MAX_CATCHUP);
+            self.reply(ctrl(id, Some("me"), 400, &text, None)).await;
+            return;
+        }
+        let all = crate::conversations::Query::default();
+        let list = match chats::conversations_of(&self.gateway, &who.tenant, who.uid, &all).await {
+            Ok(list) => list,
+            Err(Refusal(code, text)) => {
+                self.reply(ctrl(id, Some("me"), code, &text, None)).await;
+                return;
+            }
+        };
+        let (mut count, mut only_counted) = (0usize, serde_json::Map::new());
+        for c in list.iter().filter(|c| c.unread > 0) {
+            let topic = tinode::client_topic(&c.topic, who.uid);
+            match chats::catch_up(&self.gateway, &who.tenant, who.uid, c, n).await {
+                Ok(Some(messages)) => {
+                    for m in &messages {
+                        self.reply(json!({"data": reads::data_body(&topic, m)}).to_string())
+                            .await;
+                    }
+                    count += messages.len();
+                }
+                Ok(None) => {
+                    only_counted.insert(topic, json!(c.unread));
+                }
+                Err(Refusal(code, text)) => {
+                    self.reply(ctrl(id, Some("me"), code, &text, None)).await;
+                    return;
+                }
+            }
+        }
+        let params = json!({"what": "data", "count": count, "unread": only_counted});
+        let (code, text) = if count == 0 && only_counted.is_empty() {
+            (204, "no content")
+        } else {
+            (208, "delivered")
+        };
+        self.reply(ctrl(id, Some("me"), code, text, Some(params)))
+            .await;
     }
 
     /// The chat list (or one entry of it); the session watches what it was
