@@ -610,7 +610,9 @@ async fn the_hot_copy_serves_what_mysql_holds_and_comes_back_after_redis_loss() 
 
     let b_list = wait_for("B's list in the hot copy", Duration::from_secs(60), || {
         hot_matches(&stack, &deletes, B, |l| {
-            in_list(l, TOPIC).is_some_and(|c| c.unread == 3) && in_list(l, &pair).is_some()
+            in_list(l, TOPIC).is_some_and(|c| c.unread == 3)
+                && in_list(l, &pair)
+                    .is_some_and(|c| c.profile.full_name.as_deref() == Some("Alice"))
         })
     })
     .await;

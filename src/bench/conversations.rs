@@ -152,7 +152,7 @@ pub async fn run(config: &Config, args: ConversationsArgs) -> anyhow::Result<()>
     while at < end {
         tokio::time::sleep_until(at).await;
         let s = &sessions[i % sessions.len()];
-        waits.push(s.ask(format!("l{i}"), args.conversations as usize).await?);
+        waits.push(s.ask(format!("l{i}"), args.conversations as usize, at)?);
         i += 1;
         at += interval;
     }
@@ -306,16 +306,19 @@ impl MeSession {
         Ok(MeSession { tx, waiters })
     }
 
-    async fn ask(
+    /// Asks for the list; the latency counts from `scheduled` (open loop:
+    /// a stall in sending is not hidden).
+    fn ask(
         &self,
         id: String,
         want: usize,
+        scheduled: tokio::time::Instant,
     ) -> anyhow::Result<tokio::sync::oneshot::Receiver<anyhow::Result<u64>>> {
         let (done, wait) = tokio::sync::oneshot::channel();
         self.waiters
             .lock()
             .expect("waiters")
-            .insert(id.clone(), (tokio::time::Instant::now(), want, done));
+            .insert(id.clone(), (scheduled, want, done));
         self.tx
             .send(json!({"get": {"id": id, "topic": "me", "what": "sub"}}).to_string())
             .map_err(|_| anyhow::anyhow!("session closed"))?;

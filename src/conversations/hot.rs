@@ -215,7 +215,17 @@ pub async fn list(
     q: &Query,
 ) -> sqlx::Result<Vec<Conversation>> {
     let limit = super::page_limit(q.limit) as usize;
-    match read(pool, &mut redis.clone(), deletes, tenant, uid, q, limit).await {
+    match read(
+        pool,
+        &mut redis.clone(),
+        deletes,
+        tenant,
+        uid,
+        q,
+        Want::Page(limit),
+    )
+    .await
+    {
         Ok(list) => Ok(list),
         Err(HotError::Db(e)) => Err(e),
         Err(HotError::Redis(e)) => {
@@ -241,7 +251,7 @@ pub async fn badge(
         tenant,
         uid,
         &all,
-        usize::MAX,
+        Want::Counts,
     )
     .await
     {
@@ -254,6 +264,15 @@ pub async fn badge(
     }
 }
 
+/// What a read is for.
+#[derive(Debug, Clone, Copy)]
+enum Want {
+    /// A page of at most this many entries, with profiles.
+    Page(usize),
+    /// Every entry's unread count only (the badge).
+    Counts,
+}
+
 async fn read(
     pool: &MySqlPool,
     redis: &mut ConnectionManager,
@@ -261,8 +280,12 @@ async fn read(
     tenant: &str,
     uid: i64,
     q: &Query,
-    limit: usize,
+    want: Want,
 ) -> Result<Vec<Conversation>, HotError> {
+    let (limit, with_profiles) = match want {
+        Want::Page(limit) => (limit, true),
+        Want::Counts => (usize::MAX, false),
+    };
     let mut entries = memberships(pool, redis, tenant, uid).await?;
     if let Some(topic) = &q.topic {
         entries.retain(|m| &m.topic == topic);
@@ -270,12 +293,15 @@ async fn read(
     if entries.is_empty() {
         return Ok(Vec::new());
     }
-    // One MGET: each entry's topic state, profile and dellog token.
+    // One MGET: each entry's topic state, profile (unless only counts are
+    // asked for) and dellog token.
     let mut keys = Vec::with_capacity(entries.len() * 3);
     for m in &entries {
         let topic = TopicKeys::new(tenant, &m.topic);
         keys.push(topic.chat());
-        keys.push(m.profile_key(tenant));
+        if with_profiles {
+            keys.push(m.profile_key(tenant));
+        }
         keys.push(topic.dellog_token());
     }
     let mut values: Vec<Option<String>> = Vec::with_capacity(keys.len());
@@ -288,7 +314,13 @@ async fn read(
     let mut tokens: Vec<Option<String>> = Vec::with_capacity(entries.len());
     let mut values = values.into_iter();
     for _ in &entries {
-        let (state, profile, token) = (values.next(), values.next(), values.next());
+        let state = values.next();
+        let profile = if with_profiles {
+            values.next()
+        } else {
+            Some(Some("{}".to_string()))
+        };
+        let token = values.next();
         states.push(state.flatten().as_deref().and_then(TopicState::decode));
         profiles.push(
             profile
@@ -633,23 +665,27 @@ async fn count_unread(
     uid: i64,
     list: &mut [(Conversation, Option<String>)],
 ) -> sqlx::Result<()> {
+    let behind: Vec<(&str, Option<&str>)> = list
+        .iter()
+        .filter(|(c, _)| c.last_seq > c.read)
+        .map(|(c, token)| (c.topic.as_str(), token.as_deref()))
+        .collect();
+    let found = deletes.cached_many(tenant, uid, &behind);
     let mut misses: Vec<&str> = Vec::new();
     let mut hidden: HashMap<String, Hidden> = HashMap::new();
-    for (c, token) in list.iter() {
-        if c.last_seq <= c.read {
-            continue;
-        }
-        match deletes.cached(tenant, &c.topic, uid, token.as_deref()) {
+    for ((topic, _), h) in behind.iter().zip(found) {
+        match h {
             Some(h) => {
-                hidden.insert(c.topic.clone(), h);
+                hidden.insert(topic.to_string(), h);
             }
-            None => misses.push(&c.topic),
+            None => misses.push(topic),
         }
     }
     if !misses.is_empty() {
         let mut read = deleted_ranges(pool, uid, &misses).await?;
+        let misses: std::collections::HashSet<&str> = misses.into_iter().collect();
         for (c, token) in list.iter() {
-            if misses.contains(&c.topic.as_str()) {
+            if misses.contains(c.topic.as_str()) {
                 let h = Hidden::new(read.remove(&c.topic).unwrap_or_default());
                 deletes.insert(tenant, &c.topic, uid, token.clone(), h.clone());
                 hidden.insert(c.topic.clone(), h);

@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::conversations::{self, Conversation, Kind, Member};
@@ -245,32 +246,85 @@ pub async fn online_users(gw: &Gateway, tenant: &str, uids: &[i64]) -> HashSet<i
         .collect()
 }
 
-/// One `{meta topic="me" sub}` entry, as user `me` sees it.
-pub fn me_sub_entry(c: &Conversation, me: i64, online: bool) -> Value {
-    let mut entry = json!({
-        "topic": tinode::client_topic(&c.topic, me),
-        "acs": acs(&mode_of(c)),
-        "updated": tinode::timestamp_ms(c.updated_ms),
-        "touched": tinode::timestamp_ms(c.touched_ms),
-        "seq": c.last_seq,
-        "read": c.read,
-        "recv": c.recv,
-        "clear": c.clear,
-        "online": online,
-    });
-    if !c.profile.is_empty() {
-        entry["public"] = c.profile.public();
+/// One `{meta topic="me" sub}` entry, as user `me` sees it: typed, so a
+/// list of hundreds is written straight to JSON (no map per entry).
+#[derive(Debug, Serialize)]
+pub struct MeSub<'a> {
+    topic: String,
+    acs: Acs,
+    updated: String,
+    touched: String,
+    seq: i64,
+    read: i64,
+    recv: i64,
+    clear: i64,
+    online: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    public: Option<Public<'a>>,
+}
+
+/// Tinode's `acs` of one mode: `{want, given, mode}` alike.
+#[derive(Debug, Serialize)]
+struct Acs {
+    want: String,
+    given: String,
+    mode: String,
+}
+
+/// A profile as Tinode's `public`: `{fn, photo: {ref}, note}`.
+#[derive(Debug)]
+pub struct Public<'a>(&'a conversations::Profile);
+
+impl Serialize for Public<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        #[derive(Serialize)]
+        struct Photo<'b> {
+            #[serde(rename = "ref")]
+            reference: &'b str,
+        }
+        let p = self.0;
+        let mut map = s.serialize_map(None)?;
+        if let Some(name) = &p.full_name {
+            map.serialize_entry("fn", name)?;
+        }
+        if let Some(photo) = &p.photo {
+            map.serialize_entry("photo", &Photo { reference: photo })?;
+        }
+        if let Some(note) = &p.note {
+            map.serialize_entry("note", note)?;
+        }
+        map.end()
     }
-    entry
+}
+
+pub fn me_sub_entry(c: &Conversation, me: i64, online: bool) -> MeSub<'_> {
+    let mode = mode_of(c);
+    MeSub {
+        topic: tinode::client_topic(&c.topic, me),
+        acs: Acs {
+            want: mode.clone(),
+            given: mode.clone(),
+            mode,
+        },
+        updated: tinode::timestamp_ms(c.updated_ms),
+        touched: tinode::timestamp_ms(c.touched_ms),
+        seq: c.last_seq,
+        read: c.read,
+        recv: c.recv,
+        clear: c.clear,
+        online,
+        public: (!c.profile.is_empty()).then_some(Public(&c.profile)),
+    }
 }
 
 /// The `{meta sub}` entries of a list, with their online state.
-pub async fn me_sub_entries(
+pub async fn me_sub_entries<'a>(
     gw: &Gateway,
     tenant: &str,
     me: i64,
-    list: &[Conversation],
-) -> Vec<Value> {
+    list: &'a [Conversation],
+) -> Vec<MeSub<'a>> {
     let online = online_flags(gw, tenant, me, list).await;
     list.iter()
         .zip(online)
@@ -292,18 +346,17 @@ pub async fn online_flags(gw: &Gateway, tenant: &str, me: i64, list: &[Conversat
     let groups: Vec<&Conversation> = list.iter().filter(|c| c.kind == Kind::Grp).collect();
     let mut attached: HashSet<&str> = HashSet::new();
     if !groups.is_empty() {
+        // Two members of each group's set: someone other than `me` is
+        // among any two (one command per group).
         let mut pipe = redis::pipe();
         for c in &groups {
-            let key = TopicKeys::new(tenant, &c.topic).online_members();
-            pipe.scard(&key).sismember(&key, me);
+            pipe.srandmember_multiple(TopicKeys::new(tenant, &c.topic).online_members(), 2);
         }
         let mut redis = gw.sender.redis();
-        let counts: Vec<i64> = pipe.query_async(&mut redis).await.unwrap_or_default();
-        for (c, pair) in groups.iter().zip(counts.chunks(2)) {
-            if let [members, mine] = pair {
-                if members - mine > 0 {
-                    attached.insert(c.topic.as_str());
-                }
+        let samples: Vec<Vec<i64>> = pipe.query_async(&mut redis).await.unwrap_or_default();
+        for (c, sample) in groups.iter().zip(samples) {
+            if sample.iter().any(|uid| *uid != me) {
+                attached.insert(c.topic.as_str());
             }
         }
     }
@@ -317,7 +370,7 @@ pub async fn online_flags(gw: &Gateway, tenant: &str, me: i64, list: &[Conversat
 
 /// The same list for HTTP: with `unread` and the last message's preview.
 pub fn http_entry(c: &Conversation, me: i64, online: bool) -> Value {
-    let mut entry = me_sub_entry(c, me, online);
+    let mut entry = serde_json::to_value(me_sub_entry(c, me, online)).expect("an entry serializes");
     entry["unread"] = json!(c.unread);
     entry["kind"] = json!(c.kind.as_str());
     if c.last_seq > 0 {

@@ -49,7 +49,11 @@ pub async fn changed(
 /// Redis GET of the topic's token instead of a MySQL query per page.
 #[derive(Default)]
 pub struct Cache {
-    entries: Mutex<HashMap<(String, String, i64), Entry>>,
+    /// (tenant, reader) → topic → entry.
+    entries: Mutex<HashMap<(String, i64), HashMap<String, Entry>>>,
+    /// Entries inserted since the cache was last emptied (an upper bound
+    /// of its size).
+    count: std::sync::atomic::AtomicUsize,
 }
 
 struct Entry {
@@ -96,10 +100,30 @@ impl Cache {
         reader: i64,
         token: Option<&str>,
     ) -> Option<Hidden> {
-        let key = (tenant.to_string(), topic.to_string(), reader);
+        self.cached_many(tenant, reader, &[(topic, token)])
+            .pop()
+            .flatten()
+    }
+
+    /// [`Cache::cached`] for several topics of one reader, under one lock.
+    pub fn cached_many(
+        &self,
+        tenant: &str,
+        reader: i64,
+        topics: &[(&str, Option<&str>)],
+    ) -> Vec<Option<Hidden>> {
         let entries = self.entries.lock().expect("dellog cache");
-        let e = entries.get(&key)?;
-        (e.token.as_deref() == token && e.at.elapsed() < CACHE_MAX_AGE).then(|| e.hidden.clone())
+        let Some(of_reader) = entries.get(&(tenant.to_string(), reader)) else {
+            return vec![None; topics.len()];
+        };
+        topics
+            .iter()
+            .map(|(topic, token)| {
+                let e = of_reader.get(*topic)?;
+                (e.token.as_deref() == *token && e.at.elapsed() < CACHE_MAX_AGE)
+                    .then(|| e.hidden.clone())
+            })
+            .collect()
     }
 
     /// Keeps `hidden`, read from MySQL after the caller read `token`.
@@ -112,17 +136,24 @@ impl Cache {
         hidden: Hidden,
     ) {
         let mut entries = self.entries.lock().expect("dellog cache");
-        if entries.len() >= CACHE_MAX_ENTRIES {
+        let count = self
+            .count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if count >= CACHE_MAX_ENTRIES {
             entries.clear();
+            self.count.store(1, std::sync::atomic::Ordering::Relaxed);
         }
-        entries.insert(
-            (tenant.to_string(), topic.to_string(), reader),
-            Entry {
-                token,
-                at: Instant::now(),
-                hidden,
-            },
-        );
+        entries
+            .entry((tenant.to_string(), reader))
+            .or_default()
+            .insert(
+                topic.to_string(),
+                Entry {
+                    token,
+                    at: Instant::now(),
+                    hidden,
+                },
+            );
     }
 }
 

@@ -19,7 +19,9 @@ pub fn parse_version(v: &str) -> Option<(u32, u32)> {
 
 /// `2026-07-04T10:00:00.123Z`
 pub fn timestamp(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+    // Not `format("%Y-…")`: that parses the pattern on every call, and a
+    // chat list formats two per conversation.
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 pub fn timestamp_ms(ms: i64) -> String {

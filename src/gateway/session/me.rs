@@ -57,11 +57,16 @@ impl Session {
                 self.me_catch_up(id, query.data.as_ref()).await;
                 continue;
             }
+            if part == "sub" {
+                if let Err(Refusal(code, text)) = self.me_subs(id, query.sub.as_ref()).await {
+                    self.reply(ctrl(id, Some("me"), code, &text, None)).await;
+                }
+                continue;
+            }
             let answer = match part {
                 "desc" => chats::me_desc(&self.gateway, &who.tenant, who.uid)
                     .await
                     .map(|desc| Some(json!({"desc": desc}))),
-                "sub" => self.me_subs(query.sub.as_ref()).await,
                 _ => Ok(None),
             };
             match answer {
@@ -135,9 +140,15 @@ impl Session {
             .await;
     }
 
-    /// The chat list (or one entry of it); the session watches what it was
-    /// told about, so later messages there reach it as `{pres}`.
-    async fn me_subs(&mut self, q: Option<&tinode::SubQuery>) -> Result<Option<Value>, Refusal> {
+    /// The chat list (or one entry of it) as one `{meta sub}` (written
+    /// straight from the typed entries), or `{ctrl 204}` when empty; the
+    /// session watches what it was told about, so later messages there
+    /// reach it as `{pres}`.
+    async fn me_subs(
+        &mut self,
+        id: Option<&str>,
+        q: Option<&tinode::SubQuery>,
+    ) -> Result<(), Refusal> {
         let who = self.identity.clone().expect("logged in");
         let query = chats::list_query(q, who.uid)?;
         let list = chats::conversations_of(&self.gateway, &who.tenant, who.uid, &query).await?;
@@ -146,10 +157,35 @@ impl Session {
             self.gateway.hub.watch(handle, &topics);
         }
         if list.is_empty() {
-            return Ok(None);
+            let params = json!({"what": "sub"});
+            self.reply(ctrl(id, Some("me"), 204, "no content", Some(params)))
+                .await;
+            return Ok(());
         }
         let entries = chats::me_sub_entries(&self.gateway, &who.tenant, who.uid, &list).await;
-        Ok(Some(json!({ "sub": entries })))
+        #[derive(serde::Serialize)]
+        struct Frame<'a> {
+            meta: MetaSub<'a>,
+        }
+        #[derive(serde::Serialize)]
+        struct MetaSub<'a> {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            id: Option<&'a str>,
+            topic: &'static str,
+            ts: String,
+            sub: Vec<chats::MeSub<'a>>,
+        }
+        let frame = Frame {
+            meta: MetaSub {
+                id,
+                topic: "me",
+                ts: tinode::now(),
+                sub: entries,
+            },
+        };
+        self.reply(serde_json::to_string(&frame).expect("a list serializes"))
+            .await;
+        Ok(())
     }
 
     /// `{meta}` with `topic`, `ts` and the request id around `body`.
