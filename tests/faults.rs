@@ -46,7 +46,7 @@ use imstream::kafka::topics::{TopicNames, PIPELINES_WITH_DLQ};
 use imstream::keys::TopicKeys;
 use imstream::store::month::ShardMonth;
 
-use common::{write_config_file, Stack};
+use common::{wait_for, write_config_file, Stack};
 use realtime_support::Client;
 
 /// One fault at a time: they stop services every test here shares.
@@ -987,7 +987,7 @@ impl Load {
     async fn wait_acked(&self, n: usize) {
         let target = self.shared.acked() + n;
         let shared = self.shared.clone();
-        common::wait_for(&format!("{target} acks"), Duration::from_secs(60), || {
+        wait_for(&format!("{target} acks"), Duration::from_secs(60), || {
             let have = shared.acked();
             async move {
                 if have >= target {
@@ -1394,7 +1394,9 @@ async fn mariadb_stopped_60s_then_restarted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_kill_9_restarted_with_aof() {
     let _serial = SERIAL.lock().await;
-    let sys = System::start("redis-kill").await;
+    let mut sys = System::start("redis-kill").await;
+    // The chat list, whose hot copy lives in Redis.
+    sys.stack.start_pipeline("conversations").await;
     let mut redis = sys.redis().await;
     for (key, want) in [("appendonly", "yes"), ("appendfsync", "everysec")] {
         let (_, got): (String, String) = redis::cmd("CONFIG")
@@ -1407,8 +1409,16 @@ async fn redis_kill_9_restarted_with_aof() {
     }
     let load = sys.load(RATE);
     load.wait_acked(BEFORE).await;
+    wait_for("the member's chat list", Duration::from_secs(60), || {
+        member_lists_topic(&sys)
+    })
+    .await;
     {
         let mut redis = ServiceDown::kill("redis").await;
+        // Without Redis the list comes from MySQL.
+        member_lists_topic(&sys)
+            .await
+            .expect("the chat list while Redis is down");
         tokio::time::sleep(Duration::from_secs(3)).await;
         redis.start().await;
     }
@@ -1416,6 +1426,27 @@ async fn redis_kill_9_restarted_with_aof() {
     let mut report = sys.verify(&outcome, Expect::default()).await;
     report.failures.extend(outcome.failures());
     report.assert();
+}
+
+/// Ok when the member's `GET /v1/me/conversations` lists the test's topic.
+async fn member_lists_topic(sys: &System) -> Result<(), String> {
+    let resp = reqwest::Client::new()
+        .get(format!("http://{}/v1/me/conversations", sys.addr_a))
+        .bearer_auth(sys.stack.token(MEMBER, "list"))
+        .timeout(Duration::from_secs(15))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let body: serde_json::Value = resp.json().await.map_err(|e| e.to_string())?;
+    let listed = body["conversations"]
+        .as_array()
+        .is_some_and(|l| l.iter().any(|c| c["topic"] == serde_json::json!(sys.topic)));
+    if status == 200 && listed {
+        Ok(())
+    } else {
+        Err(format!("{status} {body}"))
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -392,11 +392,11 @@ async fn memberships(
     uid: i64,
 ) -> Result<Vec<Membership>, HotError> {
     let keys = UserKeys::new(tenant, uid);
-    let raw: HashMap<String, String> = redis::cmd("HGETALL")
+    let raw: Vec<(String, String)> = redis::cmd("HGETALL")
         .arg(keys.chats())
         .query_async(redis)
         .await?;
-    if raw.contains_key(COMPLETE) {
+    if raw.iter().any(|(field, _)| field == COMPLETE) {
         let mut cursors: HashMap<&str, &str> = HashMap::new();
         let mut out = Vec::with_capacity(raw.len() / 2);
         for (field, value) in &raw {
