@@ -394,6 +394,12 @@ pub struct LimitsConfig {
     pub delete_width: i64,
     /// Concurrent log scans of first sends to topics without a seq.
     pub reseed_scans: usize,
+    /// Sends one gateway process holds at once (admitted, not yet acked or
+    /// refused). Beyond it a send is refused at once, before any seq is
+    /// allocated: `{ctrl 503}` / HTTP 503 with `retry_after_ms` and
+    /// `Retry-After`, so a saturated system answers fast instead of
+    /// queueing acks for seconds. 0: no bound.
+    pub sends_in_flight: usize,
 }
 
 impl Default for LimitsConfig {
@@ -424,6 +430,7 @@ impl Default for LimitsConfig {
             dellog_per_user: 256,
             delete_width: 1_000,
             reseed_scans: 4,
+            sends_in_flight: 4_096,
         }
     }
 }

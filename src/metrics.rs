@@ -56,6 +56,9 @@ pub const PUSH_SENT_TOTAL: &str = "imstream_push_sent_total";
 /// Requests refused by a limit (rate buckets, login lockouts, connection
 /// and session caps), by `what`.
 pub const RATE_LIMITED_TOTAL: &str = "imstream_rate_limited_total";
+/// Sends admitted and not yet answered, per gateway process (bounded by
+/// `limits.sends_in_flight`; beyond it sends are refused as overloaded).
+pub const SEND_IN_FLIGHT: &str = "imstream_send_in_flight";
 
 /// The names of seed 000 §11, verbatim.
 pub const SEED_000: &[&str] = &[
@@ -106,6 +109,7 @@ pub const ALL: &[&str] = &[
     PUSH_TASKS_TOTAL,
     PUSH_SENT_TOTAL,
     RATE_LIMITED_TOTAL,
+    SEND_IN_FLIGHT,
 ];
 
 /// Registers descriptions so `/metrics` explains each series.
@@ -200,6 +204,10 @@ pub fn describe_all() {
     describe_counter!(
         RATE_LIMITED_TOTAL,
         "Requests refused by a limit (rate, login lockout, connections, sessions), by what"
+    );
+    describe_gauge!(
+        SEND_IN_FLIGHT,
+        "Sends admitted and not yet answered in this process (refused as overloaded beyond limits.sends_in_flight)"
     );
 }
 

@@ -737,3 +737,75 @@ async fn metrics_are_served_on_the_telemetry_port_only() {
         .unwrap();
     assert_eq!(health.status().as_u16(), 200);
 }
+
+/// Admission control: beyond `limits.sends_in_flight` sends held at once a
+/// send is refused at once (`503`, code `OVERLOADED`, `Retry-After`),
+/// before any seq is allocated; retried with the same client_msg_id, each
+/// goes through, and the history holds every message once with no hole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sends_beyond_the_in_flight_bound_are_refused_at_once_and_take_no_seq() {
+    const SENDS: usize = 100;
+    let stack = stack_with(|l| {
+        l.sends_in_flight = 2;
+        l.sends = BucketConfig::new(10_000, 1_000_000);
+    })
+    .await;
+    let gw = stack.gateway_addr(0);
+    let topic = "grpLimitInFlight";
+    stack.create_group(topic, OWNER, &[ALICE]).await;
+    let client = reqwest::Client::new();
+    let token = stack.token(ALICE, "web");
+    let send = |i: usize| {
+        let (client, token) = (client.clone(), token.clone());
+        async move {
+            let resp = client
+                .post(format!("http://{gw}/v1/groups/{topic}/messages"))
+                .bearer_auth(&token)
+                .json(
+                    &json!({"content": {"txt": format!("m{i}")}, "client_msg_id": format!("m{i}")}),
+                )
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            let retry_after = resp.headers().get("retry-after").cloned();
+            let body: Value = resp.json().await.unwrap_or(Value::Null);
+            (i, status, retry_after, body)
+        }
+    };
+    // The topic's first send sets up its seq (a re-seed); then the burst.
+    let (_, status, _, body) = send(SENDS).await;
+    assert_eq!(status, 202, "{body}");
+    let mut seqs = vec![body["seq"].as_i64().unwrap()];
+    let first = futures::future::join_all((0..SENDS).map(send)).await;
+    let mut refused = Vec::new();
+    for (i, status, retry_after, body) in first {
+        match status {
+            202 => seqs.push(body["seq"].as_i64().unwrap()),
+            503 => {
+                assert_eq!(body["params"]["code"], json!("OVERLOADED"), "{body}");
+                assert!(retry_after.is_some(), "Retry-After with {body}");
+                assert!(retry_after_ms(&body) > 0);
+                refused.push(i);
+            }
+            other => panic!("send {i}: {other} {body}"),
+        }
+    }
+    assert!(
+        !refused.is_empty(),
+        "{SENDS} sends at once beyond 2 in flight: some refused"
+    );
+    // Refused sends took no seq: the accepted ones are 1..=n already.
+    let mut accepted = seqs.clone();
+    accepted.sort();
+    assert_eq!(accepted, (1..=seqs.len() as i64).collect::<Vec<i64>>());
+    // One at a time, each retry is admitted.
+    for i in refused {
+        let (_, status, _, body) = send(i).await;
+        assert_eq!(status, 202, "retry of m{i}: {body}");
+        seqs.push(body["seq"].as_i64().unwrap());
+    }
+    seqs.sort();
+    assert_eq!(seqs, (1..=SENDS as i64 + 1).collect::<Vec<i64>>());
+    realtime_support::wait_stored(&stack.pool(), topic, SENDS as i64 + 1).await;
+}

@@ -21,6 +21,7 @@ pub use reseed::{
 };
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -103,7 +104,14 @@ pub enum SendError {
     /// Nothing was sent; the client may retry (with the same client_mid).
     #[error("temporarily unavailable: {0}")]
     Retryable(String),
+    /// This process already holds `limits.sends_in_flight` sends: refused
+    /// before anything was allocated; retry after a moment.
+    #[error("overloaded: too many sends in flight")]
+    Overloaded,
 }
+
+/// How long a client refused as overloaded is asked to wait.
+pub const OVERLOADED_RETRY_MS: u64 = 1_000;
 
 impl SendError {
     fn retry(why: impl std::fmt::Display) -> Self {
@@ -116,6 +124,32 @@ impl SendError {
 pub struct Allocation {
     started: Instant,
     result: Result<Allocated, SendError>,
+    /// Held from admission to the answer (or until dropped).
+    _admitted: Option<Admitted>,
+}
+
+/// One admitted send, counted in the process's in-flight sends.
+#[derive(Debug)]
+struct Admitted(Arc<AtomicUsize>);
+
+impl Admitted {
+    /// A place among `limit` in-flight sends (0: no bound), if one is free.
+    fn take(in_flight: &Arc<AtomicUsize>, limit: usize) -> Option<Admitted> {
+        let now = in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+        let admitted = Admitted(in_flight.clone());
+        if limit > 0 && now > limit {
+            return None; // dropped: counted back out
+        }
+        metrics::gauge!(m::SEND_IN_FLIGHT).set(now as f64);
+        Some(admitted)
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let now = self.0.fetch_sub(1, Ordering::AcqRel) - 1;
+        metrics::gauge!(m::SEND_IN_FLIGHT).set(now as f64);
+    }
 }
 
 #[derive(Debug)]
@@ -235,6 +269,8 @@ struct Inner {
     node: String,
     active_months: Mutex<HashMap<String, (ShardMonth, Instant)>>,
     reseeds: reseed::Reseeds,
+    /// Sends admitted and not yet answered (see `limits.sends_in_flight`).
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Sender {
@@ -256,6 +292,7 @@ impl Sender {
                 node,
                 active_months: Mutex::new(HashMap::new()),
                 reseeds: reseed::Reseeds::default(),
+                in_flight: Arc::new(AtomicUsize::new(0)),
             }),
         }
     }
@@ -286,10 +323,26 @@ impl Sender {
     /// call, in arrival order). A session allocates its messages one after
     /// another and lets the produce-and-ack halves ([`commit`](Self::commit))
     /// overlap, so the broker's latency does not limit one connection's rate.
+    ///
+    /// Refused as [`SendError::Overloaded`] at once, before any check or
+    /// allocation, while the process already holds
+    /// `limits.sends_in_flight` sends.
     pub async fn allocate(&self, req: &SendRequest) -> Allocation {
         let started = Instant::now();
+        let limit = self.inner.config.limits.sends_in_flight;
+        let Some(admitted) = Admitted::take(&self.inner.in_flight, limit) else {
+            return Allocation {
+                started,
+                result: Err(SendError::Overloaded),
+                _admitted: None,
+            };
+        };
         let result = self.send_inner(req).await;
-        Allocation { started, result }
+        Allocation {
+            started,
+            result,
+            _admitted: Some(admitted),
+        }
     }
 
     /// The second half: produce the allocated message and wait for the ack.
@@ -298,7 +351,11 @@ impl Sender {
         req: &SendRequest,
         allocation: Allocation,
     ) -> Result<Sent, SendError> {
-        let Allocation { started, result } = allocation;
+        let Allocation {
+            started,
+            result,
+            _admitted,
+        } = allocation;
         let mut reproduced = false;
         let result = match result {
             Ok(Allocated::Produce {
@@ -319,6 +376,7 @@ impl Sender {
             Ok(_) if reproduced => "reproduced",
             Ok(_) => "ok",
             Err(SendError::Retryable(_)) => "retryable",
+            Err(SendError::Overloaded) => "overloaded",
             Err(_) => "refused",
         };
         metrics::counter!(m::SEND_TOTAL, "outcome" => outcome).increment(1);

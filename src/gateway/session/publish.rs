@@ -163,5 +163,14 @@ pub fn send_error_reply(e: &SendError) -> (u16, String, Option<Value>) {
             "service unavailable, retry".into(),
             Some(json!({"retry": true, "request_id": crate::gateway::log_internal(why)})),
         ),
+        SendError::Overloaded => (
+            503,
+            "overloaded, retry".into(),
+            Some(json!({
+                "retry": true,
+                "code": "OVERLOADED",
+                "retry_after_ms": crate::send::OVERLOADED_RETRY_MS,
+            })),
+        ),
     }
 }
