@@ -24,6 +24,7 @@
 //! - [`groups`] — group facts (members, roles, mutes) in MySQL and their Redis cache.
 //! - [`governance`] — who may govern a group and the events each action becomes.
 //! - [`conversations`] — the chat list read model: conversations, unread counts, profiles, member lists.
+//! - [`stats`] — admin statistics: daily summaries per topic (messages, edits, recalls, deletes, senders).
 //! - [`users`] — password logins (`basic`): the logins table, Argon2id hashes.
 //! - [`relations`] — friends and blocks between users, cached for the one-to-one send path.
 //! - [`pipeline`] — the consumer-group runner and the projector pipelines.
@@ -62,6 +63,7 @@ pub mod send;
 pub mod session_control;
 pub mod shutdown;
 pub mod snowflake;
+pub mod stats;
 pub mod store;
 pub mod telemetry;
 pub mod tenant;

@@ -588,12 +588,20 @@ async fn a_ten_thousand_member_group_under_concurrent_senders_gets_unique_seqs_s
     let members: Vec<i64> = (2..=10_000).collect();
     stack.create_group(topic, 1, &members).await;
     let pool = stack.pool();
-    let count: i64 = sqlx::query_scalar("SELECT member_count FROM im_groups WHERE topic = ?")
-        .bind(topic)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(count, 10_000);
+    // The count follows the member rows in its own statement.
+    wait_for("member_count 10,000", Duration::from_secs(30), || async {
+        let count: i64 = sqlx::query_scalar("SELECT member_count FROM im_groups WHERE topic = ?")
+            .bind(topic)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if count == 10_000 {
+            Ok(())
+        } else {
+            Err(format!("member_count {count}"))
+        }
+    })
+    .await;
 
     let addr = stack.gateway_addr(0);
     let client = reqwest::Client::new();

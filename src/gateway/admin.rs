@@ -1,7 +1,8 @@
 //! Admin endpoints that produce session-control events (seed 002 §5):
 //! revoke a device, sign a user out everywhere, disable / enable a user;
-//! and `POST /v1/admin/commands`, which puts an admin command (seed 002
-//! §7.2) on the commands topic for the command pipeline.
+//! `POST /v1/admin/commands`, which puts an admin command (seed 002 §7.2)
+//! on the commands topic for the command pipeline; and `GET
+//! /v1/admin/stats`, the summaries of [`crate::stats`].
 //! Bearer: `auth.admin_token` (operator `admin`) or one of
 //! `auth.admin_tokens` (operator: its name; a token with a tenant acts on
 //! that tenant only, 403 elsewhere); `?tenant=` names the tenant. The
@@ -336,6 +337,79 @@ pub async fn submit_command(
             Json(json!({"command_id": command.command_id})),
         )
             .into_response(),
+        Err(e) => super::http::unavailable(e).into_response(),
+    }
+}
+
+/// Longest range `GET /v1/admin/stats` reads, in days.
+const STATS_MAX_DAYS: i64 = 366;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatsParams {
+    pub tenant: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub topic: Option<String>,
+}
+
+/// `GET /v1/admin/stats?tenant=&from=YYYY-MM-DD&to=YYYY-MM-DD&topic=`: the
+/// tenant's counts per UTC day and month (messages, edits, recalls,
+/// deletes, active senders) from the summary tables only. Defaults: the
+/// 30 days up to today; at most 366 days.
+pub async fn stats(
+    State(gw): State<Arc<Gateway>>,
+    params: Result<Query<StatsParams>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let Query(p) = match params {
+        Ok(p) => p,
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, &format!("malformed: {e}")),
+    };
+    if let Err(refused) = admit(&gw, &headers, &p.tenant) {
+        return refused;
+    }
+    let day = |text: &Option<String>, name: &str| match text {
+        None => Ok(None),
+        Some(t) => chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d")
+            .map(Some)
+            .map_err(|_| format!("malformed: {name} is a date, YYYY-MM-DD")),
+    };
+    let (from, to) = match (day(&p.from, "from"), day(&p.to, "to")) {
+        (Ok(f), Ok(t)) => (f, t),
+        (Err(e), _) | (_, Err(e)) => return refuse(StatusCode::BAD_REQUEST, &e),
+    };
+    let to = to.unwrap_or_else(|| chrono::Utc::now().date_naive());
+    let from = from.unwrap_or(to - chrono::Duration::days(29));
+    if from > to {
+        return refuse(StatusCode::BAD_REQUEST, "malformed: from is after to");
+    }
+    if (to - from).num_days() + 1 > STATS_MAX_DAYS {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            &format!("a report spans at most {STATS_MAX_DAYS} days"),
+        );
+    }
+    if p.topic
+        .as_ref()
+        .is_some_and(|t| t.is_empty() || t.len() > 64)
+    {
+        return refuse(StatusCode::BAD_REQUEST, "malformed: topic");
+    }
+    let Ok(pool) = gw.sender.pools().get(&p.tenant) else {
+        return refuse(StatusCode::NOT_FOUND, "unknown tenant");
+    };
+    match crate::stats::report(pool, from, to, p.topic.as_deref()).await {
+        Ok(r) => Json(json!({
+            "tenant": p.tenant,
+            "from": from.to_string(),
+            "to": to.to_string(),
+            "topic": p.topic,
+            "days": r.days,
+            "months": r.months,
+            "total": r.total,
+        }))
+        .into_response(),
         Err(e) => super::http::unavailable(e).into_response(),
     }
 }

@@ -166,6 +166,7 @@ pub async fn start(
         .route("/v1/admin/users/{uid}/disable", post(admin::disable_user))
         .route("/v1/admin/users/{uid}/enable", post(admin::enable_user))
         .route("/v1/admin/commands", post(admin::submit_command))
+        .route("/v1/admin/stats", get(admin::stats))
         .route("/v1/admin/notifications", post(relations::notify))
         .route("/v1/admin/badges", post(relations::badge))
         .route("/v1/friends/requests", post(relations::request_friend))

@@ -17,6 +17,7 @@ pub mod pushsend;
 pub mod receipts;
 pub mod relations;
 pub mod runner;
+pub mod stats;
 pub mod store;
 pub mod topology;
 
@@ -45,6 +46,7 @@ pub const PIPELINES: &[&str] = &[
     "push",
     "pushsend",
     "conversations",
+    "stats",
 ];
 
 /// Loads `topologies/<name>.toml` (from the configured directory, else the
@@ -205,6 +207,7 @@ pub async fn with_handler<W: WithHandler>(
             )
             .await
         }
+        "stats" => then.with(stats::StatsHandler::new(codec, pools)).await,
         "pushsend" => {
             let sender = pushsend::PushSender::from_config(&config.push)?;
             then.with(pushsend::PushSendHandler::new(codec, redis, sender))

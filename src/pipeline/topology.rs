@@ -110,6 +110,7 @@ impl Topology {
             "push" => include_str!("../../topologies/push.toml"),
             "pushsend" => include_str!("../../topologies/pushsend.toml"),
             "conversations" => include_str!("../../topologies/conversations.toml"),
+            "stats" => include_str!("../../topologies/stats.toml"),
             _ => return None,
         };
         Self::parse(text, &format!("topologies/{name}.toml")).ok()

@@ -21,7 +21,7 @@
 //! it replaces (reset: as it was before; into: the live one).
 //!
 //! Only projections are replayable (`store`, `hot`, `members`,
-//! `receipts`, `relations`, `conversations`); pipelines that talk to users or produce
+//! `receipts`, `relations`, `conversations`, `stats`); pipelines that talk to users or produce
 //! (`fanout`, `control`, `commands`, `notify`, `push`, `pushsend`) are
 //! refused.
 
@@ -52,11 +52,13 @@ pub const REPLAYABLE: &[&str] = &[
     "receipts",
     "relations",
     "conversations",
+    "stats",
 ];
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
-    /// Pipeline to rebuild: store, hot, members or receipts.
+    /// Pipeline to rebuild: store, hot, members, receipts, relations,
+    /// conversations or stats.
     pub pipeline: String,
     /// Where to start: `earliest`, or a time (RFC 3339 or epoch ms) looked
     /// up per partition with offsets_for_times.
@@ -373,7 +375,7 @@ async fn snapshot(
     tenants: &[String],
 ) -> anyhow::Result<Vec<Part>> {
     let mut out = Vec::new();
-    if !matches!(pipeline, "store" | "hot" | "conversations") {
+    if !matches!(pipeline, "store" | "hot" | "conversations" | "stats") {
         return Ok(out);
     }
     let mut redis = crate::redis_util::connect(&config.redis.url).await?;
@@ -391,6 +393,18 @@ async fn snapshot(
             .ok_or_else(|| anyhow::anyhow!("unknown tenant {tenant:?}"))?
             .database;
         let pool = crate::tenant::database_pool(&config.mysql, db)?;
+        if pipeline == "stats" {
+            let days = match projection::stats_days(&pool).await {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(%tenant, error = %e, "stats unreadable; treated as empty");
+                    BTreeMap::new()
+                }
+            };
+            pool.close().await;
+            out.push((tenant.clone(), "stats", days));
+            continue;
+        }
         if pipeline == "conversations" {
             let lists = match projection::conversation_lists(&pool).await {
                 Ok(l) => l,

@@ -74,6 +74,23 @@ pub async fn conversation_lists(pool: &MySqlPool) -> sqlx::Result<BTreeMap<Strin
     Ok(digests.finish())
 }
 
+/// The admin statistics (the stats projection): one summary per topic, one
+/// row per UTC day with its counts, seq sets and number of senders.
+pub async fn stats_days(pool: &MySqlPool) -> sqlx::Result<BTreeMap<String, Summary>> {
+    let mut digests = Digests::default();
+    let mut rows = sqlx::query(
+        "SELECT d.topic, TO_DAYS(d.day), CONCAT_WS('|', d.messages, d.edits, d.recalls, d.deletes,            d.message_seqs, d.edit_seqs, d.recall_seqs, d.delete_seqs,            (SELECT COUNT(*) FROM im_stats_senders s WHERE s.day = d.day AND s.topic = d.topic))          FROM im_stats_daily d ORDER BY d.topic, d.day",
+    )
+    .fetch(pool);
+    while let Some(r) = rows.try_next().await? {
+        let topic: String = r.try_get(0)?;
+        let day: i64 = r.try_get(1)?;
+        let content: String = r.try_get(2)?;
+        digests.add_row(&topic, day, 0, Some(&content), "stats", 0);
+    }
+    Ok(digests.finish())
+}
+
 /// Feeds one `topic, seqid, from_user, content, status, version` row.
 pub fn add_row(digests: &mut Digests, r: &sqlx::mysql::MySqlRow) -> sqlx::Result<()> {
     let topic: String = r.try_get(0)?;
