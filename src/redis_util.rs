@@ -24,6 +24,30 @@ pub async fn connect(url: &str) -> redis::RedisResult<ConnectionManager> {
     ConnectionManager::new_with_config(client, config).await
 }
 
+/// Every key matching `pattern` (SCAN, never KEYS), in no order.
+pub async fn scan_keys(
+    redis: &mut ConnectionManager,
+    pattern: &str,
+) -> redis::RedisResult<Vec<String>> {
+    let mut cursor: u64 = 0;
+    let mut out = Vec::new();
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(redis)
+            .await?;
+        out.extend(keys);
+        if next == 0 {
+            return Ok(out);
+        }
+        cursor = next;
+    }
+}
+
 static ADVANCE_MONTH: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(include_str!("../lua/advance_month.lua")));
 static RELEASE_LOCK: std::sync::LazyLock<Script> =

@@ -599,45 +599,44 @@ async fn group_profiles_from_mysql(
     pool: &MySqlPool,
     topics: &[&str],
 ) -> sqlx::Result<HashMap<String, CachedProfile>> {
-    let mut out = HashMap::new();
-    for chunk in topics.chunks(500) {
-        let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
-            "SELECT topic, name, photo, description, \
-               CAST(UNIX_TIMESTAMP(updated_at) * 1000 AS SIGNED) FROM im_groups WHERE topic IN (",
-        );
-        let mut sep = q.separated(", ");
-        for t in chunk {
-            sep.push_bind(*t);
-        }
-        q.push(")");
-        for r in q.build().fetch_all(pool).await? {
-            out.insert(
-                r.try_get(0)?,
-                CachedProfile {
-                    full_name: r.try_get(1)?,
-                    photo: r.try_get(2)?,
-                    note: r.try_get(3)?,
-                    updated_ms: r.try_get(4)?,
-                },
-            );
-        }
-    }
-    Ok(out)
+    profiles_from_mysql(
+        pool,
+        "SELECT topic, name, photo, description, \
+           CAST(UNIX_TIMESTAMP(updated_at) * 1000 AS SIGNED) FROM im_groups WHERE topic IN (",
+        topics,
+    )
+    .await
 }
 
 async fn user_profiles_from_mysql(
     pool: &MySqlPool,
     uids: &[i64],
 ) -> sqlx::Result<HashMap<i64, CachedProfile>> {
+    profiles_from_mysql(
+        pool,
+        "SELECT uid, full_name, photo, note, \
+           CAST(UNIX_TIMESTAMP(updated_at) * 1000 AS SIGNED) FROM im_user_profiles WHERE uid IN (",
+        uids,
+    )
+    .await
+}
+
+/// `key, name, photo, note, updated_ms` rows of `select … IN (` for `keys`.
+async fn profiles_from_mysql<'k, K, Out>(
+    pool: &MySqlPool,
+    select: &str,
+    keys: &'k [K],
+) -> sqlx::Result<HashMap<Out, CachedProfile>>
+where
+    K: sqlx::Encode<'k, sqlx::MySql> + sqlx::Type<sqlx::MySql> + Copy + Send + Sync + 'k,
+    Out: for<'r> sqlx::Decode<'r, sqlx::MySql> + sqlx::Type<sqlx::MySql> + Eq + std::hash::Hash,
+{
     let mut out = HashMap::new();
-    for chunk in uids.chunks(500) {
-        let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
-            "SELECT uid, full_name, photo, note, \
-               CAST(UNIX_TIMESTAMP(updated_at) * 1000 AS SIGNED) FROM im_user_profiles WHERE uid IN (",
-        );
+    for chunk in keys.chunks(500) {
+        let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(select);
         let mut sep = q.separated(", ");
-        for u in chunk {
-            sep.push_bind(*u);
+        for k in chunk {
+            sep.push_bind(*k);
         }
         q.push(")");
         for r in q.build().fetch_all(pool).await? {
@@ -836,24 +835,10 @@ pub async fn drop_all(redis: &mut ConnectionManager, tenant: &str) -> redis::Red
         format!("im:{{{tenant}:*}}:chat"),
         format!("im:{{{tenant}:*}}:profile"),
     ] {
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(redis)
-                .await?;
-            if !keys.is_empty() {
-                let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(redis).await?;
-                dropped += n;
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
+        let keys = crate::redis_util::scan_keys(redis, &pattern).await?;
+        for chunk in keys.chunks(1000) {
+            let n: u64 = redis::cmd("UNLINK").arg(chunk).query_async(redis).await?;
+            dropped += n;
         }
     }
     Ok(dropped)

@@ -117,27 +117,12 @@ async fn topics_with(
     let prefix = format!("im:{{{tenant}:");
     let end = format!("}}:{suffix}");
     let pattern = format!("{prefix}*{end}");
-    let mut cursor: u64 = 0;
-    let mut out = Vec::new();
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(redis)
-            .await?;
-        for k in keys {
-            if let Some(topic) = k.strip_prefix(&prefix).and_then(|r| r.strip_suffix(&end)) {
-                out.push(topic.to_string());
-            }
-        }
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
+    let mut out: Vec<String> = crate::redis_util::scan_keys(redis, &pattern)
+        .await?
+        .iter()
+        .filter_map(|k| k.strip_prefix(&prefix).and_then(|r| r.strip_suffix(&end)))
+        .map(str::to_string)
+        .collect();
     out.sort();
     out.dedup();
     Ok(out)
