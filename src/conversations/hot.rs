@@ -523,28 +523,44 @@ async fn topic_states_from_mysql(
     pool: &MySqlPool,
     topics: &[&str],
 ) -> sqlx::Result<HashMap<String, TopicState>> {
-    let mut out = HashMap::new();
-    for chunk in topics.chunks(500) {
-        let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
-            "SELECT topic, last_seq, touched_ms, last_from, preview \
-             FROM im_conversation_topics WHERE topic IN (",
-        );
+    let rows = select_in(
+        pool,
+        "SELECT topic, last_seq, touched_ms, last_from, preview \
+         FROM im_conversation_topics WHERE topic IN (",
+        topics,
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let state = TopicState {
+                seq: r.try_get(1)?,
+                touched_ms: r.try_get(2)?,
+                from: r.try_get(3)?,
+                preview: r.try_get(4)?,
+            };
+            Ok((r.try_get(0)?, state))
+        })
+        .collect()
+}
+
+/// The rows of `select … IN (` for `keys`, 500 keys per query.
+async fn select_in<'k, K>(
+    pool: &MySqlPool,
+    select: &str,
+    keys: &'k [K],
+) -> sqlx::Result<Vec<sqlx::mysql::MySqlRow>>
+where
+    K: sqlx::Encode<'k, sqlx::MySql> + sqlx::Type<sqlx::MySql> + Copy + Send + Sync + 'k,
+{
+    let mut out = Vec::new();
+    for chunk in keys.chunks(500) {
+        let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(select);
         let mut sep = q.separated(", ");
-        for t in chunk {
-            sep.push_bind(*t);
+        for k in chunk {
+            sep.push_bind(*k);
         }
         q.push(")");
-        for r in q.build().fetch_all(pool).await? {
-            out.insert(
-                r.try_get(0)?,
-                TopicState {
-                    seq: r.try_get(1)?,
-                    touched_ms: r.try_get(2)?,
-                    from: r.try_get(3)?,
-                    preview: r.try_get(4)?,
-                },
-            );
-        }
+        out.extend(q.build().fetch_all(pool).await?);
     }
     Ok(out)
 }
@@ -631,27 +647,19 @@ where
     K: sqlx::Encode<'k, sqlx::MySql> + sqlx::Type<sqlx::MySql> + Copy + Send + Sync + 'k,
     Out: for<'r> sqlx::Decode<'r, sqlx::MySql> + sqlx::Type<sqlx::MySql> + Eq + std::hash::Hash,
 {
-    let mut out = HashMap::new();
-    for chunk in keys.chunks(500) {
-        let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(select);
-        let mut sep = q.separated(", ");
-        for k in chunk {
-            sep.push_bind(*k);
-        }
-        q.push(")");
-        for r in q.build().fetch_all(pool).await? {
-            out.insert(
-                r.try_get(0)?,
-                CachedProfile {
-                    full_name: r.try_get(1)?,
-                    photo: r.try_get(2)?,
-                    note: r.try_get(3)?,
-                    updated_ms: r.try_get(4)?,
-                },
-            );
-        }
-    }
-    Ok(out)
+    select_in(pool, select, keys)
+        .await?
+        .iter()
+        .map(|r| {
+            let profile = CachedProfile {
+                full_name: r.try_get(1)?,
+                photo: r.try_get(2)?,
+                note: r.try_get(3)?,
+                updated_ms: r.try_get(4)?,
+            };
+            Ok((r.try_get(0)?, profile))
+        })
+        .collect()
 }
 
 /// Unread counts of the page: the reader's deleted ranges of each topic
