@@ -506,17 +506,26 @@ async fn fill_states(
         // A topic the projection has no row of yet is cached as seq 0: the
         // pipeline's first write replaces it.
         let s = found.remove(&m.topic).unwrap_or_default();
-        pipe.cmd("SET")
-            .arg(TopicKeys::new(tenant, &m.topic).chat())
-            .arg(s.encode())
-            .arg("NX")
-            .arg("EX")
-            .arg(TTL_SECS)
-            .ignore();
+        cache_nx(
+            &mut pipe,
+            &TopicKeys::new(tenant, &m.topic).chat(),
+            &s.encode(),
+        );
         *state = Some(s);
     }
     let _: () = pipe.query_async(redis).await?;
     Ok(())
+}
+
+/// Adds to `pipe` a fill of `key` that never replaces a pipeline's write.
+fn cache_nx(pipe: &mut redis::Pipeline, key: &str, value: &str) {
+    pipe.cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("EX")
+        .arg(TTL_SECS)
+        .ignore();
 }
 
 async fn topic_states_from_mysql(
@@ -598,13 +607,7 @@ async fn fill_profiles(
             Kind::P2p => by_user.remove(&m.peer),
         }
         .unwrap_or_default();
-        pipe.cmd("SET")
-            .arg(m.profile_key(tenant))
-            .arg(p.encode())
-            .arg("NX")
-            .arg("EX")
-            .arg(TTL_SECS)
-            .ignore();
+        cache_nx(&mut pipe, &m.profile_key(tenant), &p.encode());
         *profile = Some(p);
     }
     let _: () = pipe.query_async(redis).await?;

@@ -393,40 +393,35 @@ async fn snapshot(
             .ok_or_else(|| anyhow::anyhow!("unknown tenant {tenant:?}"))?
             .database;
         let pool = crate::tenant::database_pool(&config.mysql, db)?;
-        if pipeline == "stats" {
-            let days = match projection::stats_days(&pool).await {
-                Ok(d) => d,
-                Err(e) => {
-                    tracing::warn!(%tenant, error = %e, "stats unreadable; treated as empty");
-                    BTreeMap::new()
-                }
-            };
-            pool.close().await;
-            out.push((tenant.clone(), "stats", days));
-            continue;
-        }
-        if pipeline == "conversations" {
-            let lists = match projection::conversation_lists(&pool).await {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::warn!(%tenant, error = %e, "conversation lists unreadable; treated as empty");
-                    BTreeMap::new()
-                }
-            };
-            pool.close().await;
-            out.push((tenant.clone(), "conversations", lists));
-            continue;
-        }
-        let tables = match projection::month_tables(&pool).await {
-            Ok(t) => t,
-            // A dropped database or catalog: nothing to compare against.
-            Err(e) => {
-                tracing::warn!(%tenant, error = %e, "month tables unreadable; treated as empty");
+        // A dropped database or table: nothing to compare against.
+        let or_empty = |read: sqlx::Result<BTreeMap<String, Summary>>, what: &str| {
+            read.unwrap_or_else(|e| {
+                tracing::warn!(%tenant, error = %e, "{what} unreadable; treated as empty");
                 BTreeMap::new()
-            }
+            })
+        };
+        let (part, summaries) = match pipeline {
+            "stats" => (
+                "stats",
+                or_empty(projection::stats_days(&pool).await, "stats"),
+            ),
+            "conversations" => (
+                "conversations",
+                or_empty(
+                    projection::conversation_lists(&pool).await,
+                    "conversation lists",
+                ),
+            ),
+            _ => (
+                "month_tables",
+                or_empty(projection::month_tables(&pool).await, "month tables"),
+            ),
         };
         pool.close().await;
-        out.push((tenant.clone(), "month_tables", tables));
+        out.push((tenant.clone(), part, summaries));
+        if pipeline != "store" {
+            continue;
+        }
         out.push((
             tenant.clone(),
             "routes",
