@@ -637,13 +637,27 @@ async fn the_hot_copy_serves_what_mysql_holds_and_comes_back_after_redis_loss() 
     // does not show …
     let mut redis = stack.redis().await;
     let tenant = stack.tenant().to_string();
-    let exists: i64 = redis::cmd("EXISTS")
-        .arg(UserKeys::new(&tenant, B).chats())
-        .arg(TopicKeys::new(&tenant, TOPIC).chat())
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    assert_eq!(exists, 2, "B's list and the topic's state are in Redis");
+    // A read fills the copy unless a change was still being projected
+    // (a late membership event drops it again): read until it stays.
+    wait_for(
+        "B's list and the topic's state in Redis",
+        Duration::from_secs(30),
+        || async {
+            hot_matches(&stack, &deletes, B, |_| true).await?;
+            let exists: i64 = redis::cmd("EXISTS")
+                .arg(UserKeys::new(&tenant, B).chats())
+                .arg(TopicKeys::new(&tenant, TOPIC).chat())
+                .query_async(&mut stack.redis().await)
+                .await
+                .unwrap();
+            if exists == 2 {
+                Ok(())
+            } else {
+                Err(format!("{exists} of 2 keys"))
+            }
+        },
+    )
+    .await;
     let pool = stack.pool();
     sqlx::query("UPDATE im_conversation_topics SET preview = 'only in MySQL' WHERE topic = ?")
         .bind(TOPIC)
