@@ -345,6 +345,11 @@ pub struct LimitsConfig {
     pub group_creates: BucketConfig,
     /// `POST /v1/friends/requests` per user.
     pub friend_requests: BucketConfig,
+    /// `POST …/messages/{seq}/report` per user.
+    pub reports: BucketConfig,
+    /// Favorites one user may keep (`PUT /v1/me/favorites/…` beyond it is
+    /// refused with 409).
+    pub favorites_per_user: usize,
     /// Failed logins per login name (`basic`) allowed before a lockout;
     /// each further failure doubles the lockout.
     pub login_failures: u32,
@@ -411,6 +416,8 @@ impl Default for LimitsConfig {
             searches: BucketConfig::new(10, 60),
             group_creates: BucketConfig::new(5, 30),
             friend_requests: BucketConfig::new(10, 60),
+            reports: BucketConfig::new(10, 60),
+            favorites_per_user: 5_000,
             login_failures: 5,
             login_address_failures: 20,
             exempt_loopback: true,

@@ -24,6 +24,7 @@
 //! - [`groups`] — group facts (members, roles, mutes) in MySQL and their Redis cache.
 //! - [`governance`] — who may govern a group and the events each action becomes.
 //! - [`conversations`] — the chat list read model: conversations, unread counts, profiles, member lists.
+//! - [`references`] — reports, favorites and a conversation's files: `(topic, seq)` references resolved when read.
 //! - [`stats`] — admin statistics: daily summaries per topic (messages, edits, recalls, deletes, senders).
 //! - [`users`] — password logins (`basic`): the logins table, Argon2id hashes.
 //! - [`relations`] — friends and blocks between users, cached for the one-to-one send path.
@@ -56,6 +57,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod realtime;
 pub mod redis_util;
+pub mod references;
 pub mod registry;
 pub mod relations;
 pub mod replay;

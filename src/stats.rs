@@ -107,6 +107,8 @@ pub struct Counts {
     pub recalls: i64,
     pub deletes: i64,
     pub active_senders: i64,
+    /// Reports of messages to the moderators, by the day they were made.
+    pub reports: i64,
 }
 
 impl Counts {
@@ -158,7 +160,7 @@ pub async fn report(
             edits: r.try_get(2)?,
             recalls: r.try_get(3)?,
             deletes: r.try_get(4)?,
-            active_senders: 0,
+            ..Counts::default()
         };
         out.months
             .entry(day.format("%Y-%m").to_string())
@@ -200,6 +202,25 @@ pub async fn report(
         q = q.bind(t);
     }
     out.total.active_senders = q.fetch_one(pool).await?;
+    // Reports: the moderation queue holds one row per report; counted by
+    // its creation time, never from the month tables.
+    let sql = format!(
+        "SELECT DATE_FORMAT(created_at, '%Y-%m-%d'), COUNT(*) FROM im_message_reports \
+         WHERE created_at >= ? AND created_at < ?{topic_filter} GROUP BY 1"
+    );
+    let end = to.succ_opt().unwrap_or(to);
+    let mut q = sqlx::query(&sql)
+        .bind(from.and_time(chrono::NaiveTime::MIN))
+        .bind(end.and_time(chrono::NaiveTime::MIN));
+    if let Some(t) = topic {
+        q = q.bind(t);
+    }
+    for r in q.fetch_all(pool).await? {
+        let (day, n): (String, i64) = (r.try_get(0)?, r.try_get(1)?);
+        out.months.entry(day[..7].to_string()).or_default().reports += n;
+        out.days.entry(day).or_default().reports = n;
+        out.total.reports += n;
+    }
     Ok(out)
 }
 

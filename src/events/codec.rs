@@ -314,6 +314,22 @@ mod tests {
             "GroupCreated",
             "GroupDissolved",
             "GroupProfileChanged",
+            "MessageReported",
+            "MessageReportResolved",
+        ]);
+        assert_branches_match::<UserEvent>(&[
+            "FriendRequestCreated",
+            "FriendRequestAccepted",
+            "FriendAdded",
+            "FriendRemoved",
+            "UserBlocked",
+            "UserUnblocked",
+            "SystemNotification",
+            "BadgeRefresh",
+            "PushSettingsChanged",
+            "ProfileChanged",
+            "FavoriteAdded",
+            "FavoriteRemoved",
         ]);
         assert_branches_match::<ReceiptEvent>(&["ReadReceipt", "RecvReceipt"]);
         assert_branches_match::<SessionControlEvent>(&[

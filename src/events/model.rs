@@ -52,6 +52,8 @@ pub enum GroupEventBody {
     GroupCreated(GroupCreated),
     GroupDissolved(GroupDissolved),
     GroupProfileChanged(GroupProfileChanged),
+    MessageReported(MessageReported),
+    MessageReportResolved(MessageReportResolved),
 }
 
 impl GroupEventBody {
@@ -70,6 +72,8 @@ impl GroupEventBody {
             GroupEventBody::GroupCreated(_) => "GroupCreated",
             GroupEventBody::GroupDissolved(_) => "GroupDissolved",
             GroupEventBody::GroupProfileChanged(_) => "GroupProfileChanged",
+            GroupEventBody::MessageReported(_) => "MessageReported",
+            GroupEventBody::MessageReportResolved(_) => "MessageReportResolved",
         }
     }
 }
@@ -256,6 +260,24 @@ pub struct GroupProfileChanged {
     pub photo: Option<String>,
     #[serde(default)]
     pub description: Option<String>,
+}
+
+/// A member reported message `seq` to the tenant's moderators (the
+/// reporter is the envelope's actor). Private: never delivered to members.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageReported {
+    pub report_id: String,
+    pub seq: i64,
+    pub reason: String,
+}
+
+/// An operator closed a report: `dismissed` or `actioned`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageReportResolved {
+    pub report_id: String,
+    pub resolution: String,
+    #[serde(default)]
+    pub note: String,
 }
 
 // ---------------------------------------------------------------- receipts
@@ -478,6 +500,8 @@ pub enum UserEventBody {
     BadgeRefresh(BadgeRefresh),
     PushSettingsChanged(PushSettingsChanged),
     ProfileChanged(ProfileChanged),
+    FavoriteAdded(FavoriteRef),
+    FavoriteRemoved(FavoriteRef),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -537,6 +561,13 @@ pub struct ProfileChanged {
     pub note: Option<String>,
 }
 
+/// A message of a conversation, saved by reference only: `(topic, seq)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FavoriteRef {
+    pub topic: String,
+    pub seq: i64,
+}
+
 impl UserEventBody {
     pub fn name(&self) -> &'static str {
         match self {
@@ -550,6 +581,8 @@ impl UserEventBody {
             UserEventBody::BadgeRefresh(_) => "BadgeRefresh",
             UserEventBody::PushSettingsChanged(_) => "PushSettingsChanged",
             UserEventBody::ProfileChanged(_) => "ProfileChanged",
+            UserEventBody::FavoriteAdded(_) => "FavoriteAdded",
+            UserEventBody::FavoriteRemoved(_) => "FavoriteRemoved",
         }
     }
 }

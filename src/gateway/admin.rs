@@ -72,23 +72,28 @@ pub fn operator(gw: &Gateway, headers: &HeaderMap) -> Option<Operator> {
 
 /// The operator of a call on `tenant`: 401 without a valid admin token,
 /// 403 with a token of another tenant, 404 for a tenant not configured.
-fn admit(gw: &Gateway, headers: &HeaderMap, tenant: &str) -> Result<Operator, Response> {
+pub(super) fn check_admin(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    tenant: &str,
+) -> Result<Operator, (StatusCode, &'static str)> {
     let Some(op) = operator(gw, headers) else {
-        return Err(refuse(
-            StatusCode::UNAUTHORIZED,
-            "admin authentication required",
-        ));
+        return Err((StatusCode::UNAUTHORIZED, "admin authentication required"));
     };
     if op.tenant.as_deref().is_some_and(|t| t != tenant) {
-        return Err(refuse(
+        return Err((
             StatusCode::FORBIDDEN,
             "this admin token is for another tenant",
         ));
     }
     if gw.config.tenant(tenant).is_none() {
-        return Err(refuse(StatusCode::NOT_FOUND, "unknown tenant"));
+        return Err((StatusCode::NOT_FOUND, "unknown tenant"));
     }
     Ok(op)
+}
+
+fn admit(gw: &Gateway, headers: &HeaderMap, tenant: &str) -> Result<Operator, Response> {
+    check_admin(gw, headers, tenant).map_err(|(code, text)| refuse(code, text))
 }
 
 async fn produce(

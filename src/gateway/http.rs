@@ -326,7 +326,11 @@ pub(super) fn refused(r: super::reads::Refusal) -> ApiError {
     error(r.0, r.1)
 }
 
-async fn reader(gw: &Gateway, headers: &HeaderMap, topic: &str) -> Result<Claims, ApiError> {
+pub(super) async fn reader(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    topic: &str,
+) -> Result<Claims, ApiError> {
     let claims = authenticate(gw, headers).await?;
     super::reads::ensure_member(gw, &claims.ten, topic, claims.uid)
         .await

@@ -25,6 +25,7 @@ pub enum Action {
     Search,
     GroupCreate,
     FriendRequest,
+    Report,
 }
 
 impl Action {
@@ -36,6 +37,7 @@ impl Action {
             Action::Search => "search",
             Action::GroupCreate => "group_create",
             Action::FriendRequest => "friend_request",
+            Action::Report => "report",
         }
     }
 
@@ -47,6 +49,7 @@ impl Action {
             Action::Search => limits.searches,
             Action::GroupCreate => limits.group_creates,
             Action::FriendRequest => limits.friend_requests,
+            Action::Report => limits.reports,
         }
     }
 }

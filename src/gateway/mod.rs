@@ -16,6 +16,7 @@ pub mod limits;
 pub mod me_http;
 pub mod origin;
 pub mod reads;
+pub mod references;
 pub mod relations;
 mod server;
 pub mod session;
@@ -145,6 +146,21 @@ pub async fn start(
         .route(
             "/v1/groups/{topic}/messages/{seq}/context",
             get(http::message_context),
+        )
+        .route(
+            "/v1/groups/{topic}/messages/{seq}/report",
+            post(references::report),
+        )
+        .route("/v1/groups/{topic}/files", get(references::list_files))
+        .route("/v1/me/favorites", get(references::list_favorites))
+        .route(
+            "/v1/me/favorites/{topic}/{seq}",
+            put(references::add_favorite).delete(references::remove_favorite),
+        )
+        .route("/v1/admin/reports", get(references::list_reports))
+        .route(
+            "/v1/admin/reports/{report_id}/resolve",
+            post(references::resolve_report),
         )
         .route("/v1/groups/{topic}/search", get(http::search))
         .route(

@@ -438,6 +438,34 @@ impl History {
             .next())
     }
 
+    /// Message `seq` as stored, one taken back included (its stub, without
+    /// content), unless `reader` cleared it from their own view: what a
+    /// reference to a message (a favorite, a report, a file) resolves to.
+    /// `reader` 0 reads as no user.
+    pub async fn stored(
+        &self,
+        tenant: &str,
+        topic: &str,
+        reader: i64,
+        seq: i64,
+    ) -> Result<Option<StoredMessage>, HistoryError> {
+        let Some(after) = seq.checked_add(1) else {
+            return Ok(None);
+        };
+        let q = PageQuery::new(Some(seq), Some(after), Some(1), true)?;
+        let page = self.shared_page(tenant, topic, q).await?;
+        let Some(m) = page.messages.into_iter().find(|m| m.seq == seq) else {
+            return Ok(None);
+        };
+        // A recall or delete for everyone sits in the dellog too: its stub
+        // is shown as what it is; a readable message the reader cleared is
+        // gone for them.
+        if m.visible() && dellog::covers(&self.hidden(tenant, topic, reader).await?, seq) {
+            return Ok(None);
+        }
+        Ok(Some(m))
+    }
+
     /// Up to `n` messages before and after `seq` (and `seq` itself), oldest first.
     pub async fn context(
         &self,

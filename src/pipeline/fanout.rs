@@ -275,8 +275,11 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
                 Reach::All,
             ),
         ],
+        // Reports are for the tenant's moderators only: never delivered.
         GroupEventBody::MessageEdited(_)
         | GroupEventBody::HistoryCleared(_)
-        | GroupEventBody::GroupCreated(_) => Vec::new(),
+        | GroupEventBody::GroupCreated(_)
+        | GroupEventBody::MessageReported(_)
+        | GroupEventBody::MessageReportResolved(_) => Vec::new(),
     }
 }

@@ -15,6 +15,7 @@ pub mod notify;
 pub mod push;
 pub mod pushsend;
 pub mod receipts;
+pub mod references;
 pub mod relations;
 pub mod runner;
 pub mod stats;
@@ -47,6 +48,7 @@ pub const PIPELINES: &[&str] = &[
     "pushsend",
     "conversations",
     "stats",
+    "references",
 ];
 
 /// Loads `topologies/<name>.toml` (from the configured directory, else the
@@ -208,6 +210,10 @@ pub async fn with_handler<W: WithHandler>(
             .await
         }
         "stats" => then.with(stats::StatsHandler::new(codec, pools)).await,
+        "references" => {
+            then.with(references::ReferencesHandler::new(codec, pools))
+                .await
+        }
         "pushsend" => {
             let sender = pushsend::PushSender::from_config(&config.push)?;
             then.with(pushsend::PushSendHandler::new(codec, redis, sender))

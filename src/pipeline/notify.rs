@@ -55,6 +55,17 @@ fn describe(e: &UserEvent) -> (String, &'static str, Value) {
             "profile",
             json!({"fn": p.full_name, "photo": p.photo, "note": p.note}),
         ),
+        // The user's other devices keep their saved list in step.
+        UserEventBody::FavoriteAdded(f) => (
+            "sys".into(),
+            "favorite.added",
+            json!({"topic": tinode::client_topic(&f.topic, e.uid), "seq": f.seq}),
+        ),
+        UserEventBody::FavoriteRemoved(f) => (
+            "sys".into(),
+            "favorite.removed",
+            json!({"topic": tinode::client_topic(&f.topic, e.uid), "seq": f.seq}),
+        ),
         UserEventBody::PushSettingsChanged(p) => (
             "sys".into(),
             "push.settings",

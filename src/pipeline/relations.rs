@@ -1,5 +1,5 @@
 //! The relations pipeline's handler: user events into MySQL (friends,
-//! blocks, friend requests, push settings) and the cached Redis sets the
+//! blocks, friend requests, push settings, profiles, favorites) and the cached Redis sets the
 //! send path checks. Every write is an upsert or a delete, so redelivery
 //! and replay converge to the same state.
 
@@ -8,6 +8,7 @@ use redis::aio::ConnectionManager;
 use crate::conversations::hot::{self, HotError};
 use crate::events::{EventCodec, UserEvent, UserEventBody};
 use crate::keys::TenantKeys;
+use crate::references::favorites;
 use crate::relations::{self, Set};
 use crate::tenant::{db_failure, TenantPools};
 
@@ -145,6 +146,16 @@ impl RelationsHandler {
                         HotError::Db(err) => db(err),
                         HotError::Redis(err) => rd(err),
                     })?;
+            }
+            UserEventBody::FavoriteAdded(f) => {
+                favorites::add(pool, e.uid, &f.topic, f.seq, e.occurred_at)
+                    .await
+                    .map_err(db)?;
+            }
+            UserEventBody::FavoriteRemoved(f) => {
+                favorites::remove(pool, e.uid, &f.topic, f.seq)
+                    .await
+                    .map_err(db)?;
             }
             UserEventBody::SystemNotification(_) | UserEventBody::BadgeRefresh(_) => {}
         }

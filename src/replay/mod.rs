@@ -21,7 +21,7 @@
 //! it replaces (reset: as it was before; into: the live one).
 //!
 //! Only projections are replayable (`store`, `hot`, `members`,
-//! `receipts`, `relations`, `conversations`, `stats`); pipelines that talk to users or produce
+//! `receipts`, `relations`, `conversations`, `stats`, `references`); pipelines that talk to users or produce
 //! (`fanout`, `control`, `commands`, `notify`, `push`, `pushsend`) are
 //! refused.
 
@@ -53,12 +53,13 @@ pub const REPLAYABLE: &[&str] = &[
     "relations",
     "conversations",
     "stats",
+    "references",
 ];
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
     /// Pipeline to rebuild: store, hot, members, receipts, relations,
-    /// conversations or stats.
+    /// conversations, stats or references.
     pub pipeline: String,
     /// Where to start: `earliest`, or a time (RFC 3339 or epoch ms) looked
     /// up per partition with offsets_for_times.
@@ -375,7 +376,10 @@ async fn snapshot(
     tenants: &[String],
 ) -> anyhow::Result<Vec<Part>> {
     let mut out = Vec::new();
-    if !matches!(pipeline, "store" | "hot" | "conversations" | "stats") {
+    if !matches!(
+        pipeline,
+        "store" | "hot" | "conversations" | "stats" | "references"
+    ) {
         return Ok(out);
     }
     let mut redis = crate::redis_util::connect(&config.redis.url).await?;
@@ -404,6 +408,10 @@ async fn snapshot(
             "stats" => (
                 "stats",
                 or_empty(projection::stats_days(&pool).await, "stats"),
+            ),
+            "references" => (
+                "references",
+                or_empty(projection::references(&pool).await, "references"),
             ),
             "conversations" => (
                 "conversations",

@@ -91,6 +91,45 @@ pub async fn stats_days(pool: &MySqlPool) -> sqlx::Result<BTreeMap<String, Summa
     Ok(digests.finish())
 }
 
+/// The references projection: per topic, its file messages (seq, kind,
+/// time) and the reports of its messages (seq, reporter, reason, status,
+/// who closed it, note; times of reports are the events').
+pub async fn references(pool: &MySqlPool) -> sqlx::Result<BTreeMap<String, Summary>> {
+    let mut digests = Digests::default();
+    let mut files = sqlx::query(
+        "SELECT topic, seq, CONCAT_WS('|', kind, DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f'))          FROM im_group_files ORDER BY topic, seq",
+    )
+    .fetch(pool);
+    while let Some(r) = files.try_next().await? {
+        let content: String = r.try_get(2)?;
+        digests.add_row(
+            &r.try_get::<String, _>(0)?,
+            r.try_get(1)?,
+            0,
+            Some(&content),
+            "file",
+            0,
+        );
+    }
+    drop(files);
+    let mut reports = sqlx::query(
+        "SELECT topic, seq, reporter_uid, CONCAT_WS('|', reason, status, COALESCE(resolved_by, ''), note,            DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f'), COALESCE(DATE_FORMAT(resolved_at, '%Y-%m-%d %H:%i:%s.%f'), ''))          FROM im_message_reports ORDER BY topic, seq, reporter_uid",
+    )
+    .fetch(pool);
+    while let Some(r) = reports.try_next().await? {
+        let content: String = r.try_get(3)?;
+        digests.add_row(
+            &r.try_get::<String, _>(0)?,
+            r.try_get(1)?,
+            r.try_get(2)?,
+            Some(&content),
+            "report",
+            0,
+        );
+    }
+    Ok(digests.finish())
+}
+
 /// Feeds one `topic, seqid, from_user, content, status, version` row.
 pub fn add_row(digests: &mut Digests, r: &sqlx::mysql::MySqlRow) -> sqlx::Result<()> {
     let topic: String = r.try_get(0)?;

@@ -1,0 +1,89 @@
+//! The references pipeline's handler: group events → the references that
+//! must keep finding their messages (seed 000 §12 item 8): which messages
+//! carry a file (`im_group_files`) and the moderation queue
+//! (`im_message_reports`). Records apply in log order per conversation (a
+//! report before its resolution); every write is an insert-if-absent or an
+//! update to fixed values, so redelivery and replay change nothing.
+
+use crate::events::{EventCodec, GroupEvent, GroupEventBody};
+use crate::failure::FailureKind;
+use crate::references::{files, reports};
+use crate::tenant::{db_failure, TenantPools};
+use crate::tinode;
+
+use super::runner::{apply_in_order, Handler, Record, RecordFailure};
+
+pub struct ReferencesHandler {
+    codec: EventCodec,
+    pools: TenantPools,
+}
+
+impl ReferencesHandler {
+    pub fn new(codec: EventCodec, pools: TenantPools) -> Self {
+        Self { codec, pools }
+    }
+
+    async fn apply(&self, e: &GroupEvent) -> Result<(), (FailureKind, String)> {
+        let db = |err: sqlx::Error| (db_failure(&err), format!("mysql: {err}"));
+        let pool = || {
+            self.pools
+                .get(&e.tenant_id)
+                .map_err(|err| (FailureKind::Poison, err.to_string()))
+        };
+        match &e.body {
+            GroupEventBody::MessageSent(m) => {
+                // An edit (a replacement message) is not a file of its own.
+                let edit = matches!(tinode::replaced_seq(m.head.as_deref()), Ok(Some(_)));
+                if let Some(kind) = files::file_kind(m.content.as_deref()).filter(|_| !edit) {
+                    files::record(pool()?, &[(e.topic.clone(), m.seq, kind, m.created_at)])
+                        .await
+                        .map_err(db)?;
+                }
+            }
+            GroupEventBody::MessageReported(r) => {
+                reports::record(
+                    pool()?,
+                    &r.report_id,
+                    &e.topic,
+                    r.seq,
+                    e.actor_uid,
+                    &r.reason,
+                    e.occurred_at,
+                )
+                .await
+                .map_err(db)?;
+            }
+            GroupEventBody::MessageReportResolved(r) => {
+                let status = reports::Status::parse(&r.resolution)
+                    .filter(|s| *s != reports::Status::Open)
+                    .ok_or_else(|| {
+                        (
+                            FailureKind::Poison,
+                            format!("unknown resolution {:?}", r.resolution),
+                        )
+                    })?;
+                reports::resolve(
+                    pool()?,
+                    &r.report_id,
+                    status,
+                    &e.actor_device,
+                    &r.note,
+                    e.occurred_at,
+                )
+                .await
+                .map_err(db)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl Handler for ReferencesHandler {
+    async fn handle(&self, records: &[&Record]) -> Result<(), Vec<RecordFailure>> {
+        apply_in_order(&self.codec, records, |event: GroupEvent| async move {
+            self.apply(&event).await
+        })
+        .await
+    }
+}

@@ -1,0 +1,159 @@
+//! A conversation's files: which messages carry one. The references
+//! pipeline records `(topic, seq, kind)` of every message whose Drafty
+//! content holds an attachment entity; `GET /v1/groups/{topic}/files` lists
+//! them newest first and resolves each through the read path, so the name,
+//! size and link come from the message as it is now (a recalled file
+//! shows as recalled, without them).
+
+use serde_json::Value;
+use sqlx::mysql::MySqlPool;
+
+/// Largest page of files a client may ask for.
+pub const MAX_LIMIT: i64 = 50;
+
+/// What kind of file a Drafty entity carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Image,
+    Audio,
+    Video,
+}
+
+impl FileKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileKind::File => "file",
+            FileKind::Image => "image",
+            FileKind::Audio => "audio",
+            FileKind::Video => "video",
+        }
+    }
+
+    /// The kind of a Drafty entity type (`EX` attachment, `IM` image,
+    /// `AU` audio, `VD` video); other entities (links, mentions, buttons,
+    /// forms) carry no file.
+    fn of_entity(tp: &str) -> Option<FileKind> {
+        match tp {
+            "EX" => Some(FileKind::File),
+            "IM" => Some(FileKind::Image),
+            "AU" => Some(FileKind::Audio),
+            "VD" => Some(FileKind::Video),
+            _ => None,
+        }
+    }
+}
+
+/// The kind of the first file a message's content (Drafty JSON text)
+/// carries, if any. Plain text, malformed JSON and entities without a file
+/// give `None`.
+pub fn file_kind(content: Option<&str>) -> Option<FileKind> {
+    let content: Value = serde_json::from_str(content?).ok()?;
+    content
+        .get("ent")?
+        .as_array()?
+        .iter()
+        .find_map(|e| FileKind::of_entity(e.get("tp")?.as_str()?))
+}
+
+/// What a client shows of a file: the first attachment entity's data
+/// (name, mime type, size, link), without inline bytes (`val`).
+pub fn attachment(content: &Value) -> Option<Value> {
+    let entity = content.get("ent")?.as_array()?.iter().find(|e| {
+        e.get("tp")
+            .and_then(Value::as_str)
+            .is_some_and(|tp| FileKind::of_entity(tp).is_some())
+    })?;
+    let kind = FileKind::of_entity(entity.get("tp")?.as_str()?)?;
+    let mut data = entity.get("data").cloned().unwrap_or(Value::Null);
+    if let Some(map) = data.as_object_mut() {
+        map.remove("val");
+    }
+    Some(serde_json::json!({"kind": kind.as_str(), "data": data}))
+}
+
+/// A file message of a conversation, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRef {
+    pub seq: i64,
+    pub kind: String,
+}
+
+/// Records file messages `(topic, seq, kind, created_at ms)`; recording
+/// one twice changes nothing.
+pub async fn record(pool: &MySqlPool, rows: &[(String, i64, FileKind, i64)]) -> sqlx::Result<()> {
+    for chunk in rows.chunks(500) {
+        let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
+            "INSERT IGNORE INTO im_group_files (topic, seq, kind, created_at) ",
+        );
+        q.push_values(chunk, |mut r, (topic, seq, kind, at)| {
+            r.push_bind(topic.as_str())
+                .push_bind(*seq)
+                .push_bind(kind.as_str())
+                .push_bind(crate::store::writer::naive(*at));
+        });
+        q.build().execute(pool).await?;
+    }
+    Ok(())
+}
+
+/// The topic's file messages below seq `before` (all when `None`), newest
+/// first, at most `limit`.
+pub async fn list(
+    pool: &MySqlPool,
+    topic: &str,
+    before: Option<i64>,
+    limit: i64,
+) -> sqlx::Result<Vec<FileRef>> {
+    let rows: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT seq, kind FROM im_group_files WHERE topic = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+    )
+    .bind(topic)
+    .bind(before.unwrap_or(i64::MAX))
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(seq, kind)| FileRef { seq, kind })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attachments_images_audio_and_video_are_files_and_other_entities_are_not() {
+        let drafty = |tp: &str| {
+            format!(
+                r#"{{"txt":" ","fmt":[{{"at":-1,"len":0,"key":0}}],"ent":[{{"tp":"{tp}","data":{{"mime":"x/y","name":"n","val":"QUJD","size":3}}}}]}}"#
+            )
+        };
+        assert_eq!(file_kind(Some(&drafty("EX"))), Some(FileKind::File));
+        assert_eq!(file_kind(Some(&drafty("IM"))), Some(FileKind::Image));
+        assert_eq!(file_kind(Some(&drafty("AU"))), Some(FileKind::Audio));
+        assert_eq!(file_kind(Some(&drafty("VD"))), Some(FileKind::Video));
+        assert_eq!(file_kind(Some(&drafty("LN"))), None);
+        assert_eq!(file_kind(Some(&drafty("MN"))), None);
+        assert_eq!(file_kind(Some(r#""just text""#)), None);
+        assert_eq!(file_kind(Some("{not json")), None);
+        assert_eq!(file_kind(None), None);
+    }
+
+    #[test]
+    fn the_first_file_entity_is_shown_without_its_inline_bytes() {
+        let content: Value = serde_json::from_str(
+            r#"{"txt":"see https://x.y and the file","ent":[{"tp":"LN","data":{"url":"https://x.y"}},
+                {"tp":"EX","data":{"mime":"application/pdf","name":"plan.pdf","val":"JVBERi0=","size":5}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            attachment(&content),
+            Some(
+                serde_json::json!({"kind": "file", "data": {"mime": "application/pdf", "name": "plan.pdf", "size": 5}})
+            )
+        );
+        assert_eq!(attachment(&serde_json::json!("text")), None);
+    }
+}
