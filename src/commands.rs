@@ -86,7 +86,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 if tenant.as_deref().is_some_and(|x| x != t.id) {
                     continue;
                 }
-                let pool = crate::tenant::database_pool(&config.mysql, &t.database)?;
+                let pool = crate::tenant::pool_of(&config, t)?;
                 let topics: Vec<String> = match &topic {
                     Some(x) => vec![x.clone()],
                     None => {
@@ -175,12 +175,12 @@ async fn users_add(config: &Config, tenant: &str, uid: i64, login: &str) -> anyh
         let Some(o) = config.tenant(other) else {
             continue;
         };
-        let pool = crate::tenant::database_pool(&config.mysql, &o.database)?;
+        let pool = crate::tenant::pool_of(config, o)?;
         if crate::users::lookup(&pool, login).await?.is_some() {
             bail!("login {login:?} already exists in tenant {other} (auth.basic.tenants share one login namespace)");
         }
     }
-    let pool = crate::tenant::database_pool(&config.mysql, &t.database)?;
+    let pool = crate::tenant::pool_of(config, t)?;
     crate::users::add(&pool, tenant, uid, login, &password).await?;
     if !config.auth.basic.tenants.iter().any(|x| x == tenant) {
         eprintln!("note: tenant {tenant} is not in auth.basic.tenants; the gateway will not accept this login until it is");
@@ -258,7 +258,7 @@ async fn shards_action(config: &Config, action: crate::cli::ShardsAction) -> any
     };
     let month = crate::store::month::ShardMonth::parse(&month)?;
     let root = root.unwrap_or_else(|| config.shards.archive_dir.clone().into());
-    let pool = crate::tenant::database_pool(&config.mysql, &t.database)?;
+    let pool = crate::tenant::pool_of(config, t)?;
     let manifest = match drop_confirmed {
         None => archive::export(&pool, tenant, month, &root).await?,
         Some(confirm) => archive::drop_month(&pool, tenant, month, &root, confirm).await?,
@@ -460,7 +460,7 @@ async fn seed_demo(config: &Config) -> anyhow::Result<()> {
         let Some(owner) = users.first().copied() else {
             continue;
         };
-        let pool = crate::tenant::database_pool(&config.mysql, &tenant.database)?;
+        let pool = crate::tenant::pool_of(config, tenant)?;
         let exists: Option<i64> =
             sqlx::query_scalar("SELECT group_id FROM im_groups WHERE topic = 'grpDemo'")
                 .fetch_optional(&pool)

@@ -188,10 +188,17 @@ impl Default for RedisConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MysqlConfig {
-    /// Server URL without a database; tenant databases are appended.
+    /// Server URL without a database; tenant databases are appended. A
+    /// tenant may name its own server (`tenants[].mysql_url`).
     pub url: String,
     /// Connections per tenant pool.
     pub max_connections: u32,
+    /// A read replica further behind its primary than this is skipped:
+    /// its reads go to the primary until it catches up.
+    pub replica_max_lag_ms: u64,
+    /// How often a gateway measures each replica's lag (a heartbeat row
+    /// written on the primary, read back from the replica).
+    pub replica_heartbeat_ms: u64,
 }
 
 impl Default for MysqlConfig {
@@ -199,6 +206,8 @@ impl Default for MysqlConfig {
         Self {
             url: "mysql://imstream:imstream@127.0.0.1:13306".into(),
             max_connections: 16,
+            replica_max_lag_ms: 1_000,
+            replica_heartbeat_ms: 500,
         }
     }
 }
@@ -645,18 +654,51 @@ impl Default for PipelinesConfig {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TenantConfig {
     /// Tenant id: `[a-z0-9_]{1,32}`; appears in Redis keys and Kafka keys.
     pub id: String,
-    /// The tenant's own database on the MySQL server.
+    /// The tenant's own database on its MySQL server.
     pub database: String,
     /// Keys of this tenant's session tokens: the first signs, every one
     /// verifies (list the new key first and keep the old one during a
     /// roll-over). Empty: `auth.jwt_secret` signs and verifies.
     #[serde(default)]
     pub signing_keys: Vec<SigningKey>,
+    /// The tenant's MySQL server (URL without a database), so tenants can
+    /// be spread over servers; `None`: `mysql.url`. Migrations, the shard
+    /// manager, pipelines, replay, legacy migration and archive follow it.
+    #[serde(default)]
+    pub mysql_url: Option<String>,
+    /// A read replica of that server (seed 003 §11.1): history pages read
+    /// from it while its replication lag is within
+    /// `mysql.replica_max_lag_ms`; reads that must see their own writes
+    /// (edit and recall checks) stay on the primary.
+    #[serde(default)]
+    pub mysql_read_url: Option<String>,
+}
+
+impl TenantConfig {
+    /// The MySQL settings of this tenant's server (`mysql` with the
+    /// tenant's URL, when it has one).
+    pub fn mysql(&self, mysql: &MysqlConfig) -> MysqlConfig {
+        match &self.mysql_url {
+            Some(url) => MysqlConfig {
+                url: url.clone(),
+                ..mysql.clone()
+            },
+            None => mysql.clone(),
+        }
+    }
+
+    /// The MySQL settings of this tenant's read replica, if it has one.
+    pub fn mysql_read(&self, mysql: &MysqlConfig) -> Option<MysqlConfig> {
+        self.mysql_read_url.as_ref().map(|url| MysqlConfig {
+            url: url.clone(),
+            ..mysql.clone()
+        })
+    }
 }
 
 impl Config {
@@ -710,6 +752,17 @@ impl Config {
             crate::tenant::validate_database_name(&t.database).map_err(|e| {
                 ConfigError::Invalid(format!("tenants.database {:?}: {e}", t.database))
             })?;
+            for (what, url) in [
+                ("mysql_url", &t.mysql_url),
+                ("mysql_read_url", &t.mysql_read_url),
+            ] {
+                if url.as_deref().is_some_and(|u| !u.starts_with("mysql://")) {
+                    return Err(ConfigError::Invalid(format!(
+                        "tenants {:?}: {what} must be a mysql:// URL without a database",
+                        t.id
+                    )));
+                }
+            }
             if !seen.insert(t.id.as_str()) {
                 return Err(ConfigError::Invalid(format!(
                     "tenant {:?} is listed twice",
@@ -1039,7 +1092,54 @@ mod tests {
         let m = MysqlConfig {
             url: "mysql://u:p@h:1?ssl-mode=disabled".into(),
             max_connections: 1,
+            ..MysqlConfig::default()
         };
         assert_eq!(m.database_url("t1"), "mysql://u:p@h:1/t1?ssl-mode=disabled");
+    }
+
+    #[test]
+    fn a_tenant_may_live_on_its_own_server_with_a_read_replica() {
+        let config = Config::from_toml_with_env(
+            r#"
+            [mysql]
+            url = "mysql://u:p@main:3306"
+            [[tenants]]
+            id = "a"
+            database = "ima"
+            [[tenants]]
+            id = "b"
+            database = "imb"
+            mysql_url = "mysql://u:p@server-b:3306"
+            mysql_read_url = "mysql://r:p@replica-b:3306"
+            "#,
+            "<test>",
+            Vec::new(),
+        )
+        .unwrap();
+        let (a, b) = (&config.tenants[0], &config.tenants[1]);
+        assert_eq!(
+            a.mysql(&config.mysql).database_url(&a.database),
+            "mysql://u:p@main:3306/ima"
+        );
+        assert!(a.mysql_read(&config.mysql).is_none());
+        assert_eq!(
+            b.mysql(&config.mysql).database_url(&b.database),
+            "mysql://u:p@server-b:3306/imb"
+        );
+        assert_eq!(
+            b.mysql_read(&config.mysql)
+                .unwrap()
+                .database_url(&b.database),
+            "mysql://r:p@replica-b:3306/imb"
+        );
+        let bad = Config::from_toml_with_env(
+            "[[tenants]]\nid = \"c\"\ndatabase = \"imc\"\nmysql_url = \"server-c:3306\"\n",
+            "<test>",
+            Vec::new(),
+        );
+        assert!(bad
+            .unwrap_err()
+            .to_string()
+            .contains("mysql_url must be a mysql:// URL"));
     }
 }

@@ -18,7 +18,8 @@
 //! - [`registry`] — the embedded Confluent-compatible schema registry.
 //! - [`kafka`] — producer, topics of the event log.
 //! - [`failure`] — outage or poison: how every failure is classified.
-//! - [`tenant`] — tenant databases, pools, migrations.
+//! - [`tenant`] — tenant databases (each on its own server, if configured), pools, migrations.
+//! - [`replica`] — read replicas of tenant servers: the lag probe that decides when they are read.
 //! - [`keys`], [`redis_util`] — Redis key names, scripts, locks, the month clock.
 //! - [`store`] — month tables, the catalog, the shard manager, the store writer, routes.
 //! - [`groups`] — group facts (members, roles, mutes) in MySQL and their Redis cache.
@@ -61,6 +62,7 @@ pub mod references;
 pub mod registry;
 pub mod relations;
 pub mod replay;
+pub mod replica;
 pub mod send;
 pub mod session_control;
 pub mod shutdown;

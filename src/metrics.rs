@@ -59,6 +59,9 @@ pub const RATE_LIMITED_TOTAL: &str = "imstream_rate_limited_total";
 /// Sends admitted and not yet answered, per gateway process (bounded by
 /// `limits.sends_in_flight`; beyond it sends are refused as overloaded).
 pub const SEND_IN_FLIGHT: &str = "imstream_send_in_flight";
+/// How far each tenant's read replica is behind its primary (seconds, by
+/// tenant: a configured, bounded set); +Inf while it cannot be measured.
+pub const MYSQL_REPLICA_LAG: &str = "imstream_mysql_replica_lag_seconds";
 
 /// The names of seed 000 §11, verbatim.
 pub const SEED_000: &[&str] = &[
@@ -110,6 +113,7 @@ pub const ALL: &[&str] = &[
     PUSH_SENT_TOTAL,
     RATE_LIMITED_TOTAL,
     SEND_IN_FLIGHT,
+    MYSQL_REPLICA_LAG,
 ];
 
 /// Registers descriptions so `/metrics` explains each series.
@@ -208,6 +212,11 @@ pub fn describe_all() {
     describe_gauge!(
         SEND_IN_FLIGHT,
         "Sends admitted and not yet answered in this process (refused as overloaded beyond limits.sends_in_flight)"
+    );
+    describe_gauge!(
+        MYSQL_REPLICA_LAG,
+        Unit::Seconds,
+        "How far each tenant's read replica is behind its primary (+Inf: unreachable); beyond mysql.replica_max_lag_ms history reads go to the primary"
     );
 }
 

@@ -11,6 +11,8 @@ use sqlx::{ConnectOptions, Connection};
 
 use crate::config::{Config, MysqlConfig, TenantConfig};
 pub use crate::failure::FailureKind;
+use crate::replica::Replica;
+use crate::shutdown::Shutdown;
 
 /// Migrations applied to every tenant database.
 pub static TENANT_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/tenant");
@@ -131,28 +133,66 @@ pub fn validate_database_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Connection pools, one per configured tenant database.
+/// Connection pools, one per configured tenant database (on the tenant's
+/// own server), and one per read replica.
 #[derive(Clone)]
 pub struct TenantPools {
     pools: Arc<HashMap<String, MySqlPool>>,
+    replicas: Arc<HashMap<String, Replica>>,
 }
 
 impl TenantPools {
     /// Opens a lazily-connecting pool per tenant (no I/O until first use).
     pub fn connect_lazy(config: &Config) -> Result<Self, TenantError> {
         let mut pools = HashMap::new();
+        let mut replicas = HashMap::new();
         for tenant in &config.tenants {
             pools.insert(tenant.id.clone(), tenant_pool(&config.mysql, tenant)?);
+            if let Some(read) = tenant.mysql_read(&config.mysql) {
+                let pool = database_pool(&read, &tenant.database)?;
+                replicas.insert(tenant.id.clone(), Replica::new(pool));
+            }
         }
         Ok(Self {
             pools: Arc::new(pools),
+            replicas: Arc::new(replicas),
         })
     }
 
+    /// The tenant's primary: every write, and reads that must see them.
     pub fn get(&self, tenant: &str) -> Result<&MySqlPool, TenantError> {
         self.pools
             .get(tenant)
             .ok_or_else(|| TenantError::Unknown(tenant.to_string()))
+    }
+
+    /// Where a read that may lag a little goes: the tenant's read replica
+    /// while it is measured within the bound, else the primary.
+    pub fn read(&self, tenant: &str) -> Result<&MySqlPool, TenantError> {
+        match self.replicas.get(tenant) {
+            Some(r) if r.fresh() => Ok(&r.pool),
+            _ => self.get(tenant),
+        }
+    }
+
+    /// Measures every read replica's lag until `shutdown` (a process that
+    /// reads from replicas runs this; until the first measurement, reads go
+    /// to the primaries).
+    pub fn watch_replicas(&self, config: &Config, shutdown: &Shutdown) {
+        let every = Duration::from_millis(config.mysql.replica_heartbeat_ms.max(50));
+        for (tenant, replica) in self.replicas.iter() {
+            let Ok(primary) = self.get(tenant) else {
+                continue;
+            };
+            tokio::spawn(crate::replica::watch(
+                tenant.clone(),
+                primary.clone(),
+                replica.clone(),
+                every,
+                config.mysql.replica_max_lag_ms,
+                shutdown.child(),
+            ));
+        }
     }
 
     pub fn tenants(&self) -> impl Iterator<Item = &str> {
@@ -174,8 +214,14 @@ pub fn database_pool(mysql: &MysqlConfig, database: &str) -> Result<MySqlPool, s
         .connect_lazy_with(options))
 }
 
+/// A pool for `tenant`'s database on its own server (`tenants[].mysql_url`,
+/// else `mysql.url`).
+pub fn pool_of(config: &Config, tenant: &TenantConfig) -> Result<MySqlPool, sqlx::Error> {
+    database_pool(&tenant.mysql(&config.mysql), &tenant.database)
+}
+
 fn tenant_pool(mysql: &MysqlConfig, tenant: &TenantConfig) -> Result<MySqlPool, TenantError> {
-    Ok(database_pool(mysql, &tenant.database)?)
+    Ok(database_pool(&tenant.mysql(mysql), &tenant.database)?)
 }
 
 /// Creates `database` on the server if it does not exist (utf8mb4).
@@ -196,7 +242,7 @@ pub async fn create_database(mysql: &MysqlConfig, database: &str) -> Result<(), 
 /// Creates one tenant's database and applies every tenant migration.
 /// Running it again is harmless.
 pub async fn migrate_tenant(mysql: &MysqlConfig, tenant: &TenantConfig) -> Result<(), TenantError> {
-    create_database(mysql, &tenant.database).await?;
+    create_database(&tenant.mysql(mysql), &tenant.database).await?;
     let pool = tenant_pool(mysql, tenant)?;
     TENANT_MIGRATOR.run(&pool).await?;
     pool.close().await;

@@ -31,6 +31,7 @@ async fn a_session_never_gets_another_tenants_realtime_traffic() {
         id: tenant_b.clone(),
         database: format!("imt_{}_b", stack.world.id),
         signing_keys: Vec::new(),
+        ..Default::default()
     };
     stack.world.config.tenants.push(tenant_b_config.clone());
     imstream::tenant::migrate(stack.config(), Some(&tenant_b))

@@ -371,6 +371,7 @@ async fn a_dropped_tenant_database_is_rebuilt_by_migrate_and_replay() {
         id: format!("o{}", unique_id()),
         database: format!("imo_{}", unique_id()),
         signing_keys: Vec::new(),
+        ..Default::default()
     };
     stack.world.config.tenants.push(other.clone());
     imstream::tenant::migrate(stack.config(), Some(&other.id))

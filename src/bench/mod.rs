@@ -36,13 +36,11 @@ impl Setup {
                 .map(|t| t.id.clone())
                 .ok_or_else(|| anyhow::anyhow!("no tenant configured"))?,
         };
-        let database = config
+        let t = config
             .tenant(&tenant)
-            .ok_or_else(|| anyhow::anyhow!("unknown tenant {tenant}"))?
-            .database
-            .clone();
+            .ok_or_else(|| anyhow::anyhow!("unknown tenant {tenant}"))?;
         Ok(Setup {
-            pool: crate::tenant::database_pool(&config.mysql, &database)?,
+            pool: crate::tenant::pool_of(config, t)?,
             tokens: Tokens::new(&config),
             run: uuid::Uuid::new_v4().simple().to_string()[..8].to_string(),
             tenant,

@@ -330,6 +330,7 @@ mod tests {
                         secret: s.to_string(),
                     })
                     .collect(),
+                ..Default::default()
             },
             TenantConfig {
                 id: "b".into(),
@@ -338,6 +339,7 @@ mod tests {
                     kid: "k1".into(),
                     secret: "b-secret-b-secret-b-secret".into(),
                 }],
+                ..Default::default()
             },
         ];
         c

@@ -49,7 +49,7 @@ pub async fn check_edit(
 ) -> Result<(), Refusal> {
     let target = gw
         .history
-        .exact(caller.tenant, topic, caller.uid, seq)
+        .exact_on_primary(caller.tenant, topic, caller.uid, seq)
         .await?
         .ok_or_else(|| Refusal(404, format!("message {seq} not found")))?;
     if target.from != caller.uid {
@@ -240,7 +240,7 @@ async fn read_ranges(
     let mut out = Vec::new();
     for r in ranges {
         let limit = (r.hi - r.low).min(crate::history::MAX_LIMIT);
-        let q = PageQuery::new(Some(r.low), Some(r.hi), Some(limit), true)?;
+        let q = PageQuery::new(Some(r.low), Some(r.hi), Some(limit), true)?.on_primary();
         out.extend(
             gw.history
                 .page(caller.tenant, topic, caller.uid, q)

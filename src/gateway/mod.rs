@@ -83,6 +83,8 @@ pub async fn start(
     let codec = EventCodec::new(&config.registry.url)?;
     let producer = EventProducer::new(&config.kafka, codec)?;
     let pools = TenantPools::connect_lazy(config)?;
+    // History pages read from tenants' read replicas while they keep up.
+    pools.watch_replicas(config, &shutdown);
     let history = crate::history::History::new(pools.clone(), redis.clone());
     let governance = crate::governance::Executor::new(
         pools.clone(),

@@ -137,6 +137,9 @@ pub struct PageQuery {
     pub limit: i64,
     /// Oldest first (forward catch-up) instead of newest first.
     pub ascending: bool,
+    /// Read the tenant's primary even when a read replica is in use: for
+    /// reads that must see writes just made (edit and recall checks).
+    pub primary: bool,
 }
 
 impl PageQuery {
@@ -170,7 +173,16 @@ impl PageQuery {
             before,
             limit,
             ascending,
+            primary: false,
         })
+    }
+
+    /// The same query, read from the primary.
+    pub fn on_primary(self) -> Self {
+        Self {
+            primary: true,
+            ..self
+        }
     }
 
     fn low(&self) -> i64 {
@@ -350,7 +362,15 @@ impl History {
         metrics::counter!(m::HISTORY_FETCHES_TOTAL).increment(1);
         let started = Instant::now();
         let mut redis = self.redis.clone();
+        // Routes (rebuilt into Redis from the mirror on a miss) come from
+        // the primary: a replica's lag must never be cached. Month tables
+        // may come from a read replica within its lag bound.
         let pool = self.pool(tenant)?;
+        let rows_from = if query.primary {
+            pool
+        } else {
+            self.pools.read(tenant).map_err(|_| HistoryError::Tenant)?
+        };
         let segments = route::segments(pool, &mut redis, tenant, topic).await?;
         if !query.ascending {
             // The newest stored seq, so a latest page from the hot set is
@@ -382,16 +402,24 @@ impl History {
             if missing <= 0 {
                 break;
             }
-            let Some(table) = readable_table(pool, seg.month, topic).await? else {
+            let Some(table) = readable_table(rows_from, seg.month, topic).await? else {
                 continue;
             };
             tables += 1;
             let rows = if query.ascending {
                 let from = messages.last().map_or(low, |m| m.seq + 1);
-                read_rows(pool, &table.page_asc_sql(), topic, from, high, missing).await?
+                read_rows(rows_from, &table.page_asc_sql(), topic, from, high, missing).await?
             } else {
                 let below = messages.last().map_or(high, |m| m.seq);
-                read_rows_desc(pool, &table.page_desc_sql(), topic, below, low, missing).await?
+                read_rows_desc(
+                    rows_from,
+                    &table.page_desc_sql(),
+                    topic,
+                    below,
+                    low,
+                    missing,
+                )
+                .await?
             };
             messages.extend(rows);
         }
@@ -430,6 +458,32 @@ impl History {
             return Ok(None);
         };
         let q = PageQuery::new(Some(seq), Some(after), Some(1), true)?;
+        self.exact_as(tenant, topic, reader, q).await
+    }
+
+    /// [`History::exact`] from the tenant's primary, never a replica: for
+    /// checks that must see a message sent a moment ago.
+    pub async fn exact_on_primary(
+        &self,
+        tenant: &str,
+        topic: &str,
+        reader: i64,
+        seq: i64,
+    ) -> Result<Option<StoredMessage>, HistoryError> {
+        let Some(after) = seq.checked_add(1) else {
+            return Ok(None);
+        };
+        let q = PageQuery::new(Some(seq), Some(after), Some(1), true)?.on_primary();
+        self.exact_as(tenant, topic, reader, q).await
+    }
+
+    async fn exact_as(
+        &self,
+        tenant: &str,
+        topic: &str,
+        reader: i64,
+        q: PageQuery,
+    ) -> Result<Option<StoredMessage>, HistoryError> {
         Ok(self
             .page(tenant, topic, reader, q)
             .await?
@@ -542,9 +596,11 @@ impl History {
                 .replace('_', "\\_")
         );
         let deleted = dellog::ranges_for(pool, topic, reader).await?;
+        // The scan itself may run on a read replica that keeps up.
+        let rows_from = self.pools.read(tenant).map_err(|_| HistoryError::Tenant)?;
         let mut out = Vec::new();
         for month in months {
-            let Some(table) = readable_table(pool, month, topic).await? else {
+            let Some(table) = readable_table(rows_from, month, topic).await? else {
                 continue;
             };
             let rows = sqlx::query(&table.search_sql())
@@ -553,7 +609,7 @@ impl History {
                 .bind(crate::store::writer::naive(to))
                 .bind(&pattern)
                 .bind(limit - out.len() as i64)
-                .fetch_all(pool)
+                .fetch_all(rows_from)
                 .await?;
             for r in rows {
                 let msg = to_message(&r)?;

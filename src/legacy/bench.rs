@@ -109,11 +109,12 @@ pub async fn run(config: &Config, args: LegacyCopyArgs) -> anyhow::Result<()> {
         id: format!("bench_{run}"),
         database: format!("imbench_legacy_{run}"),
         signing_keys: Vec::new(),
+        ..Default::default()
     };
     let mut scratch = config.clone();
     scratch.tenants = vec![tenant.clone()];
     crate::tenant::migrate(&scratch, None).await?;
-    let pool = crate::tenant::database_pool(&config.mysql, &tenant.database)?;
+    let pool = crate::tenant::pool_of(config, &tenant)?;
     let mut redis = crate::redis_util::connect(&config.redis.url).await?;
     let mut first = ShardMonth::of(Utc::now());
     for _ in 0..args.months {
@@ -173,7 +174,7 @@ pub async fn run(config: &Config, args: LegacyCopyArgs) -> anyhow::Result<()> {
     );
     if !args.keep {
         pool.close().await;
-        let options: sqlx::mysql::MySqlConnectOptions = config.mysql.url.parse()?;
+        let options: sqlx::mysql::MySqlConnectOptions = tenant.mysql(&config.mysql).url.parse()?;
         let mut server =
             <sqlx::MySqlConnection as sqlx::Connection>::connect_with(&options).await?;
         sqlx::query(&format!("DROP DATABASE `{}`", tenant.database))

@@ -85,12 +85,7 @@ fn tenants<'a>(config: &'a Config, only: &TenantArg) -> anyhow::Result<Vec<(&'a 
         .tenants
         .iter()
         .filter(|t| only.tenant.as_deref().is_none_or(|x| x == t.id))
-        .map(|t| {
-            Ok((
-                t.id.as_str(),
-                crate::tenant::database_pool(&config.mysql, &t.database)?,
-            ))
-        })
+        .map(|t| Ok((t.id.as_str(), crate::tenant::pool_of(config, t)?)))
         .collect()
 }
 

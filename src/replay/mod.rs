@@ -358,8 +358,11 @@ async fn prepare_database(
         t.database = db.to_string();
     }
     crate::tenant::migrate(sink, Some(tenant)).await?;
-    let live_pool = crate::tenant::database_pool(&config.mysql, &live.database)?;
-    let new_pool = crate::tenant::database_pool(&sink.mysql, db)?;
+    let live_pool = crate::tenant::pool_of(config, live)?;
+    let fresh = sink
+        .tenant(tenant)
+        .ok_or_else(|| anyhow::anyhow!("unknown tenant {tenant:?}"))?;
+    let new_pool = crate::tenant::pool_of(sink, fresh)?;
     for entry in crate::store::catalog::list(&live_pool).await? {
         crate::store::catalog::create_month(&new_pool, entry.month).await?;
         crate::store::catalog::set_status(&new_pool, entry.month, entry.status).await?;
@@ -392,11 +395,10 @@ async fn snapshot(
             ));
             continue;
         }
-        let db = &config
+        let t = config
             .tenant(tenant)
-            .ok_or_else(|| anyhow::anyhow!("unknown tenant {tenant:?}"))?
-            .database;
-        let pool = crate::tenant::database_pool(&config.mysql, db)?;
+            .ok_or_else(|| anyhow::anyhow!("unknown tenant {tenant:?}"))?;
+        let pool = crate::tenant::pool_of(config, t)?;
         // A dropped database or table: nothing to compare against.
         let or_empty = |read: sqlx::Result<BTreeMap<String, Summary>>, what: &str| {
             read.unwrap_or_else(|e| {

@@ -312,7 +312,7 @@ pub async fn establish_generation(
 pub async fn establish_generations(config: &crate::config::Config) -> anyhow::Result<()> {
     let mut redis = crate::redis_util::connect(&config.redis.url).await?;
     for t in &config.tenants {
-        let pool = crate::tenant::database_pool(&config.mysql, &t.database)?;
+        let pool = crate::tenant::pool_of(config, t)?;
         let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_group_message_topic_shards")
             .fetch_one(&pool)
             .await?;

@@ -184,10 +184,7 @@ impl ShardManager {
         let redis = crate::redis_util::connect(&config.redis.url).await?;
         let mut tenants = Vec::new();
         for t in &config.tenants {
-            tenants.push((
-                t.id.clone(),
-                crate::tenant::database_pool(&config.mysql, &t.database)?,
-            ));
+            tenants.push((t.id.clone(), crate::tenant::pool_of(config, t)?));
         }
         Ok(Self {
             tenants,

@@ -124,6 +124,7 @@ impl World {
             id: format!("t{id}"),
             database: format!("imt_{id}"),
             signing_keys: Vec::new(),
+            ..Default::default()
         }];
         World {
             id,
@@ -307,6 +308,7 @@ impl Stack {
                 id: id.to_string(),
                 database,
                 signing_keys,
+                ..Default::default()
             });
     }
 
