@@ -97,6 +97,16 @@ pub struct KafkaConfig {
     pub brokers: String,
     /// Replication factor for topics created by `imstream topics ensure`.
     pub replication_factor: i32,
+    /// `min.insync.replicas` of the topics `topics ensure` creates: with
+    /// the producers' `acks=all`, a write is acknowledged only once this
+    /// many replicas hold it.
+    pub min_insync_replicas: i32,
+    /// This deployment runs a single broker (a development stack): its
+    /// acknowledged messages are lost with that broker's disk. Without it,
+    /// `topics ensure` refuses a replication that can lose an acknowledged
+    /// message when one broker fails (replication factor below 3,
+    /// `min_insync_replicas` below 2, or not below the replication factor).
+    pub single_broker: bool,
     /// Topic name prefix, so several deployments (or tests) can share a cluster.
     pub topic_prefix: String,
     pub topics: TopicsConfig,
@@ -108,7 +118,9 @@ impl Default for KafkaConfig {
     fn default() -> Self {
         Self {
             brokers: "127.0.0.1:19092".into(),
-            replication_factor: 1,
+            replication_factor: 3,
+            min_insync_replicas: 2,
+            single_broker: false,
             topic_prefix: String::new(),
             topics: TopicsConfig::default(),
             client_properties: BTreeMap::new(),

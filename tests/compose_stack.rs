@@ -164,7 +164,9 @@ fn host_of(url: &str) -> &str {
 fn compose_config_accepts_the_file_and_lists_every_service() {
     let names: BTreeSet<&str> = services().keys().map(String::as_str).collect();
     let mut expected: BTreeSet<String> = [
-        "kafka",
+        "kafka-1",
+        "kafka-2",
+        "kafka-3",
         "schema-registry",
         "redis",
         "mysql",
@@ -192,17 +194,38 @@ fn compose_config_accepts_the_file_and_lists_every_service() {
             .unwrap_or_default()
             .to_string()
     };
-    assert!(
-        image("kafka").starts_with("apache/kafka:"),
-        "{}",
-        image("kafka")
-    );
+    for k in ["kafka-1", "kafka-2", "kafka-3"] {
+        assert!(image(k).starts_with("apache/kafka:"), "{}", image(k));
+    }
     assert!(image("schema-registry").starts_with("confluentinc/cp-schema-registry:"));
     assert!(image("redis").starts_with("redis:7"));
     assert!(image("mysql").starts_with("mysql:8"));
-    // KRaft: the broker is its own controller, no ZooKeeper.
-    let kafka_env = &services()["kafka"]["environment"];
-    assert_eq!(kafka_env["KAFKA_PROCESS_ROLES"], "broker,controller");
+    // KRaft: three brokers, each its own controller (a quorum of three),
+    // no ZooKeeper; what the brokers create themselves is replicated too.
+    for (n, k) in ["kafka-1", "kafka-2", "kafka-3"].into_iter().enumerate() {
+        let env = &services()[k]["environment"];
+        assert_eq!(env["KAFKA_PROCESS_ROLES"], "broker,controller");
+        assert_eq!(
+            env["KAFKA_NODE_ID"].to_string().trim_matches('"'),
+            (n + 1).to_string()
+        );
+        assert_eq!(
+            env["KAFKA_CONTROLLER_QUORUM_VOTERS"],
+            "1@kafka-1:9093,2@kafka-2:9093,3@kafka-3:9093"
+        );
+        assert_eq!(
+            env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"]
+                .to_string()
+                .trim_matches('"'),
+            "3"
+        );
+        assert_eq!(
+            env["KAFKA_MIN_INSYNC_REPLICAS"]
+                .to_string()
+                .trim_matches('"'),
+            "2"
+        );
+    }
     assert!(!names.iter().any(|n| n.contains("zookeeper")));
 
     // Every imstream process runs the subcommand a user would run.
@@ -229,6 +252,18 @@ fn every_imstream_service_configuration_loads_with_imstream_keys() {
     assert!(imstream.len() >= 3 + imstream::pipeline::PIPELINES.len());
     for (name, service) in imstream {
         let config = service_config(name, service);
+        // Topics as `imstream topics ensure` creates them for this file
+        // cannot lose an acknowledged message with one broker down.
+        assert_eq!(
+            imstream::kafka::topics::replication_risk(&config.kafka),
+            None,
+            "{name}: kafka replication"
+        );
+        assert_eq!(
+            config.kafka.brokers.split(',').count(),
+            3,
+            "{name}: three brokers"
+        );
         // Every address points at a service of this compose file.
         for url in [
             config.kafka.brokers.as_str(),

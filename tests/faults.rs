@@ -20,6 +20,10 @@
 //! fault=<name> acked=N stored=N duplicates=N mismatches=N missing_live=N dup_live=N dlq=N
 //! ```
 //!
+//! One fault runs on three brokers of their own (`docker/local/stack
+//! kafka-cluster`, replication factor 3, `min.insync.replicas` 2) and kills
+//! the leader of the partition taking the sends.
+//!
 //! The faults kill and stop the services of `docker/local/stack` (`kill`,
 //! `stop`, `start`), so they run one after another (a global lock), every
 //! fault restores its service before it returns (also when it fails), and
@@ -111,19 +115,25 @@ fn assert_same_instance() {
 
 /// `docker/local/stack ACTION SERVICE`, blocking; whether it succeeded.
 fn stack(action: &str, service: &str) -> bool {
+    stack_cmd(&[action, service])
+}
+
+/// `docker/local/stack ARGS…`, blocking; whether it succeeded.
+fn stack_cmd(args: &[&str]) -> bool {
     let started = Instant::now();
     // A broker restarted after `kill -9` recovers every partition of every
     // test world on this machine first: give it longer than `up` waits.
     let timeout = std::env::var("IMSTREAM_STACK_TIMEOUT").unwrap_or_else(|_| "300".into());
     let ok = std::process::Command::new("bash")
         .arg(stack_script())
-        .args([action, service])
+        .args(args)
         .env("IMSTREAM_STACK_TIMEOUT", timeout)
         .status()
         .map(|s| s.success())
         .unwrap_or(false);
     eprintln!(
-        "[faults] stack {action} {service}: {} after {:.1}s",
+        "[faults] stack {}: {} after {:.1}s",
+        args.join(" "),
         if ok { "ok" } else { "FAILED" },
         started.elapsed().as_secs_f64()
     );
@@ -325,8 +335,13 @@ struct System {
 
 impl System {
     async fn start(name: &str) -> System {
+        System::start_with(name, |_| ()).await
+    }
+
+    /// [`System::start`] with `tweak` applied to the configuration first.
+    async fn start_with(name: &str, tweak: impl FnOnce(&mut imstream::config::Config)) -> System {
         assert_same_instance();
-        let mut stack = Stack::prepared(None).await;
+        let mut stack = Stack::prepared_with(None, tweak).await;
         stack.world.config.gateway.heartbeat_secs = 1;
         // Every acked message is checked in the hot set: no per-topic cap
         // (its own test: tests/security_limits.rs).
@@ -1371,6 +1386,121 @@ async fn broker_kill_9_restarted_after_10s() {
     let outcome = load.finish_after(2 * AFTER).await;
     let mut report = sys.verify(&outcome, Expect::default()).await;
     report.failures.extend(outcome.failures());
+    report.assert();
+}
+
+/// A node of the three-broker cluster (`docker/local/stack kafka-cluster`)
+/// this fault killed; started again on drop if the fault did not.
+struct ClusterNodeDown {
+    node: String,
+    down: bool,
+}
+
+impl Drop for ClusterNodeDown {
+    fn drop(&mut self) {
+        if self.down {
+            stack_cmd(&["kafka-cluster", "start", &self.node]);
+        }
+    }
+}
+
+/// The broker leading the partition of `topic` that holds the most records.
+fn busiest_partition_leader(brokers: &str, topic: &str) -> (i32, i32) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "faults-metadata")
+        .create()
+        .expect("metadata client");
+    let timeout = Duration::from_secs(10);
+    let metadata = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .expect("metadata");
+    let partitions = metadata.topics()[0].partitions();
+    let (partition, leader) = partitions
+        .iter()
+        .map(|p| {
+            let (_, high) = consumer
+                .fetch_watermarks(topic, p.id(), timeout)
+                .expect("watermarks");
+            (high, p.id(), p.leader())
+        })
+        .max()
+        .map(|(_, id, leader)| (id, leader))
+        .expect("partitions");
+    (partition, leader)
+}
+
+/// Three brokers, replication factor 3, `min.insync.replicas` 2: the
+/// leader of the partition taking the sends is killed mid-load and comes
+/// back 10 s later; another replica leads meanwhile and nothing
+/// acknowledged is lost or doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_brokers_partition_leader_kill_9() {
+    let _serial = SERIAL.lock().await;
+    assert!(
+        tokio::task::spawn_blocking(|| stack_cmd(&["kafka-cluster", "up"]))
+            .await
+            .unwrap(),
+        "docker/local/stack kafka-cluster up"
+    );
+    let brokers = std::process::Command::new("bash")
+        .arg(stack_script())
+        .args(["kafka-cluster", "brokers"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .expect("cluster brokers");
+    assert_eq!(brokers.split(',').count(), 3, "{brokers}");
+    let cluster = brokers.clone();
+    let sys = System::start_with("kafka-leader", move |c| {
+        c.kafka.brokers = cluster;
+        (c.kafka.replication_factor, c.kafka.min_insync_replicas) = (3, 2);
+        c.kafka.single_broker = false;
+    })
+    .await;
+    let load = sys.load(RATE);
+    load.wait_acked(BEFORE).await;
+    let events = TopicNames::new(&sys.stack.config().kafka)
+        .name(imstream::kafka::topics::TopicKind::GroupEvents);
+    let (partition, leader) = {
+        let (b, t) = (brokers.clone(), events.clone());
+        tokio::task::spawn_blocking(move || busiest_partition_leader(&b, &t))
+            .await
+            .unwrap()
+    };
+    eprintln!("[faults] killing broker {leader}, leader of {events}[{partition}]");
+    {
+        let node = leader.to_string();
+        let mut down = ClusterNodeDown {
+            node: node.clone(),
+            down: true,
+        };
+        let n = node.clone();
+        let killed = tokio::task::spawn_blocking(move || stack_cmd(&["kafka-cluster", "kill", &n]))
+            .await
+            .unwrap();
+        assert!(killed, "kill broker {node}");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let started =
+            tokio::task::spawn_blocking(move || stack_cmd(&["kafka-cluster", "start", &node]))
+                .await
+                .unwrap();
+        assert!(started, "start broker {}", down.node);
+        down.down = false;
+    }
+    let outcome = load.finish_after(2 * AFTER).await;
+    let mut report = sys.verify(&outcome, Expect::default()).await;
+    report.failures.extend(outcome.failures());
+    drop(sys);
+    // A throwaway cluster: killed, not shut down broker by broker (a
+    // controlled shutdown of the last two waits on each other).
+    tokio::task::spawn_blocking(|| {
+        for n in ["1", "2", "3"] {
+            stack_cmd(&["kafka-cluster", "kill", n]);
+        }
+    })
+    .await
+    .unwrap();
     report.assert();
 }
 

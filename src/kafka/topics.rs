@@ -119,6 +119,39 @@ pub enum TopicsError {
         topic: String,
         code: RDKafkaErrorCode,
     },
+    #[error("{0}")]
+    Unsafe(String),
+}
+
+/// Why the configured replication can lose an acknowledged message (or stop
+/// taking writes) when one broker fails; `None` when it cannot, or when the
+/// deployment says it runs a single broker.
+pub fn replication_risk(kafka: &KafkaConfig) -> Option<String> {
+    let (rf, isr) = (kafka.replication_factor, kafka.min_insync_replicas);
+    if kafka.single_broker {
+        return None;
+    }
+    if rf < 3 {
+        return Some(format!(
+            "kafka.replication_factor = {rf}: an acknowledged message lives on {rf} broker(s), and \
+             losing {} of them loses it; use 3 (and min_insync_replicas = 2) on at least three \
+             brokers, or set kafka.single_broker = true for a development stack",
+            rf.max(1)
+        ));
+    }
+    if isr < 2 {
+        return Some(format!(
+            "kafka.min_insync_replicas = {isr}: with acks=all a message is acknowledged once one \
+             replica has it, so the failure of that one broker loses it; use 2"
+        ));
+    }
+    if isr >= rf {
+        return Some(format!(
+            "kafka.min_insync_replicas = {isr} with replication_factor = {rf}: one broker down \
+             stops every write; use a min_insync_replicas below the replication factor"
+        ));
+    }
+    None
 }
 
 /// What `ensure` did for one topic.
@@ -135,7 +168,13 @@ pub fn admin_client(kafka: &KafkaConfig) -> Result<AdminClient<DefaultClientCont
 
 /// Creates every missing topic; existing ones are left as they are.
 pub async fn ensure(config: &Config) -> Result<Vec<(String, Ensured)>, TopicsError> {
+    if let Some(why) = replication_risk(&config.kafka) {
+        return Err(TopicsError::Unsafe(format!(
+            "refusing to create topics: {why}"
+        )));
+    }
     let admin = admin_client(&config.kafka)?;
+    let min_isr = config.kafka.min_insync_replicas.to_string();
     let wanted = desired_topics(&config.kafka);
     let retention: Vec<String> = wanted
         .iter()
@@ -152,6 +191,9 @@ pub async fn ensure(config: &Config) -> Result<Vec<(String, Ensured)>, TopicsErr
             )
             .set("retention.ms", retention)
             .set("cleanup.policy", "delete")
+            .set("min.insync.replicas", &min_isr)
+            // A replica that missed acknowledged writes never becomes leader.
+            .set("unclean.leader.election.enable", "false")
         })
         .collect();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
@@ -170,6 +212,39 @@ pub async fn ensure(config: &Config) -> Result<Vec<(String, Ensured)>, TopicsErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replication_that_can_lose_an_acked_message_is_refused_with_the_reason() {
+        let kafka = |rf: i32, isr: i32, single: bool| KafkaConfig {
+            replication_factor: rf,
+            min_insync_replicas: isr,
+            single_broker: single,
+            ..KafkaConfig::default()
+        };
+        assert_eq!(
+            replication_risk(&KafkaConfig::default()),
+            None,
+            "3 / 2 is the default"
+        );
+        assert_eq!(replication_risk(&kafka(5, 3, false)), None);
+        assert!(replication_risk(&kafka(1, 1, false))
+            .unwrap()
+            .contains("replication_factor = 1"));
+        assert!(replication_risk(&kafka(2, 1, false))
+            .unwrap()
+            .contains("replication_factor = 2"));
+        assert!(replication_risk(&kafka(3, 1, false))
+            .unwrap()
+            .contains("min_insync_replicas = 1"));
+        assert!(replication_risk(&kafka(3, 3, false))
+            .unwrap()
+            .contains("stops every write"));
+        assert_eq!(
+            replication_risk(&kafka(1, 1, true)),
+            None,
+            "a development stack says so"
+        );
+    }
 
     #[test]
     fn names_and_dlqs() {

@@ -98,6 +98,12 @@ impl World {
         config.mysql.url = mysql_url();
         config.mysql.max_connections = 8;
         config.kafka.brokers = kafka_brokers();
+        // The local stack's one broker (tests/kafka_cluster.rs runs three).
+        (
+            config.kafka.replication_factor,
+            config.kafka.min_insync_replicas,
+        ) = (1, 1);
+        config.kafka.single_broker = true;
         config.kafka.topic_prefix = format!("t{id}.");
         let t = &mut config.kafka.topics;
         t.group_events = TopicSpec::new(4, -1);
@@ -198,7 +204,14 @@ impl Stack {
     /// Registry, tenant DB, topics, schemas, shard tables (for `now`, or
     /// Redis TIME when `None`).
     pub async fn prepared(now: Option<&str>) -> Stack {
-        let world = World::with_registry().await;
+        Stack::prepared_with(now, |_| ()).await
+    }
+
+    /// [`Stack::prepared`] with `tweak` applied to the configuration before
+    /// anything is created from it (another Kafka cluster, for example).
+    pub async fn prepared_with(now: Option<&str>, tweak: impl FnOnce(&mut Config)) -> Stack {
+        let mut world = World::with_registry().await;
+        tweak(&mut world.config);
         let config = &world.config;
         imstream::tenant::migrate(config, None)
             .await
