@@ -19,6 +19,28 @@ use imstream::kafka::topics::{self, Ensured, TopicKind, TopicNames};
 
 use common::World;
 
+/// On a production configuration (not `kafka.single_broker`) a replication
+/// that can lose an acknowledged message is refused, saying why, and
+/// nothing is created.
+#[tokio::test]
+async fn topics_ensure_refuses_a_losable_replication() {
+    let mut world = World::config_only();
+    world.config.kafka.single_broker = false;
+    let err = topics::ensure(&world.config)
+        .await
+        .expect_err("replication factor 1 outside a single-broker stack");
+    let text = err.to_string();
+    assert!(text.contains("replication_factor = 1"), "{text}");
+    assert!(text.contains("single_broker"), "{text}");
+    // The one broker still holds none of this world's topics.
+    world.config.kafka.single_broker = true;
+    let created = topics::ensure(&world.config).await.expect("ensure");
+    assert!(
+        created.iter().all(|(_, e)| *e == Ensured::Created),
+        "{created:?}"
+    );
+}
+
 #[tokio::test]
 async fn topics_ensure_creates_every_topic_once() {
     let world = World::config_only();
