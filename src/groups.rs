@@ -5,7 +5,7 @@
 
 use std::sync::LazyLock;
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 use redis::Script;
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
@@ -111,7 +111,7 @@ static CACHE_GROUP: LazyLock<redis::Script> =
 
 /// The group's membership version (see [`bump_version`]); `""` when none.
 pub async fn members_version(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
 ) -> redis::RedisResult<String> {
@@ -125,11 +125,7 @@ pub async fn members_version(
 /// Bumps the membership version: the members pipeline calls it before it
 /// applies a change to the cache, so a load that read MySQL earlier does
 /// not overwrite the change.
-pub async fn bump_version(
-    redis: &mut ConnectionManager,
-    tenant: &str,
-    topic: &str,
-) -> redis::RedisResult<()> {
+pub async fn bump_version(redis: &mut Redis, tenant: &str, topic: &str) -> redis::RedisResult<()> {
     let key = TopicKeys::new(tenant, topic).members_version();
     redis::pipe()
         .incr(&key, 1)
@@ -144,7 +140,7 @@ pub async fn bump_version(
 /// membership version is still `version` (the one read before MySQL was).
 /// `false`: a change was projected meanwhile; load again.
 pub async fn cache_group(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
     group: &GroupRecord,
@@ -183,7 +179,7 @@ pub async fn cache_group(
 /// of a big group's members subscribing at once loads it once).
 pub async fn load(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
 ) -> Result<GroupRecord, GroupError> {
@@ -227,7 +223,7 @@ static LOADS: LazyLock<crate::history::coalesce::Coalescer<(String, String), Loa
 
 /// Applies one write to a cached key only (see `lua/if_cached.lua`).
 pub async fn if_cached(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     key: &str,
     command: &str,
     args: &[String],
@@ -252,7 +248,7 @@ pub enum Membership {
 /// Whether `uid` may attach to `topic`; loads the cache on a miss.
 pub async fn membership(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
     uid: i64,
@@ -297,7 +293,7 @@ pub enum Standing {
 /// `uid`'s standing in `topic` from the cache (loaded on a miss).
 pub async fn standing(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
     uid: i64,

@@ -125,22 +125,36 @@ impl UserKeys {
     }
 }
 
-/// Tenant-wide keys.
+/// Tenant-wide keys, and per-user or per-node keys of the tenant that are
+/// touched per session or per message: those carry the user's or the
+/// node's own hash tag, so one busy tenant is not one Redis Cluster slot.
 #[derive(Debug, Clone)]
 pub struct TenantKeys {
     base: String,
+    tenant: String,
 }
 
 impl TenantKeys {
     pub fn new(tenant: &str) -> Self {
         Self {
             base: format!("im:{{{tenant}}}"),
+            tenant: tenant.to_string(),
         }
     }
 
     /// The `im:{tenant}` prefix of every tenant-wide key.
     pub fn base(&self) -> &str {
         &self.base
+    }
+
+    /// The `im:{tenant:u<uid>}` prefix of a user's keys (one slot per user).
+    pub fn user_base(&self, uid: i64) -> String {
+        format!("im:{{{}:u{uid}}}", self.tenant)
+    }
+
+    /// The `im:{tenant:n:<node>}` prefix of a gateway node's keys.
+    pub fn node_base(&self, node: &str) -> String {
+        format!("im:{{{}:n:{node}}}", self.tenant)
     }
 
     /// STRING `YYYYMM`: the month new messages go to (only moves forward).
@@ -203,9 +217,12 @@ mod tests {
         let u = UserKeys::new("acme", 7);
         assert_eq!(u.chats(), "im:{acme:u7}:chats");
         assert!(u.chats_version().starts_with("im:{acme:u7}:"));
-        assert_eq!(
-            TenantKeys::new("acme").active_month(),
-            "im:{acme}:groupmsg:active_month"
-        );
+        let t = TenantKeys::new("acme");
+        assert_eq!(t.active_month(), "im:{acme}:groupmsg:active_month");
+        // Per session and per message: the user's or the node's own slot.
+        assert_eq!(t.presence_user(7), "im:{acme:u7}:presence");
+        assert_eq!(t.control_version(7), "im:{acme:u7}:control:version");
+        assert!(t.device_revoked(7, "d").starts_with("im:{acme:u7}:"));
+        assert!(t.presence_node_users("gw1").starts_with("im:{acme:n:gw1}:"));
     }
 }

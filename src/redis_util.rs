@@ -1,14 +1,46 @@
-//! Small Redis building blocks: connections, the lua/ scripts, a lock with
-//! an owner token, the month clock.
+//! Small Redis building blocks: connections (one server or a Redis
+//! Cluster), the lua/ scripts, a lock with an owner token, the month clock.
 
 use chrono::{DateTime, TimeZone, Utc};
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Script};
 
 use crate::store::month::ShardMonth;
 
-/// Opens a reconnecting, multiplexed connection.
-pub async fn connect(url: &str) -> redis::RedisResult<ConnectionManager> {
+/// A connection to Redis, cheap to clone: one server (reconnecting,
+/// multiplexed) or a Redis Cluster (every command routed to its key's
+/// slot). Every Redis use in imstream takes this.
+#[derive(Clone)]
+pub enum Redis {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// The cluster's seed nodes when `url` names a cluster
+/// (`redis+cluster://host:port,host:port,…`, `rediss+cluster://…` for TLS).
+pub fn cluster_nodes(url: &str) -> Option<Vec<String>> {
+    let (scheme, rest) = url.split_once("+cluster://")?;
+    Some(
+        rest.split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(|n| format!("{scheme}://{n}"))
+            .collect(),
+    )
+}
+
+/// Opens a connection to the server or cluster `url` names.
+pub async fn connect(url: &str) -> redis::RedisResult<Redis> {
+    let timeout = std::time::Duration::from_secs(2);
+    if let Some(nodes) = cluster_nodes(url) {
+        let client = redis::cluster::ClusterClientBuilder::new(nodes)
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .retries(2)
+            .build()?;
+        return Ok(Redis::Cluster(client.get_async_connection().await?));
+    }
     let client = redis::Client::open(url)?;
     // Reconnect attempts stay short: while Redis is down every call fails
     // fast (callers retry), and the first call after it is back reconnects.
@@ -16,17 +48,147 @@ pub async fn connect(url: &str) -> redis::RedisResult<ConnectionManager> {
     // and caps it at 60 s by default: without `max_delay` the two retries
     // below would hold every call for up to two minutes after a restart.
     let config = redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(std::time::Duration::from_secs(2))
-        .set_response_timeout(std::time::Duration::from_secs(2))
+        .set_connection_timeout(timeout)
+        .set_response_timeout(timeout)
         .set_number_of_retries(2)
         .set_factor(2)
         .set_max_delay(250);
-    ConnectionManager::new_with_config(client, config).await
+    Ok(Redis::Single(
+        ConnectionManager::new_with_config(client, config).await?,
+    ))
 }
 
-/// Every key matching `pattern` (SCAN, never KEYS), in no order.
-pub async fn scan_keys(
-    redis: &mut ConnectionManager,
+impl ConnectionLike for Redis {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Redis::Single(c) => c.req_packed_command(cmd),
+            Redis::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    /// A pipeline goes to one node in one round trip when its keys share a
+    /// slot. On a cluster, one whose keys span slots is sent command by
+    /// command instead (each to its own slot's node): never a cross-slot
+    /// request. A transaction must stay within one slot.
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Redis::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Redis::Cluster(c) => Box::pin(async move {
+                match c.req_packed_commands(pipeline, offset, count).await {
+                    Err(e)
+                        if e.kind() == redis::ErrorKind::CrossSlot
+                            && !pipeline.is_transaction() =>
+                    {
+                        let all = per_slot(c, pipeline).await?;
+                        Ok(all.into_iter().skip(offset).take(count).collect())
+                    }
+                    other => other,
+                }
+            }),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Redis::Single(c) => c.get_db(),
+            Redis::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The hash tag of a command's first imstream key (`im:{<tag>}:…`), which
+/// decides its slot; `None` for a command without one (a `PUBLISH`).
+fn hash_tag(cmd: &redis::Cmd) -> Option<&[u8]> {
+    cmd.args_iter().skip(1).find_map(|arg| match arg {
+        redis::Arg::Simple(bytes) if bytes.starts_with(b"im:{") => {
+            let end = bytes.iter().position(|b| *b == b'}')?;
+            Some(&bytes[4..end])
+        }
+        _ => None,
+    })
+}
+
+/// A pipeline whose keys span slots, as one sub-pipeline per hash tag
+/// (commands of one tag keep their order), sent concurrently; the replies
+/// in the pipeline's order. Every imstream key carries its hash tag, so a
+/// sub-pipeline never crosses a slot.
+async fn per_slot(
+    c: &ClusterConnection,
+    pipeline: &redis::Pipeline,
+) -> redis::RedisResult<Vec<redis::Value>> {
+    let mut groups: Vec<(Option<&[u8]>, redis::Pipeline, Vec<usize>)> = Vec::new();
+    for (i, cmd) in pipeline.cmd_iter().enumerate() {
+        let tag = hash_tag(cmd);
+        let at = match groups.iter().position(|(t, _, _)| *t == tag) {
+            Some(at) => at,
+            None => {
+                groups.push((tag, redis::pipe(), Vec::new()));
+                groups.len() - 1
+            }
+        };
+        groups[at].1.add_command(cmd.clone());
+        groups[at].2.push(i);
+    }
+    let replies = futures::future::try_join_all(groups.iter().map(|(_, sub, _)| {
+        let mut c = c.clone();
+        async move { c.req_packed_commands(sub, 0, sub.len()).await }
+    }))
+    .await?;
+    let mut out = vec![redis::Value::Nil; pipeline.len()];
+    for ((_, _, at), values) in groups.iter().zip(replies) {
+        for (i, v) in at.iter().zip(values) {
+            out[*i] = v;
+        }
+    }
+    Ok(out)
+}
+
+/// Every key matching `pattern` (SCAN, never KEYS), in no order; on a
+/// cluster, every primary's keys.
+pub async fn scan_keys(redis: &mut Redis, pattern: &str) -> redis::RedisResult<Vec<String>> {
+    match redis {
+        Redis::Single(c) => scan_node(c, pattern).await,
+        Redis::Cluster(c) => {
+            let mut out = Vec::new();
+            for node in cluster_primaries(c).await? {
+                let mut conn = redis::Client::open(node)?
+                    .get_multiplexed_async_connection()
+                    .await?;
+                out.extend(scan_node(&mut conn, pattern).await?);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// `redis://host:port` of each primary of the cluster (`CLUSTER NODES`).
+async fn cluster_primaries(c: &mut ClusterConnection) -> redis::RedisResult<Vec<String>> {
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(c).await?;
+    Ok(nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags = fields.get(2)?;
+            if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
+                return None;
+            }
+            // `host:port@cport[,hostname]`
+            let addr = fields.get(1)?.split('@').next()?;
+            Some(format!("redis://{addr}"))
+        })
+        .collect())
+}
+
+async fn scan_node(
+    conn: &mut impl ConnectionLike,
     pattern: &str,
 ) -> redis::RedisResult<Vec<String>> {
     let mut cursor: u64 = 0;
@@ -38,7 +200,7 @@ pub async fn scan_keys(
             .arg(pattern)
             .arg("COUNT")
             .arg(1000)
-            .query_async(redis)
+            .query_async(conn)
             .await?;
         out.extend(keys);
         if next == 0 {
@@ -56,7 +218,7 @@ static RELEASE_LOCK: std::sync::LazyLock<Script> =
 /// Sets `key` to `month` unless it already holds a later month; returns the
 /// month in force.
 pub async fn advance_month(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     key: &str,
     month: ShardMonth,
 ) -> redis::RedisResult<ShardMonth> {
@@ -77,7 +239,7 @@ pub struct RedisLock {
 impl RedisLock {
     /// `None` when someone else holds it.
     pub async fn acquire(
-        redis: &mut ConnectionManager,
+        redis: &mut Redis,
         key: &str,
         ttl_ms: u64,
     ) -> redis::RedisResult<Option<RedisLock>> {
@@ -96,7 +258,7 @@ impl RedisLock {
         }))
     }
 
-    pub async fn release(self, redis: &mut ConnectionManager) -> redis::RedisResult<()> {
+    pub async fn release(self, redis: &mut Redis) -> redis::RedisResult<()> {
         let _: i64 = RELEASE_LOCK
             .key(&self.key)
             .arg(&self.token)
@@ -122,7 +284,7 @@ impl Clock {
         }
     }
 
-    pub async fn now(&self, redis: &mut ConnectionManager) -> redis::RedisResult<DateTime<Utc>> {
+    pub async fn now(&self, redis: &mut Redis) -> redis::RedisResult<DateTime<Utc>> {
         match self {
             Clock::Fixed(t) => Ok(*t),
             Clock::Redis => {
@@ -137,10 +299,7 @@ impl Clock {
 }
 
 /// Reads a tenant's active month, if set.
-pub async fn active_month(
-    redis: &mut ConnectionManager,
-    key: &str,
-) -> redis::RedisResult<Option<ShardMonth>> {
+pub async fn active_month(redis: &mut Redis, key: &str) -> redis::RedisResult<Option<ShardMonth>> {
     let v: Option<String> = redis.get(key).await?;
     Ok(v.and_then(|s| ShardMonth::parse(&s).ok()))
 }

@@ -5,7 +5,7 @@
 //! projection only updates sets that are cached. The send path checks them
 //! before a one-to-one message gets a seq.
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 use sqlx::mysql::MySqlPool;
 
 use crate::keys::TenantKeys;
@@ -57,7 +57,7 @@ impl Set {
 /// the Redis set if it is cached. Idempotent, so redelivery converges.
 pub async fn set_member(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     set: Set,
     uid: i64,
@@ -76,7 +76,7 @@ pub async fn set_member(
 /// Whether `other` is in `uid`'s `set` (friends of, blocked by `uid`).
 pub async fn contains(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     set: Set,
     uid: i64,
@@ -107,7 +107,7 @@ pub async fn contains(
 
 /// Adds or removes `other` in `uid`'s cached `set`, if it is cached.
 async fn update_cached(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     set: Set,
     uid: i64,

@@ -6,7 +6,7 @@
 //! revocations". Every cached state carries the row version it was read
 //! at, so a slow rebuild cannot overwrite a newer state.
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 use sqlx::MySqlPool;
 
 use crate::keys::TenantKeys;
@@ -133,7 +133,7 @@ pub async fn apply(pool: &MySqlPool, uid: i64, change: &Change) -> sqlx::Result<
 
 /// Caches `state` in Redis unless a newer version is cached already.
 pub async fn cache(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     uid: i64,
     state: &UserControl,
@@ -191,7 +191,7 @@ impl From<(&UserControl, &str)> for DeviceControl {
 /// (cached again on the way). Fails only when neither store answers; the
 /// caller then refuses (security checks fail closed).
 pub async fn read(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     pool: Option<&MySqlPool>,
     tenant: &str,
     uid: i64,
@@ -229,7 +229,7 @@ pub async fn read(
 
 /// Loads `uid`'s state from MySQL and, when Redis answers, caches it.
 pub async fn rebuild(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     pool: Option<&MySqlPool>,
     tenant: &str,
     uid: i64,

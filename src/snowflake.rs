@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 
 use crate::shutdown::Shutdown;
 
@@ -51,10 +51,7 @@ impl Snowflake {
     }
 
     /// Leases a free worker id in Redis and keeps renewing it until shutdown.
-    pub async fn lease(
-        redis: &mut ConnectionManager,
-        shutdown: Shutdown,
-    ) -> Result<Self, SnowflakeError> {
+    pub async fn lease(redis: &mut Redis, shutdown: Shutdown) -> Result<Self, SnowflakeError> {
         let token = uuid::Uuid::new_v4().to_string();
         let start = rand::random::<u16>() & MAX_WORKER;
         for i in 0..=MAX_WORKER {
@@ -76,7 +73,7 @@ impl Snowflake {
         Err(SnowflakeError::Exhausted)
     }
 
-    fn spawn_renewal(&self, mut redis: ConnectionManager, token: String, shutdown: Shutdown) {
+    fn spawn_renewal(&self, mut redis: Redis, token: String, shutdown: Shutdown) {
         let key = crate::keys::snowflake_worker(self.worker);
         let valid = self.valid.clone();
         tokio::spawn(async move {

@@ -401,28 +401,39 @@ struct Loss {
 /// so a re-seed started when the seq key went could be done before the
 /// loss was over.)
 async fn lose_tenant_data(
-    redis: &mut redis::aio::ConnectionManager,
+    redis: &mut imstream::redis_util::Redis,
     tenant: &str,
     topic: &str,
     keys: &BTreeSet<String>,
 ) -> Loss {
     let seq_key = TopicKeys::new(tenant, topic).seq();
     let generation = TenantKeys::new(tenant).generation();
-    let (last_seq, deleted, seq_left, generation_left): (Option<i64>, usize, bool, bool) =
-        redis::pipe()
-            .atomic()
-            .cmd("HGET")
-            .arg(&seq_key)
-            .arg("last_seq")
-            .cmd("DEL")
-            .arg(keys.iter().collect::<Vec<_>>())
-            .cmd("EXISTS")
-            .arg(&seq_key)
-            .cmd("EXISTS")
-            .arg(&generation)
-            .query_async(redis)
-            .await
-            .unwrap();
+    let mut pipe = redis::pipe();
+    // One MULTI on one server. A cluster cannot delete keys of many slots
+    // at once (its loss is per node anyway): there the commands go one
+    // slot after another, a key per DEL.
+    if !common::redis_url().contains("+cluster://") {
+        pipe.atomic();
+    }
+    pipe.cmd("HGET").arg(&seq_key).arg("last_seq");
+    for k in keys {
+        pipe.cmd("DEL").arg(k);
+    }
+    pipe.cmd("EXISTS")
+        .arg(&seq_key)
+        .cmd("EXISTS")
+        .arg(&generation);
+    let replies: Vec<redis::Value> = pipe.query_async(redis).await.unwrap();
+    let number = |v: &redis::Value| -> i64 { redis::from_redis_value(v).unwrap() };
+    let last_seq: Option<i64> = redis::from_redis_value(&replies[0]).unwrap();
+    let deleted = replies[1..replies.len() - 2]
+        .iter()
+        .map(number)
+        .sum::<i64>() as usize;
+    let (seq_left, generation_left) = (
+        number(&replies[replies.len() - 2]) > 0,
+        number(&replies[replies.len() - 1]) > 0,
+    );
     assert!(
         !seq_left && !generation_left,
         "the allocator and the generation marker are gone"

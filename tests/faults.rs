@@ -439,7 +439,7 @@ impl System {
         }
     }
 
-    async fn redis(&self) -> redis::aio::ConnectionManager {
+    async fn redis(&self) -> imstream::redis_util::Redis {
         self.stack.redis().await
     }
 

@@ -839,10 +839,9 @@ async fn lost_redis_routes_are_rebuilt_and_reads_stay_complete() {
             ),
         ]
     };
-    let months_of = |redis: redis::aio::ConnectionManager| {
-        route_of(redis, TopicKeys::new(stack.tenant(), topic))
-    };
-    let delete_routes = |redis: redis::aio::ConnectionManager| {
+    let months_of =
+        |redis: imstream::redis_util::Redis| route_of(redis, TopicKeys::new(stack.tenant(), topic));
+    let delete_routes = |redis: imstream::redis_util::Redis| {
         let keys = TopicKeys::new(stack.tenant(), topic);
         async move {
             let mut redis = redis;
@@ -977,7 +976,7 @@ async fn lost_redis_routes_are_rebuilt_and_reads_stay_complete() {
 
 /// A topic's Redis route: `route_meta` month fields and the `route` ZSET.
 async fn route_of(
-    mut redis: redis::aio::ConnectionManager,
+    mut redis: imstream::redis_util::Redis,
     keys: TopicKeys,
 ) -> (Vec<(String, String)>, Vec<(String, i64)>) {
     let meta: std::collections::BTreeMap<String, String> = redis::cmd("HGETALL")

@@ -422,7 +422,7 @@ async fn a_cut_subscription_delays_but_loses_nothing_and_control_still_applies()
 
 /// Kills the Pub/Sub connections of Redis user `user` (found with CLIENT
 /// LIST, killed by id); returns how many.
-async fn kill_subscriber(redis: &mut redis::aio::ConnectionManager, user: &str) -> usize {
+async fn kill_subscriber(redis: &mut imstream::redis_util::Redis, user: &str) -> usize {
     let list: String = redis::cmd("CLIENT")
         .arg("LIST")
         .arg("TYPE")
@@ -610,7 +610,7 @@ async fn a_revoked_device_is_closed_even_when_its_client_stopped_reading() {
     }
     let sessions_key = imstream::keys::TenantKeys::new(&tenant).presence_sessions(B);
     let redis = stack.redis().await;
-    let online = |mut redis: redis::aio::ConnectionManager, key: String, sid: String| async move {
+    let online = |mut redis: imstream::redis_util::Redis, key: String, sid: String| async move {
         redis::cmd("SISMEMBER")
             .arg(key)
             .arg(sid)

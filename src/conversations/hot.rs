@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 use redis::Script;
 use serde::{Deserialize, Serialize};
 use sqlx::mysql::MySqlPool;
@@ -208,7 +208,7 @@ impl CachedProfile {
 /// the hot copy; from MySQL alone when Redis does not answer.
 pub async fn list(
     pool: &MySqlPool,
-    redis: &ConnectionManager,
+    redis: &Redis,
     deletes: &dellog::Cache,
     tenant: &str,
     uid: i64,
@@ -238,7 +238,7 @@ pub async fn list(
 /// The badge over all of `uid`'s conversations (see [`super::badge_of`]).
 pub async fn badge(
     pool: &MySqlPool,
-    redis: &ConnectionManager,
+    redis: &Redis,
     deletes: &dellog::Cache,
     tenant: &str,
     uid: i64,
@@ -275,7 +275,7 @@ enum Want {
 
 async fn read(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     deletes: &dellog::Cache,
     tenant: &str,
     uid: i64,
@@ -387,7 +387,7 @@ async fn read(
 /// The user's memberships and cursors: the copy, or MySQL (then cached).
 async fn memberships(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     uid: i64,
 ) -> Result<Vec<Membership>, HotError> {
@@ -483,7 +483,7 @@ async fn memberships_from_mysql(pool: &MySqlPool, uid: i64) -> sqlx::Result<Vec<
 /// one was written meanwhile (SET NX: the pipeline's write wins).
 async fn fill_states(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     entries: &[Membership],
     states: &mut [Option<TopicState>],
@@ -578,7 +578,7 @@ where
 /// user or group without a profile row is cached as an empty profile.
 async fn fill_profiles(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     entries: &[Membership],
     profiles: &mut [Option<CachedProfile>],
@@ -715,11 +715,7 @@ async fn count_unread(
 
 /// Drops the copies of `uids`' lists (their memberships changed) and moves
 /// their versions, so a fill in flight is not cached either.
-pub async fn forget(
-    redis: &mut ConnectionManager,
-    tenant: &str,
-    uids: &[i64],
-) -> redis::RedisResult<()> {
+pub async fn forget(redis: &mut Redis, tenant: &str, uids: &[i64]) -> redis::RedisResult<()> {
     for chunk in uids.chunks(BATCH / 3) {
         let mut pipe = redis::pipe();
         for uid in chunk {
@@ -752,7 +748,7 @@ pub struct CursorMove {
 
 /// Moves cursors forward in the copies that exist (`lua/chat_cursor.lua`).
 pub async fn move_cursors(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     moves: &[CursorMove],
 ) -> redis::RedisResult<()> {
@@ -780,7 +776,7 @@ pub async fn move_cursors(
 /// Writes the states of `topics` as MySQL now holds them.
 pub async fn refresh_topics(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topics: &[&str],
 ) -> Result<(), HotError> {
@@ -809,7 +805,7 @@ pub async fn refresh_topics(
 /// Writes `uid`'s profile as MySQL now holds it.
 pub async fn refresh_user_profile(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     uid: i64,
 ) -> Result<(), HotError> {
@@ -824,7 +820,7 @@ pub async fn refresh_user_profile(
 /// Writes `topic`'s group profile as MySQL now holds it.
 pub async fn refresh_group_profile(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
 ) -> Result<(), HotError> {
@@ -839,7 +835,7 @@ pub async fn refresh_group_profile(
 /// Drops every chat-list copy of `tenant` (lists, topic states, profiles):
 /// after a replay rebuilt MySQL, readers fill them again from it. Returns
 /// how many keys went.
-pub async fn drop_all(redis: &mut ConnectionManager, tenant: &str) -> redis::RedisResult<u64> {
+pub async fn drop_all(redis: &mut Redis, tenant: &str) -> redis::RedisResult<u64> {
     let mut dropped = 0;
     for pattern in [
         format!("im:{{{tenant}:u*}}:chats"),
@@ -855,7 +851,7 @@ pub async fn drop_all(redis: &mut ConnectionManager, tenant: &str) -> redis::Red
     Ok(dropped)
 }
 
-async fn set(redis: &mut ConnectionManager, key: &str, value: &str) -> redis::RedisResult<()> {
+async fn set(redis: &mut Redis, key: &str, value: &str) -> redis::RedisResult<()> {
     redis::cmd("SET")
         .arg(key)
         .arg(value)

@@ -6,7 +6,7 @@
 //! still takes effect. State not cached in Redis is read from MySQL
 //! ([`crate::session_control`]); when neither answers, logins are refused.
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 
 use crate::keys::TenantKeys;
 use crate::realtime::hub::SessionHandle;
@@ -32,7 +32,7 @@ pub fn refusal(state: &ControlState, auth_version: i64, generation: i64) -> Opti
 
 /// Reads the control state of one user/device (Redis, else MySQL).
 pub async fn state(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     pools: &TenantPools,
     tenant: &str,
     uid: i64,
@@ -44,7 +44,7 @@ pub async fn state(
 /// Re-checks every given session; returns those that must close, with why.
 /// Sessions whose user's state is not cached are checked against MySQL.
 pub async fn recheck(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     pools: &TenantPools,
     sessions: &[SessionHandle],
 ) -> Result<Vec<(SessionHandle, &'static str)>, Unavailable> {

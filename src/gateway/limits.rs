@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 use serde_json::json;
 
 use crate::config::{BucketConfig, LimitsConfig};
@@ -82,7 +82,7 @@ pub fn bucket_key(tenant: &str, uid: i64, action: Action) -> String {
 
 /// Takes one token of `action` from the user's bucket.
 pub async fn take(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     limits: &LimitsConfig,
     tenant: &str,
     uid: i64,
@@ -159,7 +159,7 @@ impl LoginSubjects {
     }
 
     /// Refuses the attempt while any subject is locked out.
-    pub async fn check(&self, redis: &mut ConnectionManager) -> Result<(), Limited> {
+    pub async fn check(&self, redis: &mut Redis) -> Result<(), Limited> {
         for (_, lock, _) in &self.keys {
             let ttl: i64 = redis::cmd("PTTL")
                 .arg(lock)
@@ -179,7 +179,7 @@ impl LoginSubjects {
     }
 
     /// Counts a failed attempt against every subject.
-    pub async fn failed(&self, redis: &mut ConnectionManager, limits: &LimitsConfig) {
+    pub async fn failed(&self, redis: &mut Redis, limits: &LimitsConfig) {
         for (fail, lock, free) in &self.keys {
             let r: redis::RedisResult<i64> =
                 redis::Script::new(include_str!("../../lua/login_failed.lua"))
@@ -198,7 +198,7 @@ impl LoginSubjects {
 
     /// A successful login forgets the login name's failures (not the
     /// address's: one valid account must not unlock guessing others).
-    pub async fn succeeded(&self, redis: &mut ConnectionManager) {
+    pub async fn succeeded(&self, redis: &mut Redis) {
         if self.named {
             if let Some((fail, _, _)) = self.keys.first() {
                 let _: redis::RedisResult<i64> =

@@ -240,7 +240,7 @@ pub async fn start(
 /// gone); a lease held by a live process elsewhere is waited for, never
 /// stolen. A second gateway in this very process is a configuration error.
 async fn lease_node_id(
-    redis: &mut redis::aio::ConnectionManager,
+    redis: &mut crate::redis_util::Redis,
     node: &str,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
@@ -400,7 +400,7 @@ async fn heartbeat(gw: Arc<Gateway>) {
 /// Evicts local sessions from groups their user no longer belongs to (or
 /// that were dissolved): the Pub/Sub eviction may have been lost, so each
 /// heartbeat checks every attachment against the membership cache.
-async fn recheck_members(gw: &Gateway, redis: &mut redis::aio::ConnectionManager) {
+async fn recheck_members(gw: &Gateway, redis: &mut crate::redis_util::Redis) {
     let attached: Vec<_> = gw
         .hub
         .attached_members()

@@ -2,7 +2,7 @@
 //! rules, and produces the events (key `{tenant}:{topic}`, acks=all). The
 //! members, store, hot and fan-out pipelines make them take effect.
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 use sha2::{Digest, Sha256};
 
 use crate::events::{new_event_id, now_ms, GroupEvent, GroupEventBody, MessageDeleted, SeqRange};
@@ -69,18 +69,13 @@ fn unavailable(e: impl std::fmt::Display) -> Refused {
 #[derive(Clone)]
 pub struct Executor {
     pools: TenantPools,
-    redis: ConnectionManager,
+    redis: Redis,
     producer: EventProducer,
     node: String,
 }
 
 impl Executor {
-    pub fn new(
-        pools: TenantPools,
-        redis: ConnectionManager,
-        producer: EventProducer,
-        node: String,
-    ) -> Self {
+    pub fn new(pools: TenantPools, redis: Redis, producer: EventProducer, node: String) -> Self {
         Self {
             pools,
             redis,

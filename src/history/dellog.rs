@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 use sqlx::mysql::MySqlPool;
 
 use crate::keys::TopicKeys;
@@ -31,11 +31,7 @@ const CACHE_MAX_AGE: Duration = Duration::from_secs(10);
 const CACHE_MAX_ENTRIES: usize = 100_000;
 
 /// Marks `topic`'s dellog as changed; called after every committed write.
-pub async fn changed(
-    redis: &mut ConnectionManager,
-    tenant: &str,
-    topic: &str,
-) -> redis::RedisResult<()> {
+pub async fn changed(redis: &mut Redis, tenant: &str, topic: &str) -> redis::RedisResult<()> {
     redis::cmd("SET")
         .arg(TopicKeys::new(tenant, topic).dellog_token())
         .arg(crate::events::new_event_id())
@@ -68,7 +64,7 @@ impl Cache {
     pub async fn ranges_for(
         &self,
         pool: &MySqlPool,
-        redis: &mut ConnectionManager,
+        redis: &mut Redis,
         tenant: &str,
         topic: &str,
         reader: i64,

@@ -5,7 +5,7 @@
 //! contiguous seqs (or reaches down to `since`/seq 1), and every snapshot is
 //! present. Holes and expired entries fall back to MySQL.
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 
 use crate::keys::TopicKeys;
 
@@ -18,7 +18,7 @@ pub const HOT_TTL_SECS: i64 = 24 * 3600;
 /// beyond the newest `per_topic` (a busy topic holds at most that many:
 /// reads past them fall back to MySQL).
 pub async fn put(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
     msg: &StoredMessage,
@@ -53,7 +53,7 @@ pub async fn put(
 }
 
 /// Drops the oldest entries (and their snapshots) beyond the newest `n`.
-async fn cap(redis: &mut ConnectionManager, keys: &TopicKeys, n: i64) -> redis::RedisResult<()> {
+async fn cap(redis: &mut Redis, keys: &TopicKeys, n: i64) -> redis::RedisResult<()> {
     let beyond: Vec<String> = redis::cmd("ZRANGE")
         .arg(keys.hot_seqs())
         .arg(0)
@@ -77,11 +77,7 @@ async fn cap(redis: &mut ConnectionManager, keys: &TopicKeys, n: i64) -> redis::
 }
 
 /// Removes the oldest entries whose time is past the TTL.
-async fn trim(
-    redis: &mut ConnectionManager,
-    keys: &TopicKeys,
-    now_ms: i64,
-) -> redis::RedisResult<()> {
+async fn trim(redis: &mut Redis, keys: &TopicKeys, now_ms: i64) -> redis::RedisResult<()> {
     let oldest: Vec<String> = redis::cmd("ZRANGE")
         .arg(keys.hot_seqs())
         .arg(0)
@@ -124,7 +120,7 @@ pub enum Amend<'a> {
 /// not hot any more, or never were). Idempotent: a snapshot changes only
 /// while `normal` and, for edits, only to a newer edit. The TTL is kept.
 pub async fn amend(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
     seqs: &[i64],
@@ -180,7 +176,7 @@ pub async fn amend(
 
 /// The hot seqs of a topic in `[low, hi)`.
 pub async fn seqs_in(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
     low: i64,
@@ -201,7 +197,7 @@ pub async fn seqs_in(
 
 /// Removes one message's snapshot (recall, delete).
 pub async fn remove(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
     seq: i64,
@@ -222,7 +218,7 @@ pub async fn remove(
 /// newest seq known stored (from the route); without it a page with no
 /// `before` cannot be proven complete at the top.
 pub async fn page(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
     query: &PageQuery,

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 use serde::Serialize;
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
@@ -208,7 +208,7 @@ pub struct Page {
 #[derive(Clone)]
 pub struct History {
     pools: TenantPools,
-    redis: ConnectionManager,
+    redis: Redis,
     coalescer: coalesce::Coalescer<(String, String, PageQuery), Result<Page, SharedFailure>>,
     /// Pages actually fetched (hot or MySQL), after coalescing.
     fetches: Arc<AtomicU64>,
@@ -222,7 +222,7 @@ pub struct History {
 const MAX_REFILLS: usize = 16;
 
 impl History {
-    pub fn new(pools: TenantPools, redis: ConnectionManager) -> Self {
+    pub fn new(pools: TenantPools, redis: Redis) -> Self {
         Self {
             pools,
             redis,

@@ -10,7 +10,7 @@
 //! completed once from the mirror (fields missing only: what the store
 //! pipeline wrote is at least as fresh) and marked.
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 use sqlx::mysql::MySqlPool;
 
 use crate::keys::{TenantKeys, TopicKeys};
@@ -35,7 +35,7 @@ pub struct Segment {
 /// Segments oldest month first.
 pub async fn segments(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
 ) -> Result<Vec<Segment>, HistoryError> {

@@ -15,9 +15,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use crate::redis_util::Redis;
 use chrono::NaiveDateTime;
 use indicatif::{ProgressBar, ProgressStyle};
-use redis::aio::ConnectionManager;
 use sha2::{Digest, Sha256};
 use sqlx::mysql::{MySqlConnection, MySqlPool};
 use sqlx::{Connection, MySql, QueryBuilder, Row};
@@ -117,7 +117,7 @@ struct Checked {
 /// Copies from the persisted cursor until the end, `max_batches`, or `shutdown`.
 pub async fn copy(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     options: &CopyOptions,
     shutdown: &Shutdown,
@@ -151,7 +151,7 @@ pub async fn copy(
 async fn copy_locked(
     conn: &mut MySqlConnection,
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     options: &CopyOptions,
     batch_size: usize,
@@ -510,7 +510,7 @@ async fn recount_mirror(
 /// topics written.
 pub async fn write_routes(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topics: &BTreeSet<String>,
     (first, last): (ShardMonth, ShardMonth),

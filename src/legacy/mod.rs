@@ -92,7 +92,7 @@ fn tenants<'a>(config: &'a Config, only: &TenantArg) -> anyhow::Result<Vec<(&'a 
 /// Verifies, then switches the tenant to the month tables only.
 pub async fn cutover(
     pool: &MySqlPool,
-    redis: &mut redis::aio::ConnectionManager,
+    redis: &mut crate::redis_util::Redis,
     tenant: &str,
 ) -> anyhow::Result<verify::VerifyReport> {
     let report = verify::verify(pool, redis, tenant).await?;

@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::redis_util::Redis;
 use chrono::{NaiveDateTime, Utc};
-use redis::aio::ConnectionManager;
 use sqlx::mysql::MySqlPool;
 
 use crate::keys::TopicKeys;
@@ -38,11 +38,7 @@ static RAISE_SEQ: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(
     )
 });
 
-pub async fn plan(
-    pool: &MySqlPool,
-    redis: &mut ConnectionManager,
-    tenant: &str,
-) -> anyhow::Result<Plan> {
+pub async fn plan(pool: &MySqlPool, redis: &mut Redis, tenant: &str) -> anyhow::Result<Plan> {
     if !table::exists(pool).await? {
         anyhow::bail!(
             "tenant {tenant}: no legacy table {TABLE} (already cut over, or never had one)"

@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::redis_util::Redis;
 use futures::TryStreamExt;
-use redis::aio::ConnectionManager;
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
 
@@ -63,7 +63,7 @@ impl VerifyReport {
 
 pub async fn verify(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
 ) -> anyhow::Result<VerifyReport> {
     let mut report = VerifyReport {

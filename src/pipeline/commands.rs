@@ -12,8 +12,8 @@
 //! crash between producing the result and recording it can repeat a
 //! result; consumers key results by command id.
 
+use crate::redis_util::Redis;
 use chrono::{TimeZone, Utc};
-use redis::aio::ConnectionManager;
 use serde_json::json;
 
 use crate::events::{
@@ -41,7 +41,7 @@ impl CommandsHandler {
     pub fn new(
         codec: EventCodec,
         pools: TenantPools,
-        redis: ConnectionManager,
+        redis: Redis,
         producer: EventProducer,
         node: String,
     ) -> Self {

@@ -4,7 +4,7 @@
 //! envelope to every gateway. Gateways also re-check the keys on
 //! heartbeat, so a lost envelope still takes effect.
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 
 use crate::events::{EventCodec, SessionControlBody, SessionControlEvent};
 use crate::realtime::{bus, Envelope, Kind, TargetType};
@@ -17,11 +17,11 @@ use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 pub struct ControlHandler {
     codec: EventCodec,
     pools: TenantPools,
-    redis: ConnectionManager,
+    redis: Redis,
 }
 
 impl ControlHandler {
-    pub fn new(codec: EventCodec, pools: TenantPools, redis: ConnectionManager) -> Self {
+    pub fn new(codec: EventCodec, pools: TenantPools, redis: Redis) -> Self {
         Self {
             codec,
             pools,

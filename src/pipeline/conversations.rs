@@ -23,8 +23,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 
+use crate::redis_util::Redis;
 use chrono::{DateTime, TimeZone, Utc};
-use redis::aio::ConnectionManager;
 use sqlx::mysql::MySqlPool;
 
 use crate::conversations::hot::{self, CursorMove, HotError};
@@ -44,12 +44,12 @@ pub struct ConversationsHandler {
     codec: EventCodec,
     pools: TenantPools,
     /// The lists' hot copy, written after each MySQL commit.
-    redis: ConnectionManager,
+    redis: Redis,
     known_p2p: Mutex<HashSet<(String, String)>>,
 }
 
 impl ConversationsHandler {
-    pub fn new(codec: EventCodec, pools: TenantPools, redis: ConnectionManager) -> Self {
+    pub fn new(codec: EventCodec, pools: TenantPools, redis: Redis) -> Self {
         Self {
             codec,
             pools,
@@ -332,17 +332,13 @@ impl ConversationsHandler {
 /// A membership, clear, recall or delete event: MySQL, then the hot copy.
 async fn apply(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     e: &GroupEvent,
 ) -> Result<(), (FailureKind, String)> {
     apply_to(pool, redis, e).await.map_err(hot_failure)
 }
 
-async fn apply_to(
-    pool: &MySqlPool,
-    redis: &mut ConnectionManager,
-    e: &GroupEvent,
-) -> Result<(), HotError> {
+async fn apply_to(pool: &MySqlPool, redis: &mut Redis, e: &GroupEvent) -> Result<(), HotError> {
     let tenant = e.tenant_id.as_str();
     let topic = e.topic.as_str();
     let join = |uids: Vec<i64>| async move {

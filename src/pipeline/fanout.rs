@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 
 use crate::events::{now_ms, EventCodec, GroupEvent, GroupEventBody};
 use crate::groups::Role;
@@ -25,11 +25,11 @@ use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct FanoutHandler {
     codec: EventCodec,
-    redis: ConnectionManager,
+    redis: Redis,
 }
 
 impl FanoutHandler {
-    pub fn new(codec: EventCodec, redis: ConnectionManager) -> Self {
+    pub fn new(codec: EventCodec, redis: Redis) -> Self {
         Self { codec, redis }
     }
 }

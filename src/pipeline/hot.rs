@@ -3,7 +3,7 @@
 //! turn it into a stub. Idempotent: a snapshot is keyed by seq, and changes
 //! apply only to `normal` snapshots (edits only to a newer edit).
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 
 use crate::events::{now_ms, EventCodec, GroupEvent, GroupEventBody};
 use crate::history::{hot, StoredMessage};
@@ -13,13 +13,13 @@ use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct HotHandler {
     codec: EventCodec,
-    redis: ConnectionManager,
+    redis: Redis,
     /// Hot messages kept per topic (`limits.hot_per_topic`).
     per_topic: i64,
 }
 
 impl HotHandler {
-    pub fn new(codec: EventCodec, redis: ConnectionManager) -> Self {
+    pub fn new(codec: EventCodec, redis: Redis) -> Self {
         Self {
             codec,
             redis,

@@ -6,8 +6,8 @@
 //! wait for it); every write is an upsert or a delete, so redelivery and
 //! replay converge to the same state.
 
+use crate::redis_util::Redis;
 use chrono::{TimeZone, Utc};
-use redis::aio::ConnectionManager;
 use sqlx::mysql::MySqlPool;
 
 use crate::conversations::hot::{self, HotError};
@@ -23,11 +23,11 @@ use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 pub struct MembersHandler {
     codec: EventCodec,
     pools: TenantPools,
-    redis: ConnectionManager,
+    redis: Redis,
 }
 
 impl MembersHandler {
-    pub fn new(codec: EventCodec, pools: TenantPools, redis: ConnectionManager) -> Self {
+    pub fn new(codec: EventCodec, pools: TenantPools, redis: Redis) -> Self {
         Self {
             codec,
             pools,
@@ -120,7 +120,7 @@ impl MembersHandler {
 /// group's profile row is written as it now is.
 async fn chat_lists(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     event: &GroupEvent,
 ) -> Result<(), GroupError> {
     let changed: Vec<i64> = match &event.body {
@@ -291,7 +291,7 @@ async fn apply_mysql(pool: &MySqlPool, event: &GroupEvent) -> Result<bool, sqlx:
 
 async fn apply_redis(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     event: &GroupEvent,
 ) -> Result<(), GroupError> {
     let keys = TopicKeys::new(&event.tenant_id, &event.topic);

@@ -5,7 +5,7 @@
 //! what="upd"}` with imstream's `event` naming what changed and `params`.
 //! Realtime only: a missed frame is caught up from the HTTP API.
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 use serde_json::{json, Value};
 
 use crate::events::{EventCodec, UserEvent, UserEventBody};
@@ -17,11 +17,11 @@ use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct NotifyHandler {
     codec: EventCodec,
-    redis: ConnectionManager,
+    redis: Redis,
 }
 
 impl NotifyHandler {
-    pub fn new(codec: EventCodec, redis: ConnectionManager) -> Self {
+    pub fn new(codec: EventCodec, redis: Redis) -> Self {
         Self { codec, redis }
     }
 }

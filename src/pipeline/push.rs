@@ -17,8 +17,8 @@
 
 use std::collections::HashMap;
 
+use crate::redis_util::Redis;
 use futures::future::join_all;
-use redis::aio::ConnectionManager;
 
 use crate::events::{now_ms, EventCodec, GroupEvent, GroupEventBody, MessageSent, PushTask};
 use crate::kafka::producer::EventProducer;
@@ -39,7 +39,7 @@ const PROBE_CHUNK: usize = 1000;
 pub struct PushHandler {
     codec: EventCodec,
     pools: TenantPools,
-    redis: ConnectionManager,
+    redis: Redis,
     producer: EventProducer,
     /// Groups with more members push only to mentioned users
     /// (`limits.push_group_members`): one message never fans out into
@@ -53,7 +53,7 @@ impl PushHandler {
     pub fn new(
         codec: EventCodec,
         pools: TenantPools,
-        redis: ConnectionManager,
+        redis: Redis,
         producer: EventProducer,
     ) -> Self {
         Self {

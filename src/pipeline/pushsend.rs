@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 
 use crate::config::PushConfig;
 use crate::events::{EventCodec, PushTask};
@@ -83,12 +83,12 @@ impl PushSender {
 
 pub struct PushSendHandler {
     codec: EventCodec,
-    redis: ConnectionManager,
+    redis: Redis,
     sender: PushSender,
 }
 
 impl PushSendHandler {
-    pub fn new(codec: EventCodec, redis: ConnectionManager, sender: PushSender) -> Self {
+    pub fn new(codec: EventCodec, redis: Redis, sender: PushSender) -> Self {
         Self {
             codec,
             redis,

@@ -3,7 +3,7 @@
 //! then `{info}` to the topic's online sessions (except the sender's) and
 //! `{pres topic="me" what="read"|"recv"}` to the user's own other sessions.
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 
 use crate::conversations::hot::{self, CursorMove};
 
@@ -18,11 +18,11 @@ use super::runner::{apply_in_order, Handler, Record, RecordFailure};
 pub struct ReceiptsHandler {
     codec: EventCodec,
     pools: TenantPools,
-    redis: ConnectionManager,
+    redis: Redis,
 }
 
 impl ReceiptsHandler {
-    pub fn new(codec: EventCodec, pools: TenantPools, redis: ConnectionManager) -> Self {
+    pub fn new(codec: EventCodec, pools: TenantPools, redis: Redis) -> Self {
         Self {
             codec,
             pools,

@@ -3,7 +3,7 @@
 //! send path checks. Every write is an upsert or a delete, so redelivery
 //! and replay converge to the same state.
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 
 use crate::conversations::hot::{self, HotError};
 use crate::events::{EventCodec, UserEvent, UserEventBody};
@@ -18,11 +18,11 @@ use super::runner::{apply_in_order, Handler, Record, RecordFailure};
 pub struct RelationsHandler {
     codec: EventCodec,
     pools: TenantPools,
-    redis: ConnectionManager,
+    redis: Redis,
 }
 
 impl RelationsHandler {
-    pub fn new(codec: EventCodec, pools: TenantPools, redis: ConnectionManager) -> Self {
+    pub fn new(codec: EventCodec, pools: TenantPools, redis: Redis) -> Self {
         Self {
             codec,
             pools,

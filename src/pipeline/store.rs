@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 
 use crate::events::{EventCodec, GroupEvent, GroupEventBody};
 use crate::metrics as m;
@@ -23,14 +23,14 @@ use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 pub struct StoreHandler {
     codec: EventCodec,
     pools: TenantPools,
-    redis: ConnectionManager,
+    redis: Redis,
     /// Topics whose Redis route write failed, retried after the next batch
     /// (reads fall back to the mirror meanwhile).
     repair: Mutex<BTreeSet<(String, String)>>,
 }
 
 impl StoreHandler {
-    pub fn new(codec: EventCodec, pools: TenantPools, redis: ConnectionManager) -> Self {
+    pub fn new(codec: EventCodec, pools: TenantPools, redis: Redis) -> Self {
         Self {
             codec,
             pools,

@@ -3,13 +3,22 @@
 //! LRU), checks the tenant, and hands envelopes to its local sessions.
 //! Pub/Sub only delays or loses realtime copies; every message has a
 //! durable source of truth the client catches up from by seq.
+//!
+//! On a Redis Cluster the bus is classic Pub/Sub: a `PUBLISH` on any node
+//! reaches the subscribers of every node (the cluster bus forwards it), so
+//! a gateway subscribes on one node of the cluster, the next one after an
+//! error. Sharded Pub/Sub (`SSUBSCRIBE` per node channel) would spare the
+//! cluster bus that fan-out, at the price of following slot moves; at a
+//! gateway's envelope rate (one per node per message batch, never one per
+//! member) classic Pub/Sub costs little, and a separate Redis for the bus
+//! is not needed.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::redis_util::Redis;
 use futures::StreamExt;
-use redis::aio::ConnectionManager;
 
 use crate::metrics as m;
 use crate::shutdown::Shutdown;
@@ -52,7 +61,7 @@ impl SeenIds {
 /// Publishes an envelope to each node (or the broadcast channel when the
 /// online-node index is missing). One round trip for all channels.
 pub async fn publish(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     nodes: Option<&[String]>,
     envelope: &Envelope,
 ) -> redis::RedisResult<()> {
@@ -185,11 +194,14 @@ pub async fn run_subscriber(
 ) {
     let mut seen = SeenIds::new(20_000);
     let channels = [node_channel(&node), BROADCAST_CHANNEL.to_string()];
-    loop {
+    // A cluster's nodes, tried in turn; one server's URL as it is.
+    let urls = crate::redis_util::cluster_nodes(&redis_url).unwrap_or_else(|| vec![redis_url]);
+    for attempt in 0.. {
         if shutdown.is_triggered() {
             return;
         }
-        match subscribe_once(&redis_url, &channels, &hub, &tenants, &mut seen, &shutdown).await {
+        let url = &urls[attempt % urls.len()];
+        match subscribe_once(url, &channels, &hub, &tenants, &mut seen, &shutdown).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(%node, error = %e, "realtime subscription lost; resubscribing");

@@ -4,7 +4,7 @@
 //! key carries a TTL refreshed by the gateway's heartbeat, so a dead node's
 //! presence disappears by itself.
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 
 use crate::keys::{TenantKeys, TopicKeys};
 
@@ -25,34 +25,31 @@ const COMPLETE_SLACK_MS: i64 = 2_000;
 
 impl TenantKeys {
     pub fn presence_user(&self, uid: i64) -> String {
-        format!("{}:presence:user:{uid}", self.base())
+        format!("{}:presence", self.user_base(uid))
     }
     pub fn presence_sessions(&self, uid: i64) -> String {
-        format!("{}:presence:user:{uid}:sessions", self.base())
+        format!("{}:presence:sessions", self.user_base(uid))
     }
     pub fn presence_node_users(&self, node: &str) -> String {
-        format!("{}:presence:node:{node}:users", self.base())
+        format!("{}:presence:users", self.node_base(node))
     }
     /// INT: sessions must re-authenticate when their token's auth_version is lower.
     pub fn auth_version(&self, uid: i64) -> String {
-        format!("{}:control:user:{uid}:auth_version", self.base())
+        format!("{}:control:auth_version", self.user_base(uid))
     }
     /// INT revocation generation of the device: its tokens (and sessions)
     /// with a lower `gen` are revoked.
     pub fn device_revoked(&self, uid: i64, device: &str) -> String {
-        format!(
-            "{}:control:user:{uid}:device:{device}:generation",
-            self.base()
-        )
+        format!("{}:control:device:{device}:generation", self.user_base(uid))
     }
     /// INT row version of the user's cached control state
     /// (`session_control`); absent: not cached, read MySQL.
     pub fn control_version(&self, uid: i64) -> String {
-        format!("{}:control:user:{uid}:version", self.base())
+        format!("{}:control:version", self.user_base(uid))
     }
     /// Present while the user is disabled.
     pub fn user_disabled(&self, uid: i64) -> String {
-        format!("{}:control:user:{uid}:disabled", self.base())
+        format!("{}:control:disabled", self.user_base(uid))
     }
 }
 
@@ -78,7 +75,7 @@ impl TopicKeys {
 /// A session logged in on `node`; returns the user's session count after
 /// it (1: the user just came online).
 pub async fn user_online(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     uid: i64,
     sid: &str,
@@ -111,7 +108,7 @@ pub async fn user_online(
 /// session on this node (the node keeps listing the user while it does).
 /// Returns whether it was the user's last session anywhere.
 pub async fn user_offline(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     uid: i64,
     sid: &str,
@@ -178,7 +175,7 @@ impl Change {
 /// A user's session attached to a topic.
 /// `heartbeat_ms` is the node's heartbeat interval.
 pub async fn attach(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
     uid: i64,
@@ -223,7 +220,7 @@ pub async fn attach(
 /// A user's session detached; `still_on_node` tells whether another of the
 /// user's sessions on this node is still attached.
 pub async fn detach(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
     uid: i64,
@@ -255,7 +252,7 @@ pub async fn detach(
 
 /// Nodes that have had online members of `topic` within the presence TTL.
 pub async fn online_nodes(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
     now_ms: i64,
@@ -282,7 +279,7 @@ pub async fn online_nodes(
 
 /// Heartbeat of one node: refreshes the TTLs of its users and topics.
 pub async fn refresh(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     node: &str,
     users: &[(String, i64)],
     topics: &[(String, String)],

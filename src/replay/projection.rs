@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::redis_util::Redis;
 use futures::TryStreamExt;
-use redis::aio::ConnectionManager;
 use sha2::{Digest, Sha256};
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
@@ -149,7 +149,7 @@ pub fn add_row(digests: &mut Digests, r: &sqlx::mysql::MySqlRow) -> sqlx::Result
 
 /// Topics of `tenant` that have a key ending in `suffix` (SCAN, no KEYS).
 async fn topics_with(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     suffix: &str,
 ) -> redis::RedisResult<Vec<String>> {
@@ -170,7 +170,7 @@ async fn topics_with(
 /// The tenant's hot messages: every seq in `hot_msg_seqs` with its snapshot
 /// (a seq whose snapshot expired counts with empty content).
 pub async fn hot_messages(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
 ) -> redis::RedisResult<BTreeMap<String, Summary>> {
     let mut digests = Digests::default();
@@ -213,7 +213,7 @@ pub async fn hot_messages(
 /// `route` ZSET. Count is the sum of the month counts; the hash covers each
 /// month's `min_seq,max_seq,count` and its ZSET score.
 pub async fn routes(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
 ) -> redis::RedisResult<BTreeMap<String, Summary>> {
     let mut out = BTreeMap::new();

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 use redis::Script;
 
 use crate::config::Config;
@@ -262,7 +262,7 @@ pub struct Sender {
 
 struct Inner {
     config: Config,
-    redis: ConnectionManager,
+    redis: Redis,
     pools: TenantPools,
     producer: EventProducer,
     snowflake: Snowflake,
@@ -276,7 +276,7 @@ struct Inner {
 impl Sender {
     pub fn new(
         config: Config,
-        redis: ConnectionManager,
+        redis: Redis,
         pools: TenantPools,
         producer: EventProducer,
         snowflake: Snowflake,
@@ -301,7 +301,7 @@ impl Sender {
         &self.inner.config
     }
 
-    pub fn redis(&self) -> ConnectionManager {
+    pub fn redis(&self) -> Redis {
         self.inner.redis.clone()
     }
 
@@ -616,7 +616,7 @@ impl Sender {
     async fn check_relations(
         &self,
         pool: &sqlx::MySqlPool,
-        redis: &mut ConnectionManager,
+        redis: &mut Redis,
         tenant: &str,
         uid: i64,
         peer: i64,

@@ -226,7 +226,7 @@ static SCANS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock:
 /// Whether the topic's Redis state shows it had messages (its hot index
 /// or month routes) although its allocator is gone.
 async fn has_message_traces(
-    redis: &mut redis::aio::ConnectionManager,
+    redis: &mut crate::redis_util::Redis,
     keys: &TopicKeys,
 ) -> redis::RedisResult<bool> {
     let n: i64 = redis::cmd("EXISTS")
@@ -267,7 +267,7 @@ async fn recover_stored(
 /// Milliseconds since this Redis dataset got its generation marker; a
 /// missing marker is created now (age 0: data may just have been lost).
 async fn generation_age_ms(
-    redis: &mut redis::aio::ConnectionManager,
+    redis: &mut crate::redis_util::Redis,
     tenant: &str,
 ) -> redis::RedisResult<i64> {
     let key = TenantKeys::new(tenant).generation();
@@ -292,7 +292,7 @@ async fn generation_age_ms(
 /// deployment has no earlier data to lose). Called by `migrate`/`dev` on a
 /// tenant's first setup, never after data could exist.
 pub async fn establish_generation(
-    redis: &mut redis::aio::ConnectionManager,
+    redis: &mut crate::redis_util::Redis,
     tenant: &str,
 ) -> redis::RedisResult<bool> {
     let key = TenantKeys::new(tenant).generation();

@@ -3,7 +3,7 @@
 //! the MySQL mirror after the store pipeline commits; rebuilt from it when
 //! missing. No TTL.
 
-use redis::aio::ConnectionManager;
+use crate::redis_util::Redis;
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
 
@@ -13,11 +13,7 @@ use super::month::ShardMonth;
 use super::writer::MirrorRow;
 
 /// Writes the Redis route of every mirror row (one pipeline round trip).
-pub async fn apply(
-    redis: &mut ConnectionManager,
-    tenant: &str,
-    rows: &[MirrorRow],
-) -> redis::RedisResult<()> {
+pub async fn apply(redis: &mut Redis, tenant: &str, rows: &[MirrorRow]) -> redis::RedisResult<()> {
     if rows.is_empty() {
         return Ok(());
     }
@@ -69,7 +65,7 @@ pub async fn mirror_rows(pool: &MySqlPool, topic: &str) -> sqlx::Result<Vec<Mirr
 /// Rebuilds one topic's Redis route from the mirror; returns the rows.
 pub async fn rebuild_topic(
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     tenant: &str,
     topic: &str,
 ) -> Result<Vec<MirrorRow>, crate::store::writer::StoreError> {

@@ -7,8 +7,8 @@
 //! lag, pending store dead letters); archiving and dropping a sealed month
 //! are explicit commands ([`super::archive`]).
 
+use crate::redis_util::Redis;
 use chrono::{DateTime, Utc};
-use redis::aio::ConnectionManager;
 use sqlx::mysql::MySqlPool;
 
 use crate::config::Config;
@@ -52,7 +52,7 @@ pub fn window(now: DateTime<Utc>) -> [ShardMonth; 4] {
 pub async fn run_once(
     tenant: &str,
     pool: &MySqlPool,
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     now: DateTime<Utc>,
 ) -> Result<ShardPass, ShardError> {
     let months = window(now);
@@ -168,7 +168,7 @@ impl<'a> LazyBacklog<'a> {
 /// The shard manager of a deployment: every configured tenant.
 pub struct ShardManager {
     tenants: Vec<(String, MySqlPool)>,
-    redis: ConnectionManager,
+    redis: Redis,
     clock: Clock,
     interval: std::time::Duration,
     gate: SealGate,

@@ -261,7 +261,7 @@ impl Stack {
         .expect("pool")
     }
 
-    pub async fn redis(&self) -> redis::aio::ConnectionManager {
+    pub async fn redis(&self) -> imstream::redis_util::Redis {
         imstream::redis_util::connect(&self.world.config.redis.url)
             .await
             .expect("redis")
@@ -553,7 +553,7 @@ pub async fn call(
 /// whole shared keyspace, hundreds of thousands of keys, which takes tens
 /// of seconds on a loaded machine.
 pub async fn tenant_keys(
-    redis: &mut redis::aio::ConnectionManager,
+    redis: &mut imstream::redis_util::Redis,
     tenant: &str,
     topic: &str,
 ) -> std::collections::BTreeSet<String> {

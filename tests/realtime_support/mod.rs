@@ -421,7 +421,7 @@ pub async fn wait_stored(pool: &sqlx::MySqlPool, topic: &str, seq: i64) -> i64 {
 /// Last heartbeat of `node` for `topic` (epoch ms): the gateway's
 /// heartbeat re-stamps the topic's online-node index every beat.
 pub async fn heartbeat_stamp(
-    redis: &mut redis::aio::ConnectionManager,
+    redis: &mut imstream::redis_util::Redis,
     tenant: &str,
     topic: &str,
     node: &str,
@@ -441,7 +441,7 @@ pub async fn heartbeat_stamp(
 /// and then re-checks session control, so after two new stamps at least
 /// one complete re-check ran.
 pub async fn wait_heartbeats(
-    redis: &mut redis::aio::ConnectionManager,
+    redis: &mut imstream::redis_util::Redis,
     tenant: &str,
     topic: &str,
     node: &str,
@@ -465,7 +465,7 @@ pub async fn wait_heartbeats(
 }
 
 /// Subscribers of a Pub/Sub channel.
-pub async fn numsub(redis: &mut redis::aio::ConnectionManager, channel: &str) -> i64 {
+pub async fn numsub(redis: &mut imstream::redis_util::Redis, channel: &str) -> i64 {
     let (_, n): (String, i64) = redis::cmd("PUBSUB")
         .arg("NUMSUB")
         .arg(channel)
@@ -477,7 +477,7 @@ pub async fn numsub(redis: &mut redis::aio::ConnectionManager, channel: &str) ->
 
 /// Publishes an envelope straight to a channel, as a pipeline would.
 pub async fn publish_envelope(
-    redis: &mut redis::aio::ConnectionManager,
+    redis: &mut imstream::redis_util::Redis,
     channel: &str,
     envelope: &imstream::realtime::Envelope,
 ) {
