@@ -215,18 +215,26 @@ pub async fn add_favorite(
             format!("at most {cap} favorites; remove some first"),
         ));
     }
-    produce_user_event(
-        &gw,
-        &claims,
-        UserEventBody::FavoriteAdded(FavoriteRef {
-            topic: topic.clone(),
-            seq,
-        }),
-    )
-    .await?;
+    favorite_event(&gw, &claims, topic, seq, UserEventBody::FavoriteAdded).await
+}
+
+/// Produces the caller's favorite change; `202 {topic, seq}`.
+async fn favorite_event(
+    gw: &Gateway,
+    claims: &Claims,
+    topic: String,
+    seq: i64,
+    change: fn(FavoriteRef) -> UserEventBody,
+) -> Result<Response, ApiError> {
+    let body = change(FavoriteRef {
+        topic: topic.clone(),
+        seq,
+    });
+    produce_user_event(gw, claims, body).await?;
+    let shown = tinode::client_topic(&topic, claims.uid);
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"topic": topic, "seq": seq})),
+        Json(json!({"topic": shown, "seq": seq})),
     )
         .into_response())
 }
@@ -240,20 +248,7 @@ pub async fn remove_favorite(
 ) -> Result<Response, ApiError> {
     let seq = seq_of(&seq)?;
     let (claims, topic) = conversation_of(&gw, &headers, &topic).await?;
-    produce_user_event(
-        &gw,
-        &claims,
-        UserEventBody::FavoriteRemoved(FavoriteRef {
-            topic: topic.clone(),
-            seq,
-        }),
-    )
-    .await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({"topic": topic, "seq": seq})),
-    )
-        .into_response())
+    favorite_event(&gw, &claims, topic, seq, UserEventBody::FavoriteRemoved).await
 }
 
 #[derive(Deserialize)]

@@ -177,6 +177,15 @@ impl PageQuery {
         })
     }
 
+    /// The query of message `seq` alone (`None` past the last seq there
+    /// can be).
+    pub fn just(seq: i64) -> Result<Option<Self>, HistoryError> {
+        let Some(after) = seq.checked_add(1) else {
+            return Ok(None);
+        };
+        Self::new(Some(seq), Some(after), Some(1), true).map(Some)
+    }
+
     /// The same query, read from the primary.
     pub fn on_primary(self) -> Self {
         Self {
@@ -454,11 +463,10 @@ impl History {
         reader: i64,
         seq: i64,
     ) -> Result<Option<StoredMessage>, HistoryError> {
-        let Some(after) = seq.checked_add(1) else {
-            return Ok(None);
-        };
-        let q = PageQuery::new(Some(seq), Some(after), Some(1), true)?;
-        self.exact_as(tenant, topic, reader, q).await
+        match PageQuery::just(seq)? {
+            Some(q) => self.exact_as(tenant, topic, reader, q).await,
+            None => Ok(None),
+        }
     }
 
     /// [`History::exact`] from the tenant's primary, never a replica: for
@@ -470,11 +478,10 @@ impl History {
         reader: i64,
         seq: i64,
     ) -> Result<Option<StoredMessage>, HistoryError> {
-        let Some(after) = seq.checked_add(1) else {
-            return Ok(None);
-        };
-        let q = PageQuery::new(Some(seq), Some(after), Some(1), true)?.on_primary();
-        self.exact_as(tenant, topic, reader, q).await
+        match PageQuery::just(seq)? {
+            Some(q) => self.exact_as(tenant, topic, reader, q.on_primary()).await,
+            None => Ok(None),
+        }
     }
 
     async fn exact_as(
@@ -503,10 +510,9 @@ impl History {
         reader: i64,
         seq: i64,
     ) -> Result<Option<StoredMessage>, HistoryError> {
-        let Some(after) = seq.checked_add(1) else {
+        let Some(q) = PageQuery::just(seq)? else {
             return Ok(None);
         };
-        let q = PageQuery::new(Some(seq), Some(after), Some(1), true)?;
         let page = self.shared_page(tenant, topic, q).await?;
         let Some(m) = page.messages.into_iter().find(|m| m.seq == seq) else {
             return Ok(None);
