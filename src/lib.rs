@@ -24,6 +24,7 @@
 //! - [`groups`] — group facts (members, roles, mutes) in MySQL and their Redis cache.
 //! - [`governance`] — who may govern a group and the events each action becomes.
 //! - [`conversations`] — the chat list read model: conversations, unread counts, profiles, member lists.
+//! - [`search`] — message search from its own index: Tantivy per tenant, jieba for Chinese; hits resolved through the read path.
 //! - [`stats`] — admin statistics: daily summaries per topic (messages, edits, recalls, deletes, senders).
 //! - [`users`] — password logins (`basic`): the logins table, Argon2id hashes.
 //! - [`relations`] — friends and blocks between users, cached for the one-to-one send path.
@@ -59,6 +60,7 @@ pub mod redis_util;
 pub mod registry;
 pub mod relations;
 pub mod replay;
+pub mod search;
 pub mod send;
 pub mod session_control;
 pub mod shutdown;
