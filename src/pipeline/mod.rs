@@ -17,6 +17,7 @@ pub mod pushsend;
 pub mod receipts;
 pub mod relations;
 pub mod runner;
+pub mod search;
 pub mod stats;
 pub mod store;
 pub mod topology;
@@ -47,6 +48,7 @@ pub const PIPELINES: &[&str] = &[
     "pushsend",
     "conversations",
     "stats",
+    "search",
 ];
 
 /// Loads `topologies/<name>.toml` (from the configured directory, else the
@@ -208,6 +210,7 @@ pub async fn with_handler<W: WithHandler>(
             .await
         }
         "stats" => then.with(stats::StatsHandler::new(codec, pools)).await,
+        "search" => then.with(search::SearchHandler::new(codec, config)).await,
         "pushsend" => {
             let sender = pushsend::PushSender::from_config(&config.push)?;
             then.with(pushsend::PushSendHandler::new(codec, redis, sender))

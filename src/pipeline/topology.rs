@@ -111,6 +111,7 @@ impl Topology {
             "pushsend" => include_str!("../../topologies/pushsend.toml"),
             "conversations" => include_str!("../../topologies/conversations.toml"),
             "stats" => include_str!("../../topologies/stats.toml"),
+            "search" => include_str!("../../topologies/search.toml"),
             _ => return None,
         };
         Self::parse(text, &format!("topologies/{name}.toml")).ok()

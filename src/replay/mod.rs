@@ -20,8 +20,13 @@
 //! a content hash ([`digest`]) — of the rebuilt projection against the one
 //! it replaces (reset: as it was before; into: the live one).
 //!
+//! The search index (`search`) is rebuilt in place only (no `--into`):
+//! its target is `search.index_dir`, so a fresh index is a replay with
+//! that key pointing at an empty folder; it is verified per topic on the
+//! searchable messages and their texts.
+//!
 //! Only projections are replayable (`store`, `hot`, `members`,
-//! `receipts`, `relations`, `conversations`, `stats`); pipelines that talk to users or produce
+//! `receipts`, `relations`, `conversations`, `stats`, `search`); pipelines that talk to users or produce
 //! (`fanout`, `control`, `commands`, `notify`, `push`, `pushsend`) are
 //! refused.
 
@@ -53,12 +58,13 @@ pub const REPLAYABLE: &[&str] = &[
     "relations",
     "conversations",
     "stats",
+    "search",
 ];
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
     /// Pipeline to rebuild: store, hot, members, receipts, relations,
-    /// conversations or stats.
+    /// conversations, stats or search.
     pub pipeline: String,
     /// Where to start: `earliest`, or a time (RFC 3339 or epoch ms) looked
     /// up per partition with offsets_for_times.
@@ -173,6 +179,12 @@ pub async fn replay(
     }
     let from = Start::parse(&args.from)?;
     let target = args.into.as_deref().map(Target::parse).transpose()?;
+    if pipeline == "search" && target.is_some() {
+        bail!(
+            "search rebuilds the index under search.index_dir: to build a fresh one, point that \
+             key (IMSTREAM__SEARCH__INDEX_DIR) at an empty folder and replay without --into"
+        );
+    }
     let topology = load_topology(config, pipeline)?;
     let main = Route::main(config, &topology)?;
 
@@ -375,6 +387,15 @@ async fn snapshot(
     tenants: &[String],
 ) -> anyhow::Result<Vec<Part>> {
     let mut out = Vec::new();
+    if pipeline == "search" {
+        for tenant in tenants {
+            let dir = crate::search::tenant_dir(config, tenant);
+            let summaries = crate::search::summaries(&dir)
+                .with_context(|| format!("search index of {tenant} at {}", dir.display()))?;
+            out.push((tenant.clone(), "search_index", summaries));
+        }
+        return Ok(out);
+    }
     if !matches!(pipeline, "store" | "hot" | "conversations" | "stats") {
         return Ok(out);
     }
