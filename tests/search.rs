@@ -344,6 +344,15 @@ async fn chinese_and_english_queries_find_messages_across_two_months() {
     let before = documents(&stack);
     assert_eq!(before.len(), TEAM.len(), "{before:?}");
     stack.stop_pipeline("search").await;
+    let into = ReplayArgs {
+        into: Some("database:imt_elsewhere".into()),
+        ..replay_args()
+    };
+    let err = replay(stack.config(), &into, stack.world.shutdown.child())
+        .await
+        .expect_err("search has no --into")
+        .to_string();
+    assert!(err.contains("search.index_dir"), "{err}");
     let report = replay(stack.config(), &replay_args(), stack.world.shutdown.child())
         .await
         .expect("replay");
