@@ -267,7 +267,7 @@ impl Default for TelemetryConfig {
     fn default() -> Self {
         Self {
             log_format: LogFormat::Pretty,
-            log_filter: "info,rdkafka=warn,sqlx=warn".into(),
+            log_filter: "info,rdkafka=warn,sqlx=warn,tantivy=warn".into(),
             listen: "127.0.0.1:9464".parse().expect("static address"),
         }
     }
