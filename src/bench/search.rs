@@ -251,6 +251,11 @@ pub async fn run(_config: &Config, args: SearchArgs) -> anyhow::Result<()> {
             args.docs as f64 / elapsed.as_secs_f64(),
             args.batch
         );
+        println!(
+            "indexing cpu (this process): {:.1} s = {:.3} s per 1,000 messages",
+            costs.own_seconds(),
+            costs.own_seconds() * 1000.0 / args.docs as f64
+        );
         println!("{}", costs.report(args.docs, "messages indexed"));
         let size: u64 = std::fs::read_dir(&dir)?
             .filter_map(|e| e.ok()?.metadata().ok())
@@ -312,6 +317,11 @@ pub async fn run(_config: &Config, args: SearchArgs) -> anyhow::Result<()> {
         args.topics
     );
     println!("latency (index only): {}", summary(&h));
+    println!(
+        "query cpu (this process, where the queries run): {:.2} s = {:.3} s per 1,000 queries",
+        costs.own_seconds(),
+        costs.own_seconds() * 1000.0 / total.max(1) as f64
+    );
     println!("{}", costs.report(total, "queries"));
     if temporary {
         std::fs::remove_dir_all(&root)?;
