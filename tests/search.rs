@@ -339,6 +339,33 @@ async fn chinese_and_english_queries_find_messages_across_two_months() {
         .as_u16();
     assert_eq!(status, 401, "no token");
 
+    // With the index off, the LIKE search of one conversation answers.
+    stack.world.config.search.enabled = false;
+    let like_gw = stack.start_gateway("like").await;
+    let like = |query: String| {
+        let token = stack.token(ALICE, "http");
+        async move {
+            let resp = reqwest::Client::new()
+                .get(format!("http://{like_gw}/v1/search?{query}"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .expect("gateway reachable");
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, body) = like(format!(
+        "{}&topic={team}&from=2026-08-01T00:00:00Z&to=2026-10-01T00:00:00Z",
+        q("开会")
+    ))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(hits(&body), vec![t(5), t(1)], "{body}");
+    assert_eq!(body["source"], json!("like"));
+    let (status, body) = like(q("开会")).await;
+    assert_eq!(status, 400, "all conversations need the index: {body}");
+
     // Replayed over its own index: identical. Rebuilt from nothing: the
     // same documents, and the API finds the same messages.
     let before = documents(&stack);
