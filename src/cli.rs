@@ -77,6 +77,8 @@ pub enum BenchCommand {
     History(crate::bench::history::HistoryArgs),
     /// The chat list and unread badge of a user in many conversations.
     Conversations(crate::bench::conversations::ConversationsArgs),
+    /// The search index: indexing docs/s, then query p50/p99 at a fixed rate.
+    Search(crate::bench::search::SearchArgs),
     /// Legacy-table copy throughput (rows/s) into monthly tables, on a scratch database.
     LegacyCopy(crate::legacy::bench::LegacyCopyArgs),
 }

@@ -144,6 +144,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(crate::cli::BenchCommand::Conversations(args)) => {
             crate::bench::conversations::run(&config, args).await
         }
+        Command::Bench(crate::cli::BenchCommand::Search(args)) => {
+            crate::bench::search::run(&config, args).await
+        }
         Command::Bench(crate::cli::BenchCommand::LegacyCopy(args)) => {
             crate::legacy::bench::run(&config, args).await
         }

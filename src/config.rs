@@ -59,6 +59,8 @@ pub struct Config {
     pub push: PushConfig,
     #[serde(default)]
     pub limits: LimitsConfig,
+    #[serde(default)]
+    pub search: SearchConfig,
     /// Tenants served by this deployment; each has its own database.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
@@ -286,7 +288,7 @@ impl Default for TelemetryConfig {
     fn default() -> Self {
         Self {
             log_format: LogFormat::Pretty,
-            log_filter: "info,rdkafka=warn,sqlx=warn".into(),
+            log_filter: "info,rdkafka=warn,sqlx=warn,tantivy=warn".into(),
             listen: "127.0.0.1:9464".parse().expect("static address"),
         }
     }
@@ -648,6 +650,41 @@ impl Default for ShardsConfig {
     }
 }
 
+/// The full-text message index (`imstream project search`, `GET
+/// /v1/search`): Tantivy on local disk, one index per tenant.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchConfig {
+    /// Whether `GET /v1/search` reads the index. Off (the default), it
+    /// answers with the `LIKE` search over at most three months of one
+    /// conversation, so a deployment that does not run the search pipeline
+    /// never serves an empty index.
+    pub enabled: bool,
+    /// Root folder of the indexes: `<index_dir>/<tenant>/`. The search
+    /// pipeline writes it (one writer per index: see README "Search"); the
+    /// gateways that answer `GET /v1/search` read the same folder.
+    pub index_dir: String,
+    /// Indexing memory of one tenant's writer, in MB (Tantivy needs at
+    /// least 15).
+    pub writer_memory_mb: usize,
+    /// The tenants whose indexes this host's search pipeline writes (empty:
+    /// every configured tenant). Events of the other configured tenants
+    /// are passed over, so index hosts split the tenants between them,
+    /// each with its own consumer group (`pipelines.group_prefix`).
+    pub tenants: Vec<String>,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            index_dir: "search-index".into(),
+            writer_memory_mb: 32,
+            tenants: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PipelinesConfig {
@@ -757,6 +794,24 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if self.search.writer_memory_mb < 15 {
+            return Err(ConfigError::Invalid(
+                "search.writer_memory_mb must be at least 15".into(),
+            ));
+        }
+        if self.search.index_dir.is_empty() {
+            return Err(ConfigError::Invalid("search.index_dir is empty".into()));
+        }
+        if let Some(t) = self
+            .search
+            .tenants
+            .iter()
+            .find(|t| !self.tenants.iter().any(|c| &c.id == *t))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "search.tenants: {t:?} is not a configured tenant"
+            )));
+        }
         let mut seen = std::collections::HashSet::new();
         for t in &self.tenants {
             crate::tenant::validate_tenant_id(&t.id)

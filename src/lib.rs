@@ -26,6 +26,7 @@
 //! - [`governance`] — who may govern a group and the events each action becomes.
 //! - [`conversations`] — the chat list read model: conversations, unread counts, profiles, member lists.
 //! - [`references`] — reports, favorites and a conversation's files: `(topic, seq)` references resolved when read.
+//! - [`search`] — message search from its own index: Tantivy per tenant, jieba for Chinese; hits resolved through the read path.
 //! - [`stats`] — admin statistics: daily summaries per topic (messages, edits, recalls, deletes, senders).
 //! - [`users`] — password logins (`basic`): the logins table, Argon2id hashes.
 //! - [`relations`] — friends and blocks between users, cached for the one-to-one send path.
@@ -63,6 +64,7 @@ pub mod registry;
 pub mod relations;
 pub mod replay;
 pub mod replica;
+pub mod search;
 pub mod send;
 pub mod session_control;
 pub mod shutdown;

@@ -62,6 +62,16 @@ pub const SEND_IN_FLIGHT: &str = "imstream_send_in_flight";
 /// How far each tenant's read replica is behind its primary (seconds, by
 /// tenant: a configured, bounded set); +Inf while it cannot be measured.
 pub const MYSQL_REPLICA_LAG: &str = "imstream_mysql_replica_lag_seconds";
+/// Index documents written by the search pipeline (a message, an edit's new
+/// text, a removal), counted per commit.
+pub const SEARCH_INDEXED_TOTAL: &str = "imstream_search_indexed_total";
+/// Time of one search-index commit (one pipeline batch of one tenant).
+pub const SEARCH_COMMIT_LATENCY: &str = "imstream_search_commit_latency_seconds";
+/// `GET /v1/search` latency, by `source` (index, like).
+pub const SEARCH_QUERY_LATENCY: &str = "imstream_search_query_latency_seconds";
+/// Index hits dropped at query time, by `why` (member, hidden): the index
+/// said yes, the read path said no.
+pub const SEARCH_HITS_DROPPED_TOTAL: &str = "imstream_search_hits_dropped_total";
 
 /// The names of seed 000 §11, verbatim.
 pub const SEED_000: &[&str] = &[
@@ -114,6 +124,10 @@ pub const ALL: &[&str] = &[
     RATE_LIMITED_TOTAL,
     SEND_IN_FLIGHT,
     MYSQL_REPLICA_LAG,
+    SEARCH_INDEXED_TOTAL,
+    SEARCH_COMMIT_LATENCY,
+    SEARCH_QUERY_LATENCY,
+    SEARCH_HITS_DROPPED_TOTAL,
 ];
 
 /// Registers descriptions so `/metrics` explains each series.
@@ -188,6 +202,24 @@ pub fn describe_all() {
     describe_counter!(
         REGISTRY_REQUESTS_TOTAL,
         "Schema registry requests by route and status"
+    );
+    describe_counter!(
+        SEARCH_INDEXED_TOTAL,
+        "Search index documents written (messages, edits, removals)"
+    );
+    describe_histogram!(
+        SEARCH_COMMIT_LATENCY,
+        Unit::Seconds,
+        "One search index commit (a pipeline batch of one tenant)"
+    );
+    describe_histogram!(
+        SEARCH_QUERY_LATENCY,
+        Unit::Seconds,
+        "GET /v1/search latency by source (index, like)"
+    );
+    describe_counter!(
+        SEARCH_HITS_DROPPED_TOTAL,
+        "Index hits the read path refused at query time, by why"
     );
     describe_counter!(
         REVISIONS_TOTAL,

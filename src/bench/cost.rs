@@ -60,6 +60,15 @@ impl Costs {
         self.machine.seconds()
     }
 
+    /// CPU-seconds of this process since `start` (for a benchmark that does
+    /// the measured work in-process, its cost without the box's noise).
+    pub fn own_seconds(&self) -> f64 {
+        process_ticks(std::process::id() as i32)
+            .unwrap_or(0)
+            .saturating_sub(self.own) as f64
+            / TICKS_PER_SECOND
+    }
+
     /// Box CPU-seconds per 1,000 `units` (messages, deliveries, requests).
     pub fn per_thousand(&self, units: u64) -> f64 {
         self.box_seconds() * 1000.0 / units.max(1) as f64

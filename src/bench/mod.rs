@@ -7,6 +7,7 @@ pub mod conversations;
 pub mod cost;
 pub mod fanout;
 pub mod history;
+pub mod search;
 pub mod send;
 
 use hdrhistogram::Histogram;

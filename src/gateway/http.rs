@@ -459,7 +459,7 @@ pub struct SearchParams {
     pub limit: Option<i64>,
 }
 
-fn instant(text: &str) -> Option<i64> {
+pub(super) fn instant(text: &str) -> Option<i64> {
     text.parse::<i64>().ok().or_else(|| {
         chrono::DateTime::parse_from_rfc3339(text)
             .ok()

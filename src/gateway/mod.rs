@@ -18,6 +18,7 @@ pub mod origin;
 pub mod reads;
 pub mod references;
 pub mod relations;
+pub mod search;
 mod server;
 pub mod session;
 pub mod trace;
@@ -55,6 +56,8 @@ pub struct Gateway {
     pub shutdown: Shutdown,
     /// Open connections per client address (`limits.connections_per_ip`).
     pub connections: limits::Connections,
+    /// The search indexes this gateway reads (`GET /v1/search`).
+    pub search: crate::search::query::Indexes,
 }
 
 /// A started gateway.
@@ -104,6 +107,7 @@ pub async fn start(
         hub: crate::realtime::hub::Hub::default(),
         shutdown: shutdown.clone(),
         connections: limits::Connections::default(),
+        search: crate::search::query::Indexes::new(config),
     });
     let tenants: std::collections::HashSet<String> =
         config.tenants.iter().map(|t| t.id.clone()).collect();
@@ -197,6 +201,7 @@ pub async fn start(
         .route("/v1/blocks/{uid}", delete(relations::unblock))
         .route("/v1/me/conversations", get(me_http::conversations))
         .route("/v1/me/unread", get(me_http::unread))
+        .route("/v1/search", get(search::search))
         .route("/v1/me/profile", put(me_http::set_profile))
         .route(
             "/v1/groups/{topic}/profile",

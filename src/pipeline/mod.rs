@@ -18,6 +18,7 @@ pub mod receipts;
 pub mod references;
 pub mod relations;
 pub mod runner;
+pub mod search;
 pub mod stats;
 pub mod store;
 pub mod topology;
@@ -49,6 +50,7 @@ pub const PIPELINES: &[&str] = &[
     "conversations",
     "stats",
     "references",
+    "search",
 ];
 
 /// Loads `topologies/<name>.toml` (from the configured directory, else the
@@ -214,6 +216,7 @@ pub async fn with_handler<W: WithHandler>(
             then.with(references::ReferencesHandler::new(codec, pools))
                 .await
         }
+        "search" => then.with(search::SearchHandler::new(codec, config)).await,
         "pushsend" => {
             let sender = pushsend::PushSender::from_config(&config.push)?;
             then.with(pushsend::PushSendHandler::new(codec, redis, sender))

@@ -112,6 +112,7 @@ impl Topology {
             "conversations" => include_str!("../../topologies/conversations.toml"),
             "stats" => include_str!("../../topologies/stats.toml"),
             "references" => include_str!("../../topologies/references.toml"),
+            "search" => include_str!("../../topologies/search.toml"),
             _ => return None,
         };
         Self::parse(text, &format!("topologies/{name}.toml")).ok()

@@ -20,8 +20,13 @@
 //! a content hash ([`digest`]) — of the rebuilt projection against the one
 //! it replaces (reset: as it was before; into: the live one).
 //!
+//! The search index (`search`) is rebuilt in place only (no `--into`):
+//! its target is `search.index_dir`, so a fresh index is a replay with
+//! that key pointing at an empty folder; it is verified per topic on the
+//! searchable messages and their texts.
+//!
 //! Only projections are replayable (`store`, `hot`, `members`,
-//! `receipts`, `relations`, `conversations`, `stats`, `references`); pipelines that talk to users or produce
+//! `receipts`, `relations`, `conversations`, `stats`, `references`, `search`); pipelines that talk to users or produce
 //! (`fanout`, `control`, `commands`, `notify`, `push`, `pushsend`) are
 //! refused.
 
@@ -54,12 +59,13 @@ pub const REPLAYABLE: &[&str] = &[
     "conversations",
     "stats",
     "references",
+    "search",
 ];
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
     /// Pipeline to rebuild: store, hot, members, receipts, relations,
-    /// conversations, stats or references.
+    /// conversations, stats, references or search.
     pub pipeline: String,
     /// Where to start: `earliest`, or a time (RFC 3339 or epoch ms) looked
     /// up per partition with offsets_for_times.
@@ -174,6 +180,12 @@ pub async fn replay(
     }
     let from = Start::parse(&args.from)?;
     let target = args.into.as_deref().map(Target::parse).transpose()?;
+    if pipeline == "search" && target.is_some() {
+        bail!(
+            "search rebuilds the index under search.index_dir: to build a fresh one, point that \
+             key (IMSTREAM__SEARCH__INDEX_DIR) at an empty folder and replay without --into"
+        );
+    }
     let topology = load_topology(config, pipeline)?;
     let main = Route::main(config, &topology)?;
 
@@ -379,6 +391,15 @@ async fn snapshot(
     tenants: &[String],
 ) -> anyhow::Result<Vec<Part>> {
     let mut out = Vec::new();
+    if pipeline == "search" {
+        for tenant in tenants {
+            let dir = crate::search::tenant_dir(config, tenant);
+            let summaries = crate::search::summaries(&dir)
+                .with_context(|| format!("search index of {tenant} at {}", dir.display()))?;
+            out.push((tenant.clone(), "search_index", summaries));
+        }
+        return Ok(out);
+    }
     if !matches!(
         pipeline,
         "store" | "hot" | "conversations" | "stats" | "references"

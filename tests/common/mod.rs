@@ -116,6 +116,11 @@ impl World {
         t.dlq = TopicSpec::new(1, -1);
         config.registry.database = format!("imsr_{id}");
         config.pipelines.group_prefix = format!("t{id}");
+        // Search indexes: one folder per tenant, and the tenant is this world's.
+        config.search.index_dir = repo_root()
+            .join("target/tmp/search-index")
+            .display()
+            .to_string();
         config.telemetry.listen = "127.0.0.1:0".parse().unwrap();
         // Secrets of this world only (a gateway process refuses the defaults).
         config.auth.jwt_secret = format!("jwt-{}", uuid::Uuid::new_v4().simple());
