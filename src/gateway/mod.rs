@@ -82,7 +82,9 @@ pub async fn start(
     let codec = EventCodec::new(&config.registry.url)?;
     let producer = EventProducer::new(&config.kafka, codec)?;
     let pools = TenantPools::connect_lazy(config)?;
-    let history = crate::history::History::new(pools.clone(), redis.clone());
+    let history = crate::history::History::new(pools.clone(), redis.clone()).with_archives(
+        crate::history::archived::Archives::from_config(&config.shards),
+    );
     let governance = crate::governance::Executor::new(
         pools.clone(),
         redis.clone(),
