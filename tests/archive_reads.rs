@@ -21,7 +21,7 @@ use imstream::history::archived::{ArchiveReadError, Archives};
 use imstream::history::{History, HistoryError, PageQuery};
 use imstream::kafka::producer::EventProducer;
 use imstream::kafka::topics::TopicKind;
-use imstream::store::archive::{self, ArchiveIndex, ArchiveLocation};
+use imstream::store::archive::{self, format, ArchiveIndex, ArchiveLocation};
 use imstream::store::catalog::{self, ShardStatus};
 use imstream::store::month::ShardMonth;
 
@@ -352,8 +352,23 @@ async fn a_damaged_or_missing_archive_object_is_an_error_never_wrong_data() {
     };
     let good_block1 = page(history_for(&stack).await, 130).await.unwrap();
 
-    // A flipped byte inside block 1.
-    let original = flip(&data, block1.offset + block1.len / 2);
+    // A flipped bit inside block 1 that still decodes — to other text (raw
+    // deflate has no checksum): only the block's SHA-256 in the index tells.
+    let original = std::fs::read(&data).unwrap();
+    let header = &original[..index.header_len as usize];
+    let span = block1.offset as usize..(block1.offset + block1.len) as usize;
+    let rows = format::decode_block(header, &original[span.clone()]).unwrap();
+    let silent = (span.start + 8..span.end - 16)
+        .flat_map(|at| (0..8).map(move |bit| (at, bit)))
+        .find(|&(at, bit)| {
+            let mut block = original[span.clone()].to_vec();
+            block[at - span.start] ^= 1 << bit;
+            format::decode_block(header, &block).is_ok_and(|r| r.len() == rows.len() && r != rows)
+        })
+        .expect("a bit flip that still decodes");
+    let mut corrupted = original.clone();
+    corrupted[silent.0] ^= 1 << silent.1;
+    std::fs::write(&data, &corrupted).unwrap();
     let e = archive_error(page(history_for(&stack).await, 130).await);
     assert!(matches!(e, ArchiveReadError::Damaged { .. }), "{e}");
     assert_eq!(e.month(), september());
@@ -362,6 +377,12 @@ async fn a_damaged_or_missing_archive_object_is_an_error_never_wrong_data() {
         text.contains("202609") && text.contains("block 1"),
         "{text}"
     );
+    // And a flipped byte that breaks the block.
+    std::fs::write(&data, &original).unwrap();
+    flip(&data, block1.offset + block1.len / 2);
+    let e = archive_error(page(history_for(&stack).await, 130).await);
+    assert!(matches!(e, ArchiveReadError::Damaged { .. }), "{e}");
+    assert!(e.to_string().contains("block 1"), "{e}");
     // Block 0 and the live month still read as before.
     let h = history_for(&stack).await;
     let block0 = page(h.clone(), 100).await.expect("block 0 is intact");
