@@ -130,15 +130,17 @@ pub struct ShardsArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ShardsAction {
-    /// Export a sealed month as JSON lines plus a manifest (row count,
-    /// SHA-256) to <dir>/<tenant>/<YYYYMM>/. The table stays.
+    /// Export a sealed month to <root>/<tenant>/<YYYYMM>/ (an Avro
+    /// container file in blocks, a per-topic seq index and a manifest with
+    /// counts and SHA-256s). The table stays.
     Archive {
         tenant: String,
         /// Month, YYYYMM.
         month: String,
-        /// Archive root; defaults to shards.archive_dir from the config.
+        /// Archive root, a path or an object store URL (s3://bucket/prefix);
+        /// defaults to shards.archive_url (or archive_dir) from the config.
         #[arg(long)]
-        to: Option<PathBuf>,
+        to: Option<String>,
     },
     /// Verify a month's archive against its table, then drop the table and
     /// mark the month archived. Refused without a verified archive.
@@ -146,9 +148,10 @@ pub enum ShardsAction {
         tenant: String,
         /// Month, YYYYMM.
         month: String,
-        /// Archive root; defaults to shards.archive_dir from the config.
+        /// Archive root, a path or an object store URL; defaults to
+        /// shards.archive_url (or archive_dir) from the config.
         #[arg(long)]
-        from: Option<PathBuf>,
+        from: Option<String>,
         /// Really drop the table.
         #[arg(long)]
         confirm: bool,

@@ -260,17 +260,22 @@ async fn shards_action(config: &Config, action: crate::cli::ShardsAction) -> any
         bail!("unknown tenant {tenant:?}");
     };
     let month = crate::store::month::ShardMonth::parse(&month)?;
-    let root = root.unwrap_or_else(|| config.shards.archive_dir.clone().into());
+    let location = match root {
+        Some(root) => archive::ArchiveLocation::parse(&root, &config.shards.archive_options)?,
+        None => archive::ArchiveLocation::from_config(&config.shards)?,
+    };
     let pool = crate::tenant::pool_of(config, t)?;
     let manifest = match drop_confirmed {
-        None => archive::export(&pool, tenant, month, &root).await?,
-        Some(confirm) => archive::drop_month(&pool, tenant, month, &root, confirm).await?,
+        None => archive::export(&pool, tenant, month, &location).await?,
+        Some(confirm) => archive::drop_month(&pool, tenant, month, &location, confirm).await?,
     };
+    let data = manifest.object(archive::DATA_OBJECT);
     println!(
-        "{tenant}\t{month}\trows={}\tsha256={}\t{}",
+        "{tenant}\t{month}\trows={}\tbytes={}\tsha256={}\t{}",
         manifest.row_count,
-        manifest.sha256,
-        archive::archive_dir(&root, tenant, month).display()
+        data.map_or(0, |d| d.bytes),
+        data.map_or("", |d| d.sha256.as_str()),
+        location.month_shown(tenant, month)
     );
     Ok(())
 }

@@ -635,8 +635,31 @@ pub struct ShardsConfig {
     pub interval_secs: u64,
     /// Days a finished month stays `sealing` before it may be sealed.
     pub sealing_days: u32,
-    /// Root folder of month archives (`imstream shards archive` / `drop`).
+    /// Root folder of month archives, used when `archive_url` is empty
+    /// (kept for older configs).
     pub archive_dir: String,
+    /// Where month archives live (`imstream shards archive` / `drop`, and
+    /// reads of archived months): a path or `file://` URL, or an object
+    /// store URL (`s3://bucket/prefix`, `gs://…`, `az://…`) configured from
+    /// the usual `AWS_*` / `GOOGLE_*` / `AZURE_*` environment and
+    /// `archive_options`. Empty means `archive_dir`.
+    pub archive_url: String,
+    /// Decoded archive blocks a process keeps in memory, in MiB.
+    pub archive_cache_mb: u64,
+    /// Object store options by `object_store` config key (e.g.
+    /// `aws_endpoint`, `aws_allow_http`, `aws_region`), over the environment.
+    pub archive_options: std::collections::BTreeMap<String, String>,
+}
+
+impl ShardsConfig {
+    /// The archive root: `archive_url`, else `archive_dir`.
+    pub fn archive_root(&self) -> &str {
+        if self.archive_url.is_empty() {
+            &self.archive_dir
+        } else {
+            &self.archive_url
+        }
+    }
 }
 
 impl Default for ShardsConfig {
@@ -646,6 +669,9 @@ impl Default for ShardsConfig {
             interval_secs: 60,
             sealing_days: 7,
             archive_dir: "archive".into(),
+            archive_url: String::new(),
+            archive_cache_mb: 64,
+            archive_options: Default::default(),
         }
     }
 }

@@ -21,7 +21,8 @@
 //! - [`tenant`] — tenant databases (each on its own server, if configured), pools, migrations.
 //! - [`replica`] — read replicas of tenant servers: the lag probe that decides when they are read.
 //! - [`keys`], [`redis_util`] — Redis key names, scripts, locks, the month clock.
-//! - [`store`] — month tables, the catalog, the shard manager, the store writer, routes.
+//! - [`store`] — month tables, the catalog, the shard manager, month archives in
+//!   object storage, the store writer, routes.
 //! - [`groups`] — group facts (members, roles, mutes) in MySQL and their Redis cache.
 //! - [`governance`] — who may govern a group and the events each action becomes.
 //! - [`conversations`] — the chat list read model: conversations, unread counts, profiles, member lists.
@@ -35,7 +36,8 @@
 //! - [`gateway`] — the Tinode-compatible WebSocket and HTTP front end.
 //! - [`tinode`] — the Tinode protocol's names, client messages and `{ctrl}` frames, for every layer.
 //! - [`realtime`] — presence, the realtime bus envelope, local session hub, Pub/Sub.
-//! - [`history`] — the read path: hot messages, routes, month tables, dellog, coalescing.
+//! - [`history`] — the read path: hot messages, routes, month tables, archived
+//!   months, dellog, coalescing.
 //! - [`replay`] — `imstream replay`: rebuild a projection from the log and verify it.
 //! - [`legacy`] — `imstream legacy`: move the legacy single table into month tables.
 //! - [`bench`] — `imstream bench …` load generators (latency percentiles, throughput).

@@ -38,6 +38,10 @@ pub const PIPELINE_ISOLATED_TOTAL: &str = "imstream_pipeline_isolated_total";
 pub const PIPELINE_LAG: &str = "imstream_pipeline_consumer_lag";
 pub const DELIVERY_LATENCY: &str = "imstream_delivery_latency_seconds";
 pub const HISTORY_FETCHES_TOTAL: &str = "imstream_history_fetches_total";
+/// Blocks of archived months a read needed, by source (cache, store).
+pub const ARCHIVE_BLOCKS_TOTAL: &str = "imstream_archive_blocks_total";
+/// Bytes fetched from the archive object store by reads.
+pub const ARCHIVE_READ_BYTES_TOTAL: &str = "imstream_archive_read_bytes_total";
 pub const PROCESS_RESIDENT_BYTES: &str = "imstream_process_resident_bytes";
 pub const GATEWAY_SESSIONS: &str = "imstream_gateway_sessions";
 pub const DELIVERIES_TOTAL: &str = "imstream_deliveries_total";
@@ -111,6 +115,8 @@ pub const ALL: &[&str] = &[
     PIPELINE_LAG,
     DELIVERY_LATENCY,
     HISTORY_FETCHES_TOTAL,
+    ARCHIVE_BLOCKS_TOTAL,
+    ARCHIVE_READ_BYTES_TOTAL,
     PROCESS_RESIDENT_BYTES,
     GATEWAY_SESSIONS,
     DELIVERIES_TOTAL,
@@ -240,6 +246,14 @@ pub fn describe_all() {
     describe_counter!(
         RATE_LIMITED_TOTAL,
         "Requests refused by a limit (rate, login lockout, connections, sessions), by what"
+    );
+    describe_counter!(
+        ARCHIVE_BLOCKS_TOTAL,
+        "Blocks of archived months read, by source (cache, store)"
+    );
+    describe_counter!(
+        ARCHIVE_READ_BYTES_TOTAL,
+        "Bytes read from the archive object store by history reads"
     );
     describe_gauge!(
         SEND_IN_FLIGHT,

@@ -509,8 +509,10 @@ async fn latest_page_exact_and_context_across_two_months() {
         .await;
     assert_eq!(ctrl["ctrl"]["code"], json!(403), "{ctrl}");
 
-    // An archived month is an error of its own (410), not the client's
-    // fault (400); pages that stay in live months are unaffected.
+    // A month marked archived whose archive is not there is the server's
+    // error (500 naming the month), not the client's fault (400); pages
+    // that stay in live months are unaffected. (Archived months with their
+    // archive: tests/archive_reads.rs.)
     use imstream::store::catalog::{set_status, ShardStatus};
     set_status(
         &stack.pool(),
@@ -520,14 +522,20 @@ async fn latest_page_exact_and_context_across_two_months() {
     .await
     .unwrap();
     let (status, body) = get(&client, &format!("{base}/messages?limit=50"), &token).await;
-    assert_eq!(status, 410, "{body}");
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body.to_string()
+            .contains("archive of month 202609 is missing"),
+        "{body}"
+    );
     let (status, body) = get(&client, &format!("{base}/messages/5"), &token).await;
-    assert_eq!(status, 410, "{body}");
+    assert_eq!(status, 500, "{body}");
     let (status, body) = get(&client, &format!("{base}/messages?limit=10"), &token).await;
     assert_eq!((status, seqs_of(&body["messages"])), (200, desc(70, 61)));
     let mut ws = Ws::connect(stack.gateway_addr(0), &token).await;
     let (_, ctrl) = ws.get_data(topic, json!({"limit": 50})).await;
-    assert_eq!(ctrl["ctrl"]["code"], json!(410), "{ctrl}");
+    assert_eq!(ctrl["ctrl"]["code"], json!(500), "{ctrl}");
+    assert!(ctrl.to_string().contains("202609"), "{ctrl}");
 }
 
 /// (5) since-paging over 5,000 messages in three months: no gap, no

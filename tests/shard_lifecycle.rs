@@ -2,8 +2,8 @@
 //! `sealing → sealed` only when the store pipeline has no lag and no store
 //! dead letter of that month waits for a replay; `archived` only through
 //! the explicit `imstream shards archive` / `imstream shards drop --confirm`
-//! commands, after a verified archive; reads of an archived month answer a
-//! clear 410 naming the month.
+//! commands, after a verified archive; reads of an archived month are then
+//! served from its archive exactly as before.
 //!
 //! Clocks: the stack starts at 2026-09-15 (tables 202608..202611, active
 //! 202609); passes at 2026-10-09 (more than `sealing_days` = 7 after the
@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -243,30 +243,73 @@ async fn sealing_waits_for_store_lag_and_dead_letters() {
     assert_eq!(stored, 2);
 }
 
-/// `seq` of every line of an archive file, with the line count and SHA-256.
-fn read_archive(path: &Path) -> (Vec<i64>, String) {
-    use sha2::Digest;
-    let bytes = std::fs::read(path).expect("archive file");
-    let sha = hex::encode(sha2::Sha256::digest(&bytes));
-    let seqs = String::from_utf8(bytes)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let row: Value = serde_json::from_str(l).expect("one JSON object per line");
-            row["seqid"].as_i64().expect("seqid")
-        })
-        .collect();
-    (seqs, sha)
+/// Every read a client makes over HTTP that reaches September and October
+/// (pages both ways across the months, exact messages, context), as
+/// `(url, status, body)`.
+async fn http_reads(
+    client: &reqwest::Client,
+    gw: std::net::SocketAddr,
+    token: &str,
+    topic: &str,
+) -> Vec<(String, u16, Value)> {
+    let mut out = Vec::new();
+    let paths = [
+        "messages?limit=3",
+        "messages?limit=10",
+        "messages?before=8&limit=4",
+        "messages?before=7&limit=3",
+        "messages?before=4&limit=10",
+        "messages?since=1&limit=4",
+        "messages?since=4&limit=10",
+        "messages?since=6&limit=2",
+        "messages/1",
+        "messages/2",
+        "messages/3",
+        "messages/4",
+        "messages/6",
+        "messages/8",
+        "messages/5/context?n=2",
+        "messages/7/context?n=3",
+        "messages/2/context?n=1",
+    ];
+    for path in paths {
+        let url = format!("http://{gw}/v1/groups/{topic}/{path}");
+        let resp = client.get(&url).bearer_auth(token).send().await.unwrap();
+        let status = resp.status().as_u16();
+        out.push((
+            path.to_string(),
+            status,
+            resp.json::<Value>().await.unwrap_or(Value::Null),
+        ));
+    }
+    out
+}
+
+fn assert_same_reads(before: &[(String, u16, Value)], after: &[(String, u16, Value)], who: &str) {
+    assert_eq!(before.len(), after.len());
+    for (b, a) in before.iter().zip(after) {
+        assert_eq!(b, a, "{who}: {} reads differently after the drop", b.0);
+    }
 }
 
 /// Archive + drop: refused before a verified archive (and without
-/// --confirm, and when the file was tampered with); afterwards the catalog
-/// says archived, the table is gone, the file's rows and hash match the
-/// manifest, and reads into the month answer 410 naming it while reads of
-/// live months still work.
+/// --confirm, and when an object was tampered with); afterwards the catalog
+/// says archived, the table is gone, the manifest lists the objects with
+/// their hashes, and every read into the month — pages across it and the
+/// live month, exact, context, over HTTP and WebSocket, for a reader who
+/// cleared a message from their view and one who did not, with an edit and
+/// a recall in the month — answers exactly as before the drop, now from
+/// the archive. Changing an archived message is refused (409); once an
+/// archive object is damaged a fresh gateway answers 500 naming the month.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn archive_then_drop_archives_the_month_and_reads_answer_410() {
+async fn archive_then_drop_keeps_the_month_readable_as_before() {
     let mut stack = Stack::prepared(Some(SEPTEMBER)).await;
+    let root: PathBuf = common::repo_root()
+        .join("target/tmp")
+        .join(format!("archive-{}", stack.world.id));
+    let root_s = root.display().to_string();
+    // The gateways read archived months where the CLI writes them.
+    stack.world.config.shards.archive_url = root_s.clone();
     stack.start_pipeline("store").await;
     stack.start_pipeline("members").await;
     let gw = stack.start_gateway("node-a").await;
@@ -276,6 +319,7 @@ async fn archive_then_drop_archives_the_month_and_reads_answer_410() {
     stack.create_group(topic, owner, &[alice]).await;
     let client = reqwest::Client::new();
     let token = stack.token(alice, "web");
+    let owner_token = stack.token(owner, "web");
     for i in 1..=5 {
         let (status, body) = send_http(&client, gw, &token, topic, &format!("sep-{i}"), "hi").await;
         assert_eq!(status, 202, "{body}");
@@ -294,6 +338,56 @@ async fn archive_then_drop_archives_the_month_and_reads_answer_410() {
             Err(format!("{n} rows"))
         }
     })
+    .await;
+    // In September: alice edits 2 (the edit is message 6) and recalls 3;
+    // the owner clears 4 from their own view.
+    let resp = client
+        .patch(format!("http://{gw}/v1/groups/{topic}/messages/2"))
+        .bearer_auth(&token)
+        .json(&json!({"content": {"txt": "hi, edited"}, "client_msg_id": "sep-edit-2"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202, "{:?}", resp.text().await);
+    let resp = client
+        .delete(format!("http://{gw}/v1/groups/{topic}/messages/3"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202, "{:?}", resp.text().await);
+    let resp = client
+        .post(format!("http://{gw}/v1/groups/{topic}/history/clear"))
+        .bearer_auth(&owner_token)
+        .json(&json!({"ranges": [{"low": 4}]}))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{:?}", resp.text().await);
+    wait_for(
+        "6 September rows, 2 edited, 3 recalled, the owner's clear",
+        Duration::from_secs(30),
+        || async move {
+            let q = |sql: &'static str| async move {
+                sqlx::query_scalar::<_, i64>(sql)
+                    .bind(topic)
+                    .fetch_one(pool_ref)
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            let seen = (
+                q("SELECT COUNT(*) FROM im_group_messages_202609 WHERE topic = ?").await?,
+                q("SELECT COUNT(*) FROM im_group_messages_202609 WHERE topic = ? AND seqid = 2 AND version = 2").await?,
+                q("SELECT COUNT(*) FROM im_group_messages_202609 WHERE topic = ? AND seqid = 3 AND status <> 'normal'").await?,
+                q("SELECT COUNT(*) FROM im_dellog WHERE topic = ? AND deletedfor <> 0").await?,
+            );
+            if seen == (6, 1, 1, 1) {
+                Ok(())
+            } else {
+                Err(format!("(rows, edited, recalled, cleared) = {seen:?}"))
+            }
+        },
+    )
     .await;
 
     // October: the pass moves the active month to 202610 and, once the
@@ -317,7 +411,7 @@ async fn archive_then_drop_archives_the_month_and_reads_answer_410() {
         assert_eq!(status, 202, "{body}");
         october.push(body["seq"].as_i64().unwrap());
     }
-    assert_eq!(october, vec![6, 7, 8]);
+    assert_eq!(october, vec![7, 8, 9]);
     wait_for("3 October rows", Duration::from_secs(30), || async move {
         let n: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM im_group_messages_202610 WHERE topic = ?")
@@ -333,10 +427,6 @@ async fn archive_then_drop_archives_the_month_and_reads_answer_410() {
     })
     .await;
 
-    let root: PathBuf = common::repo_root()
-        .join("target/tmp")
-        .join(format!("archive-{}", stack.world.id));
-    let root_s = root.display().to_string();
     let tenant = stack.tenant().to_string();
 
     // No archive yet: the drop is refused and nothing changes.
@@ -363,7 +453,7 @@ async fn archive_then_drop_archives_the_month_and_reads_answer_410() {
     );
     assert!(!ok && out.contains("202610 is writable"), "{out}");
 
-    // Archive: rows and hash in the manifest match the file.
+    // Archive: the manifest lists the objects with their sizes and hashes.
     let (ok, out) = imstream(
         &stack,
         &["shards", "archive", &tenant, "202609", "--to", &root_s],
@@ -372,15 +462,24 @@ async fn archive_then_drop_archives_the_month_and_reads_answer_410() {
     let dir = root.join(&tenant).join("202609");
     let manifest: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
-    let (seqs, sha) = read_archive(&dir.join("messages.jsonl"));
-    assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
-    assert_eq!(manifest["row_count"], json!(5));
-    assert_eq!(manifest["sha256"], json!(sha));
+    assert_eq!(manifest["format"], json!("imstream.month-archive.v2"));
+    assert_eq!(manifest["row_count"], json!(6));
     assert_eq!(
         manifest["topics"],
-        json!([{"topic": topic, "count": 5, "min_seq": 1, "max_seq": 5}])
+        json!([{"topic": topic, "count": 6, "min_seq": 1, "max_seq": 6}])
     );
-    assert!(out.contains(&sha), "{out}");
+    for object in manifest["objects"].as_array().unwrap() {
+        use sha2::Digest;
+        let bytes = std::fs::read(dir.join(object["name"].as_str().unwrap())).unwrap();
+        assert_eq!(object["bytes"], json!(bytes.len()), "{object}");
+        assert_eq!(
+            object["sha256"],
+            json!(hex::encode(sha2::Sha256::digest(&bytes))),
+            "{object}"
+        );
+    }
+    let data_sha = manifest["objects"][0]["sha256"].as_str().unwrap();
+    assert!(out.contains(data_sha), "{out}");
 
     // Without --confirm: refused.
     let (ok, out) = imstream(
@@ -388,10 +487,13 @@ async fn archive_then_drop_archives_the_month_and_reads_answer_410() {
         &["shards", "drop", &tenant, "202609", "--from", &root_s],
     );
     assert!(!ok && out.contains("--confirm"), "{out}");
-    // A tampered file does not verify: refused.
-    let data = dir.join("messages.jsonl");
+    // A tampered data object does not verify: refused.
+    let data = dir.join("messages.avro");
     let original = std::fs::read(&data).unwrap();
-    std::fs::write(&data, [&original[..], b"{\"seqid\":99}\n"].concat()).unwrap();
+    let mut tampered = original.clone();
+    let last = tampered.len() - 20;
+    tampered[last] ^= 0x01;
+    std::fs::write(&data, &tampered).unwrap();
     let (ok, out) = imstream(
         &stack,
         &[
@@ -407,6 +509,16 @@ async fn archive_then_drop_archives_the_month_and_reads_answer_410() {
     assert!(!ok && out.contains("does not verify"), "{out}");
     assert!(table_exists(&pool, "202609").await);
     std::fs::write(&data, &original).unwrap();
+
+    // What readers see while the table is there.
+    let alice_before = http_reads(&client, gw_oct, &token, topic).await;
+    let owner_before = http_reads(&client, gw_oct, &owner_token, topic).await;
+    let mut ws = realtime_ws::Ws::connect(gw_oct, &token).await;
+    let (ctrl, ws_before) = ws
+        .request_with_data(json!({"get": {"topic": topic, "what": "data", "data": {"limit": 10}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(208), "{ctrl}");
+    assert_eq!(ws_before.len(), 8, "{ws_before:?}");
 
     // Verified: dropped, archived.
     let (ok, out) = imstream(
@@ -430,48 +542,110 @@ async fn archive_then_drop_archives_the_month_and_reads_answer_410() {
     .fetch_one(&pool)
     .await
     .unwrap();
-    assert_eq!(row_count, 5);
+    assert_eq!(row_count, 6);
     // The next pass leaves an archived month alone.
     pass(&stack, MID_OCTOBER).await;
     assert_eq!(status(&pool, "202609").await, "archived");
 
-    // Reads: the live month still answers; a read into September is a 410
-    // that names the month, over HTTP and WebSocket.
-    let base = format!("http://{gw_oct}/v1/groups/{topic}");
-    let get = |url: String| {
-        let (client, token) = (client.clone(), token.clone());
-        async move {
-            let resp = client.get(url).bearer_auth(&token).send().await.unwrap();
-            let status = resp.status().as_u16();
-            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
-        }
-    };
-    let (status, body) = get(format!("{base}/messages?limit=3")).await;
-    assert_eq!(status, 200, "{body}");
-    let seqs: Vec<i64> = body["messages"]
+    // Every read answers as before, from the archive (the gateway that
+    // read the table before, and a fresh one).
+    let gw_fresh = stack.start_gateway("node-c").await;
+    for g in [gw_oct, gw_fresh] {
+        assert_same_reads(
+            &alice_before,
+            &http_reads(&client, g, &token, topic).await,
+            "alice",
+        );
+        assert_same_reads(
+            &owner_before,
+            &http_reads(&client, g, &owner_token, topic).await,
+            "owner",
+        );
+    }
+    let page = &alice_before[1];
+    assert_eq!(page.1, 200);
+    let seqs: Vec<i64> = page.2["messages"]
         .as_array()
         .unwrap()
         .iter()
         .map(|m| m["seq"].as_i64().unwrap())
         .collect();
-    assert_eq!(seqs, vec![8, 7, 6]);
-    let (status, body) = get(format!("{base}/messages?limit=10")).await;
-    assert_eq!(status, 410, "{body}");
+    assert_eq!(seqs, vec![9, 8, 7, 6, 5, 4, 2, 1], "3 was recalled");
+    let owner_page = &owner_before[1];
     assert!(
-        body.to_string().contains("month 202609 is archived"),
+        !owner_page.2.to_string().contains("\"seq\":4"),
+        "the owner cleared 4: {owner_page:?}"
+    );
+    assert_eq!(
+        alice_before[9].2["version"],
+        json!(2),
+        "{:?}",
+        alice_before[9]
+    );
+    let mut ws = realtime_ws::Ws::connect(gw_fresh, &token).await;
+    let (ctrl, ws_after) = ws
+        .request_with_data(json!({"get": {"topic": topic, "what": "data", "data": {"limit": 10}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(208), "{ctrl}");
+    assert_eq!(ws_after, ws_before);
+
+    // An archived message can no longer change: 409 naming the month.
+    let resp = client
+        .patch(format!("http://{gw_fresh}/v1/groups/{topic}/messages/5"))
+        .bearer_auth(&token)
+        .json(&json!({"content": {"txt": "too late"}, "client_msg_id": "late-edit-5"}))
+        .send()
+        .await
+        .unwrap();
+    let (code, text) = (resp.status().as_u16(), resp.text().await.unwrap());
+    assert_eq!(code, 409, "{text}");
+    assert!(text.contains("202609"), "{text}");
+    let resp = client
+        .delete(format!("http://{gw_fresh}/v1/groups/{topic}/messages/5"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    let (code, text) = (resp.status().as_u16(), resp.text().await.unwrap());
+    assert_eq!(code, 409, "{text}");
+
+    // A damaged archive: a gateway that has not cached the month answers
+    // 500 naming it (HTTP and WebSocket); the live month still reads.
+    let mut damaged = original.clone();
+    let middle = damaged.len() - 40;
+    damaged[middle] ^= 0xff;
+    std::fs::write(&data, &damaged).unwrap();
+    let gw_damaged = stack.start_gateway("node-d").await;
+    let base = format!("http://{gw_damaged}/v1/groups/{topic}");
+    let resp = client
+        .get(format!("{base}/messages?limit=10"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    let (code, body) = (resp.status().as_u16(), resp.text().await.unwrap());
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.contains("archive of month 202609 is damaged"),
         "{body}"
     );
-    let (status, body) = get(format!("{base}/messages/3")).await;
-    assert_eq!(status, 410, "{body}");
-    let mut ws = realtime_ws::Ws::connect(gw_oct, &token).await;
+    let resp = client
+        .get(format!("{base}/messages?limit=3"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut ws = realtime_ws::Ws::connect(gw_damaged, &token).await;
     let ctrl = ws
         .request(json!({"get": {"topic": topic, "what": "data", "data": {"limit": 10}}}))
         .await;
-    assert_eq!(ctrl["ctrl"]["code"], json!(410), "{ctrl}");
+    assert_eq!(ctrl["ctrl"]["code"], json!(500), "{ctrl}");
     assert!(ctrl.to_string().contains("202609"), "{ctrl}");
+    std::fs::write(&data, &original).unwrap();
 }
 
-/// A minimal Tinode WebSocket session for the 410 check.
+/// A minimal Tinode WebSocket session for the archive checks.
 mod realtime_ws {
     use futures::{SinkExt, StreamExt};
     use serde_json::{json, Value};
@@ -501,7 +675,13 @@ mod realtime_ws {
         }
 
         /// Sends `msg` with a fresh id; returns the ctrl answering it.
-        pub async fn request(&mut self, mut msg: Value) -> Value {
+        pub async fn request(&mut self, msg: Value) -> Value {
+            self.request_with_data(msg).await.0
+        }
+
+        /// Sends `msg` with a fresh id; returns the ctrl answering it and
+        /// the `{data}` frames that came before it.
+        pub async fn request_with_data(&mut self, mut msg: Value) -> (Value, Vec<Value>) {
             self.next_id += 1;
             let id = self.next_id.to_string();
             let verb = msg.as_object().unwrap().keys().next().unwrap().clone();
@@ -510,6 +690,7 @@ mod realtime_ws {
                 .send(Message::Text(msg.to_string().into()))
                 .await
                 .expect("send");
+            let mut data = Vec::new();
             loop {
                 let frame = tokio::time::timeout(Duration::from_secs(20), self.stream.next())
                     .await
@@ -519,7 +700,10 @@ mod realtime_ws {
                 if let Message::Text(t) = frame {
                     let v: Value = serde_json::from_str(&t).expect("json frame");
                     if v["ctrl"]["id"] == json!(id) {
-                        return v;
+                        return (v, data);
+                    }
+                    if v.get("data").is_some() {
+                        data.push(v);
                     }
                 }
             }

@@ -1,13 +1,17 @@
 //! `imstream bench history`: 50-message history pages over HTTP at a fixed
 //! rate, from the hot path (Redis: pages within a topic's newest
-//! `limits.hot_per_topic` messages) and from MySQL across two months, plus
-//! the request-coalescing check: N members asking for the same latest page
-//! at once cost one fetch.
+//! `limits.hot_per_topic` messages), from MySQL across two months and from
+//! an archived month (object storage at `shards.archive_url`), plus the
+//! request-coalescing check: N members asking for the same latest page at
+//! once cost one fetch.
 //!
 //! Setup writes two topics with the same messages, half in the previous
 //! month and half in the current one (MessageSent events straight into the
 //! log, as a replay would), and removes one topic's hot copies so its pages
-//! come from the month tables.
+//! come from the month tables. For the archive path it writes a third topic
+//! into an old month the catalog does not know yet (registered for the
+//! bench), seals, archives and drops that month: the gateway under test
+//! must read the same archive location (same config).
 
 use std::time::{Duration, Instant};
 
@@ -57,7 +61,8 @@ pub async fn run(config: &Config, args: HistoryArgs) -> anyhow::Result<()> {
 
     let hot_topic = format!("grpHh{run}");
     let cold_topic = format!("grpHc{run}");
-    for topic in [&hot_topic, &cold_topic] {
+    let archive_topic = format!("grpHa{run}");
+    for topic in [&hot_topic, &cold_topic, &archive_topic] {
         let resp = web
             .post(format!("{}/v1/groups", args.url))
             .bearer_auth(&token)
@@ -71,16 +76,22 @@ pub async fn run(config: &Config, args: HistoryArgs) -> anyhow::Result<()> {
         );
     }
 
-    // Two months of messages per topic, straight into the log.
+    // Two months of messages per topic, straight into the log; the archive
+    // topic's all in one old month of its own.
     let now = ShardMonth::of(chrono::Utc::now());
     let months = [now.prev(), now];
+    let old = archive_month(&pool, now).await?;
     let codec = EventCodec::new(&config.registry.url)?;
     let producer = EventProducer::new(&config.kafka, codec)?;
     let per_month = args.per_month;
-    for topic in [&hot_topic, &cold_topic] {
+    for topic in [&hot_topic, &cold_topic, &archive_topic] {
         let mut sends = Vec::new();
         for seq in 1..=2 * per_month {
-            let month = months[((seq - 1) / per_month) as usize];
+            let month = if topic == &archive_topic {
+                old
+            } else {
+                months[((seq - 1) / per_month) as usize]
+            };
             let event = GroupEvent {
                 actor_device: "bench".into(),
                 ..GroupEvent::new(
@@ -129,30 +140,47 @@ pub async fn run(config: &Config, args: HistoryArgs) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let n: i64 = sqlx::query_scalar(
-            "SELECT CAST(COALESCE(SUM(message_count), 0) AS SIGNED) FROM im_group_message_topic_shards WHERE topic IN (?, ?)",
+            "SELECT CAST(COALESCE(SUM(message_count), 0) AS SIGNED) FROM im_group_message_topic_shards WHERE topic IN (?, ?, ?)",
         )
         .bind(&hot_topic)
         .bind(&cold_topic)
+        .bind(&archive_topic)
         .fetch_one(&pool)
         .await?;
-        if n >= 2 * want {
+        if n >= 3 * want {
             break;
         }
         anyhow::ensure!(
             Instant::now() < deadline,
             "messages not stored after 120 s ({n} of {}); is the store pipeline running?",
-            2 * want
+            3 * want
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Let the hot pipeline catch up, then drop the cold topic's hot copies.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut redis = crate::redis_util::connect(&config.redis.url).await?;
-    let keys = TopicKeys::new(&tenant, &cold_topic);
-    let _: () = redis::cmd("DEL")
-        .arg(keys.hot_seqs())
-        .query_async(&mut redis)
-        .await?;
+    for topic in [&cold_topic, &archive_topic] {
+        let keys = TopicKeys::new(&tenant, topic);
+        let _: () = redis::cmd("DEL")
+            .arg(keys.hot_seqs())
+            .query_async(&mut redis)
+            .await?;
+    }
+    // The old month: sealed, archived, verified, dropped.
+    use crate::store::{archive, catalog};
+    let location = archive::ArchiveLocation::from_config(&config.shards)?;
+    catalog::set_status(&pool, old, catalog::ShardStatus::Sealed).await?;
+    let exported = Instant::now();
+    let manifest = archive::export(&pool, &tenant, old, &location).await?;
+    archive::drop_month(&pool, &tenant, old, &location, true).await?;
+    let data = manifest.object(archive::DATA_OBJECT).map_or(0, |d| d.bytes);
+    println!(
+        "archive: month {old} ({} rows, {data} bytes of Avro) archived to {} and dropped in {:.0} ms",
+        manifest.row_count,
+        location.month_shown(&tenant, old),
+        exported.elapsed().as_secs_f64() * 1000.0
+    );
 
     // Hot: pages inside the hot copy (the newest `limits.hot_per_topic`
     // messages of a topic). MySQL: pages crossing the month boundary of the
@@ -166,6 +194,29 @@ pub async fn run(config: &Config, args: HistoryArgs) -> anyhow::Result<()> {
     let hot_cursors: Vec<i64> = (0..10).map(|i| newest + 1 - i * (cap - 51) / 10).collect();
     let edge = per_month;
     let cold_cursors: Vec<i64> = (0..10).map(|i| edge + 10 + i * 3).collect();
+    let archive_cursors: Vec<i64> = (0..10)
+        .map(|i| 51 + i * (2 * per_month - 51) / 10)
+        .collect();
+    // The archive's first page: manifest, index, header and blocks fetched.
+    let first = Instant::now();
+    let resp = web
+        .get(format!(
+            "{}/v1/groups/{archive_topic}/messages?before={}&limit=50",
+            args.url, archive_cursors[0]
+        ))
+        .bearer_auth(&token)
+        .send()
+        .await?;
+    anyhow::ensure!(
+        resp.status().is_success(),
+        "archive page: {} (does the gateway read shards.archive_url {}?)",
+        resp.text().await?,
+        location
+    );
+    println!(
+        "archive: first page (manifest, index and blocks fetched) in {:.1} ms",
+        first.elapsed().as_secs_f64() * 1000.0
+    );
     println!(
         "bench history: {} pages/s for {} s per path, 50-message pages: hot within the newest {cap}, MySQL crossing {}→{}",
         args.rate, args.duration, months[0], months[1]
@@ -173,6 +224,7 @@ pub async fn run(config: &Config, args: HistoryArgs) -> anyhow::Result<()> {
     for (label, topic, cursors) in [
         ("hot (Redis)", &hot_topic, &hot_cursors),
         ("MySQL, two months", &cold_topic, &cold_cursors),
+        ("archive", &archive_topic, &archive_cursors),
     ] {
         let costs = super::Costs::start();
         let hist = paced_reads(&web, &args, topic, &token, cursors).await?;
@@ -213,6 +265,20 @@ pub async fn run(config: &Config, args: HistoryArgs) -> anyhow::Result<()> {
         after - before
     );
     Ok(())
+}
+
+/// An old month the catalog does not know, registered (with its tables)
+/// for the archive path: two years back, or further back until free.
+async fn archive_month(pool: &sqlx::MySqlPool, now: ShardMonth) -> anyhow::Result<ShardMonth> {
+    let mut month = now;
+    for _ in 0..24 {
+        month = month.prev();
+    }
+    while crate::store::catalog::entry(pool, month).await?.is_some() {
+        month = month.prev();
+    }
+    crate::store::catalog::create_month(pool, month).await?;
+    Ok(month)
 }
 
 async fn paced_reads(

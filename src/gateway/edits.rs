@@ -52,6 +52,16 @@ pub async fn check_edit(
         .exact_on_primary(caller.tenant, topic, caller.uid, seq)
         .await?
         .ok_or_else(|| Refusal(404, format!("message {seq} not found")))?;
+    refuse_archived(
+        gw,
+        caller,
+        topic,
+        &[SeqRange {
+            low: seq,
+            hi: seq + 1,
+        }],
+    )
+    .await?;
     if target.from != caller.uid {
         return Err(Refusal(403, "only the sender may edit a message".into()));
     }
@@ -111,6 +121,7 @@ pub async fn hard_delete(
     let privileged = matches!(role, Role::Owner | Role::Admin);
     let ranges = gov.clamp(caller.tenant, topic, ranges).await?;
     let ranges = with_edits(gw, caller, topic, ranges).await?;
+    refuse_archived(gw, caller, topic, &ranges).await?;
     let count: i64 = ranges.iter().map(|r| r.hi - r.low).sum();
     // One delete is one transaction of the store: bounded in width.
     let width = gw.config.limits.delete_width;
@@ -175,6 +186,21 @@ pub async fn hard_delete(
         )
         .await?;
     Ok(Deleted::Moderated(outcome.del_id.unwrap_or(0)))
+}
+
+/// Messages of an archived month are read from its archive and can no
+/// longer change: an edit, recall or delete touching one is refused (409)
+/// before anything is produced.
+async fn refuse_archived(
+    gw: &Gateway,
+    caller: &Caller<'_>,
+    topic: &str,
+    ranges: &[SeqRange],
+) -> Result<(), Refusal> {
+    Ok(gw
+        .governance
+        .refuse_archived(caller.tenant, topic, ranges)
+        .await?)
 }
 
 /// `ranges` and the edits (replacement messages) of the messages in them:

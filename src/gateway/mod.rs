@@ -88,7 +88,9 @@ pub async fn start(
     let pools = TenantPools::connect_lazy(config)?;
     // History pages read from tenants' read replicas while they keep up.
     pools.watch_replicas(config, &shutdown);
-    let history = crate::history::History::new(pools.clone(), redis.clone());
+    let history = crate::history::History::new(pools.clone(), redis.clone()).with_archives(
+        crate::history::archived::Archives::from_config(&config.shards),
+    );
     let governance = crate::governance::Executor::new(
         pools.clone(),
         redis.clone(),

@@ -21,7 +21,12 @@ impl From<HistoryError> for Refusal {
     fn from(e: HistoryError) -> Self {
         match e {
             HistoryError::BadRequest(why) => Refusal(400, format!("malformed: {why}")),
-            HistoryError::Archived(m) => Refusal(410, format!("month {m} is archived")),
+            // An archived month whose archive cannot be read: the server's
+            // fault, named by month (503 when the store may come back).
+            HistoryError::Archive(e) => {
+                tracing::error!(error = %e, "archived month unreadable");
+                Refusal(if e.retryable() { 503 } else { 500 }, e.to_string())
+            }
             other => {
                 tracing::warn!(error = %other, "history read failed");
                 Refusal(503, "service unavailable, retry".into())

@@ -26,7 +26,6 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::history::HistoryError;
 use crate::metrics as m;
 use crate::search::entry::plain_text;
 use crate::search::query::{Cursor, Request, Scope, MAX_TOPICS};
@@ -215,9 +214,8 @@ async fn from_index(gw: &Gateway, tenant: &str, uid: i64, p: Parsed) -> Result<V
             }
             let message = match gw.history.exact(tenant, &hit.topic, uid, hit.seq).await {
                 Ok(Some(msg)) if msg.replaces().is_none() => msg,
-                Ok(_) | Err(HistoryError::Archived(_)) => {
-                    // Recalled, deleted, cleared by this user, or (until
-                    // archive reads exist) in an archived month.
+                Ok(_) => {
+                    // Recalled, deleted or cleared by this user.
                     metrics::counter!(m::SEARCH_HITS_DROPPED_TOTAL, "why" => "hidden").increment(1);
                     continue;
                 }

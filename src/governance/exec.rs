@@ -183,6 +183,7 @@ impl Executor {
         }
         authorize(actor, Action::Moderate, Standing::NotMember)?;
         let ranges = self.clamp(tenant, topic, ranges).await?;
+        self.refuse_archived(tenant, topic, &ranges).await?;
         let del_id = self.next_del_id(tenant, topic).await?;
         let actor_uid = match actor {
             Actor::User(uid, _) => uid,
@@ -237,6 +238,39 @@ impl Executor {
             event_ids: ids,
             del_id: None,
         })
+    }
+
+    /// Refuses (409) a change to messages of an archived month: they are
+    /// read from the archive and can no longer change (the store would
+    /// only dead-letter the event).
+    pub async fn refuse_archived(
+        &self,
+        tenant: &str,
+        topic: &str,
+        ranges: &[SeqRange],
+    ) -> Result<(), Refused> {
+        let pool = self.pool(tenant)?;
+        for r in ranges {
+            let month: Option<String> = sqlx::query_scalar(
+                "SELECT t.shard_month FROM im_group_message_topic_shards t \
+                 JOIN im_group_message_shards s ON s.shard_month = t.shard_month \
+                 WHERE t.topic = ? AND t.min_seq < ? AND t.max_seq >= ? AND s.status = 'archived' \
+                 ORDER BY t.shard_month LIMIT 1",
+            )
+            .bind(topic)
+            .bind(r.hi)
+            .bind(r.low)
+            .fetch_optional(pool)
+            .await
+            .map_err(unavailable)?;
+            if let Some(month) = month {
+                return Err(Refused(
+                    409,
+                    format!("messages of month {month} are archived and can no longer be changed"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Validates `[low, hi)` ranges and clamps them to the last seq.

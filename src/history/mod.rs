@@ -2,9 +2,11 @@
 //! messages, context and search across month tables. Order of sources:
 //! hot messages when they cover the whole page, else the Redis route
 //! (rebuilt from the MySQL mirror on a miss) and month tables one at a time
-//! with `LIMIT`; user-view deletes are filtered per reader. Clients never
-//! see months.
+//! with `LIMIT` — or, for a month whose table was archived and dropped, its
+//! archive ([`archived`]); user-view deletes are filtered per reader.
+//! Clients never see months.
 
+pub mod archived;
 pub mod coalesce;
 pub mod dellog;
 pub mod hot;
@@ -81,8 +83,10 @@ impl StoredMessage {
 pub enum HistoryError {
     #[error("invalid request: {0}")]
     BadRequest(String),
-    #[error("month {0} is archived; read it from the archive")]
-    Archived(ShardMonth),
+    /// An archived month whose archive could not be read (missing,
+    /// damaged, or the object store unreachable).
+    #[error("{0}")]
+    Archive(#[from] archived::ArchiveReadError),
     #[error("mysql: {0}")]
     Db(#[from] sqlx::Error),
     #[error("redis: {0}")]
@@ -102,7 +106,7 @@ pub enum HistoryError {
 #[derive(Debug, Clone)]
 enum SharedFailure {
     BadRequest(String),
-    Archived(ShardMonth),
+    Archive(archived::ArchiveReadError),
     Tenant,
     Unavailable(String),
 }
@@ -111,7 +115,7 @@ impl From<HistoryError> for SharedFailure {
     fn from(e: HistoryError) -> Self {
         match e {
             HistoryError::BadRequest(why) => SharedFailure::BadRequest(why),
-            HistoryError::Archived(m) => SharedFailure::Archived(m),
+            HistoryError::Archive(e) => SharedFailure::Archive(e),
             HistoryError::Tenant => SharedFailure::Tenant,
             other => SharedFailure::Unavailable(other.to_string()),
         }
@@ -122,7 +126,7 @@ impl From<SharedFailure> for HistoryError {
     fn from(e: SharedFailure) -> Self {
         match e {
             SharedFailure::BadRequest(why) => HistoryError::BadRequest(why),
-            SharedFailure::Archived(m) => HistoryError::Archived(m),
+            SharedFailure::Archive(e) => HistoryError::Archive(e),
             SharedFailure::Tenant => HistoryError::Tenant,
             SharedFailure::Unavailable(why) => HistoryError::Unavailable(why),
         }
@@ -225,6 +229,8 @@ pub struct History {
     dual_read: legacy::DualRead,
     /// Readers' deleted ranges between their pages.
     dellog: Arc<dellog::Cache>,
+    /// Archived months: their manifests, indexes and decoded blocks.
+    archives: Arc<archived::Archives>,
 }
 
 /// Refetches one read may do to fill a page the reader's deletes thinned.
@@ -239,7 +245,15 @@ impl History {
             fetches: Arc::new(AtomicU64::new(0)),
             dual_read: legacy::DualRead::default(),
             dellog: Arc::default(),
+            archives: Arc::new(archived::Archives::unconfigured()),
         }
+    }
+
+    /// Reads archived months through `archives` (a process builds one from
+    /// `shards` in its config: [`archived::Archives::from_config`]).
+    pub fn with_archives(mut self, archives: archived::Archives) -> Self {
+        self.archives = Arc::new(archives);
+        self
     }
 
     /// How many pages this instance (and its clones) really fetched; reads
@@ -405,35 +419,57 @@ impl History {
             wanted.reverse();
         }
         let mut messages: Vec<StoredMessage> = Vec::with_capacity(query.limit as usize);
-        let mut tables = 0u32;
+        let (mut tables, mut archived) = (0u32, 0u32);
         for seg in wanted {
             let missing = query.limit - messages.len() as i64;
             if missing <= 0 {
                 break;
             }
-            let Some(table) = readable_table(rows_from, seg.month, topic).await? else {
+            let Some(source) = month_source(rows_from, seg.month, topic).await? else {
                 continue;
             };
             tables += 1;
-            let rows = if query.ascending {
-                let from = messages.last().map_or(low, |m| m.seq + 1);
-                read_rows(rows_from, &table.page_asc_sql(), topic, from, high, missing).await?
+            let (from, below) = if query.ascending {
+                (messages.last().map_or(low, |m| m.seq + 1), high)
             } else {
-                let below = messages.last().map_or(high, |m| m.seq);
-                read_rows_desc(
-                    rows_from,
-                    &table.page_desc_sql(),
-                    topic,
-                    below,
-                    low,
-                    missing,
-                )
-                .await?
+                (low, messages.last().map_or(high, |m| m.seq))
+            };
+            let rows = match source {
+                MonthSource::Table(table) if query.ascending => {
+                    read_rows(
+                        rows_from,
+                        &table.page_asc_sql(),
+                        topic,
+                        from,
+                        below,
+                        missing,
+                    )
+                    .await?
+                }
+                MonthSource::Table(table) => {
+                    read_rows_desc(
+                        rows_from,
+                        &table.page_desc_sql(),
+                        topic,
+                        below,
+                        from,
+                        missing,
+                    )
+                    .await?
+                }
+                MonthSource::Archive(month) => {
+                    archived += 1;
+                    self.archives
+                        .page(tenant, month, topic, from, below, missing, query.ascending)
+                        .await?
+                }
             };
             messages.extend(rows);
         }
         metrics::histogram!(m::QUERY_TABLES).record(tables as f64);
-        let mut source = if tables > 1 {
+        let mut source = if archived > 0 {
+            "archive"
+        } else if tables > 1 {
             "cross_month"
         } else {
             "single_month"
@@ -499,6 +535,29 @@ impl History {
             .next())
     }
 
+    /// One message by `(topic, seq)` as stored, whatever month holds it —
+    /// a live month's table or an archived month's archive — without any
+    /// reader's deletes applied (a recalled or deleted message comes back
+    /// with its status). For references that store only `(topic, seq)`
+    /// (search hits, favorites, reports): check the caller's access and
+    /// [`History::hidden`] ranges yourself, or use [`History::exact`].
+    pub async fn message(
+        &self,
+        tenant: &str,
+        topic: &str,
+        seq: i64,
+    ) -> Result<Option<StoredMessage>, HistoryError> {
+        let Some(q) = PageQuery::just(seq)? else {
+            return Ok(None);
+        };
+        Ok(self
+            .shared_page(tenant, topic, q)
+            .await?
+            .messages
+            .into_iter()
+            .find(|m| m.seq == seq))
+    }
+
     /// Message `seq` as stored, one taken back included (its stub, without
     /// content), unless `reader` cleared it from their own view: what a
     /// reference to a message (a favorite, a report, a file) resolves to.
@@ -510,11 +569,7 @@ impl History {
         reader: i64,
         seq: i64,
     ) -> Result<Option<StoredMessage>, HistoryError> {
-        let Some(q) = PageQuery::just(seq)? else {
-            return Ok(None);
-        };
-        let page = self.shared_page(tenant, topic, q).await?;
-        let Some(m) = page.messages.into_iter().find(|m| m.seq == seq) else {
+        let Some(m) = self.message(tenant, topic, seq).await? else {
             return Ok(None);
         };
         // A recall or delete for everyone sits in the dellog too: its stub
@@ -606,8 +661,43 @@ impl History {
         let rows_from = self.pools.read(tenant).map_err(|_| HistoryError::Tenant)?;
         let mut out = Vec::new();
         for month in months {
-            let Some(table) = readable_table(rows_from, month, topic).await? else {
+            let Some(source) = month_source(rows_from, month, topic).await? else {
                 continue;
+            };
+            let table = match source {
+                MonthSource::Table(table) => table,
+                MonthSource::Archive(month) => {
+                    // As the table's query: up to the missing count of
+                    // matches, newest first, then the reader's deletes. The
+                    // match is a case-insensitive substring (the table's
+                    // LIKE under a `_ci` collation also ignores accents).
+                    let needle = text.to_lowercase();
+                    let missing = (limit - out.len() as i64) as usize;
+                    let hits: Vec<StoredMessage> = self
+                        .archives
+                        .topic_messages(tenant, month, topic)
+                        .await?
+                        .into_iter()
+                        .filter(|msg| {
+                            msg.visible()
+                                && msg.ts >= from
+                                && msg.ts < to
+                                && msg
+                                    .content
+                                    .as_deref()
+                                    .is_some_and(|c| c.to_lowercase().contains(&needle))
+                        })
+                        .take(missing)
+                        .collect();
+                    out.extend(
+                        hits.into_iter()
+                            .filter(|msg| !dellog::covers(&deleted, msg.seq)),
+                    );
+                    if out.len() as i64 >= limit {
+                        break;
+                    }
+                    continue;
+                }
             };
             let rows = sqlx::query(&table.search_sql())
                 .bind(topic)
@@ -649,15 +739,24 @@ fn skip_deleted(q: &mut PageQuery, deleted: &dellog::Hidden) {
     }
 }
 
-/// The month's table if the catalog knows it; archived months are an error.
-async fn readable_table(
+/// Where a month's rows are read from.
+enum MonthSource {
+    /// The month's table (of the topic's family).
+    Table(MonthTable),
+    /// The month was archived and its table dropped: its archive.
+    Archive(ShardMonth),
+}
+
+/// The month's table if the catalog knows it, or its archive once it is
+/// archived; `None` for a month the catalog does not know.
+async fn month_source(
     pool: &MySqlPool,
     month: ShardMonth,
     topic: &str,
-) -> Result<Option<MonthTable>, HistoryError> {
+) -> Result<Option<MonthSource>, HistoryError> {
     match catalog::table(pool, month).await? {
-        Some((_, ShardStatus::Archived)) => Err(HistoryError::Archived(month)),
-        Some((table, _)) => Ok(Some(table.for_topic(topic))),
+        Some((_, ShardStatus::Archived)) => Ok(Some(MonthSource::Archive(month))),
+        Some((table, _)) => Ok(Some(MonthSource::Table(table.for_topic(topic)))),
         None => Ok(None),
     }
 }

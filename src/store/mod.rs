@@ -1,7 +1,8 @@
 //! MySQL read models of group messages: month tables ([`month`]), the month
 //! catalog ([`catalog`]), the shard manager ([`shards`]) with its sealing
-//! check ([`sealing`]) and month archives ([`archive`]), the batched writer
-//! of the store pipeline ([`writer`]) and Redis routes ([`routes`]).
+//! check ([`sealing`]) and month archives in object storage ([`archive`]),
+//! the batched writer of the store pipeline ([`writer`]) and Redis routes
+//! ([`routes`]).
 
 pub mod archive;
 pub mod catalog;

@@ -341,7 +341,8 @@ const ARCHIVE_TEXT_CASTS: &[&str] = &[
 
 impl MonthTable {
     /// One page of an export in `(topic, seqid)` order, after the row
-    /// `(topic = ?, seqid > ?)` or any later topic (`topic > ?`), `LIMIT ?`.
+    /// `(topic = ?, seqid > ?)` or any later topic (`topic > ?`), `LIMIT ?`:
+    /// [`ARCHIVE_COLUMNS`], then `created_ms`.
     pub fn export_page_sql(&self) -> String {
         let columns: Vec<String> = ARCHIVE_COLUMNS
             .iter()
@@ -353,9 +354,11 @@ impl MonthTable {
                 }
             })
             .collect();
+        // Last, `created_ms`: the read path's timestamp, computed as a
+        // history read computes it.
         format!(
-            "SELECT {} FROM `{}` WHERE topic > ? OR (topic = ? AND seqid > ?) \
-             ORDER BY topic, seqid LIMIT ?",
+            "SELECT {}, CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED) FROM `{}` \
+             WHERE topic > ? OR (topic = ? AND seqid > ?) ORDER BY topic, seqid LIMIT ?",
             columns.join(", "),
             self.name()
         )

@@ -37,6 +37,57 @@ pub fn kafka_brokers() -> String {
     env_or("IMSTREAM_KAFKA_BROKERS", "127.0.0.1:19092")
 }
 
+/// The local S3-compatible store (moto) of `docker/local/stack`.
+pub fn s3_endpoint() -> String {
+    env_or("IMSTREAM_S3_ENDPOINT", "http://127.0.0.1:19900")
+}
+
+static S3: OnceLock<()> = OnceLock::new();
+
+/// Starts the stack's S3-compatible store unless it already answers
+/// (`docker/local/stack start s3`, idempotent; installs moto from PyPI).
+pub fn ensure_s3() {
+    S3.get_or_init(|| {
+        if port_open(&s3_endpoint()) {
+            return;
+        }
+        let script = repo_root().join("docker/local/stack");
+        let status = std::process::Command::new("bash")
+            .arg(&script)
+            .args(["start", "s3"])
+            .status()
+            .expect("run docker/local/stack start s3");
+        assert!(status.success(), "docker/local/stack start s3 failed");
+    });
+}
+
+/// A fresh bucket on the local S3-compatible store (S3 CreateBucket, path
+/// style); returns the `shards.archive_options` that reach it.
+pub async fn s3_bucket(bucket: &str) -> std::collections::BTreeMap<String, String> {
+    ensure_s3();
+    let endpoint = s3_endpoint();
+    let resp = reqwest::Client::new()
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .expect("S3 endpoint reachable");
+    assert!(
+        resp.status().is_success(),
+        "CreateBucket {bucket}: {}",
+        resp.status()
+    );
+    [
+        ("aws_endpoint", endpoint.as_str()),
+        ("aws_allow_http", "true"),
+        ("aws_region", "us-east-1"),
+        ("aws_access_key_id", "imstream-test"),
+        ("aws_secret_access_key", "imstream-test"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
 static STACK: OnceLock<()> = OnceLock::new();
 
 /// Starts the local stack unless its services already answer.
