@@ -10,12 +10,13 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use imstream::replay::{replay, ReplayArgs};
 use serde_json::{json, Value};
 
-use common::{call, wait_for, Stack, Ws};
+use common::{call, wait_for, write_config_file, Stack, Ws};
 
 /// Within August's sealing period: the first pass seals nothing.
 const SEPTEMBER: &str = "2026-09-05T12:00:00Z";
@@ -160,9 +161,33 @@ async fn reports_become(stack: &Stack, addr: SocketAddr, status: &str, n: usize)
     .await
 }
 
+/// `imstream <args>` as an operator runs it, with this stack's config.
+fn imstream(stack: &Stack, args: &[&str]) -> (bool, String) {
+    let config = write_config_file(stack.config(), &format!("refs-{}", stack.world.id));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
+        .arg("--config")
+        .arg(&config)
+        .args(args)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("run imstream");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reports_favorites_and_files_find_their_messages_across_months_and_archive() {
     let mut stack = Stack::prepared(Some(SEPTEMBER)).await;
+    // Where `shards archive` writes and the gateways read archived months.
+    let root: PathBuf = common::repo_root()
+        .join("target/tmp")
+        .join(format!("refs-archive-{}", stack.world.id));
+    let root = root.display().to_string();
+    stack.world.config.shards.archive_dir = root.clone();
     for p in ["store", "members", "relations", "references", "fanout"] {
         stack.start_pipeline(p).await;
     }
@@ -561,5 +586,39 @@ async fn reports_favorites_and_files_find_their_messages_across_months_and_archi
                 .iter()
                 .all(|t| t.verdict == imstream::replay::digest::Verdict::Identical),
         "replay verified identical: {report:?}"
+    );
+    stack.start_pipeline("references").await;
+
+    // ---- September archived and dropped: every reference still resolves
+    let before_favorites = get(&stack, gw, B, "/v1/me/favorites").await.1;
+    let before_files = get(&stack, gw, A, &files("")).await.1;
+    let before_reports = reports_become(&stack, gw, "actioned", 1).await;
+    let tenant = stack.tenant().to_string();
+    let (ok, out) = imstream(
+        &stack,
+        &["shards", "archive", &tenant, "202609", "--to", &root],
+    );
+    assert!(ok, "archive: {out}");
+    let (ok, out) = imstream(
+        &stack,
+        &[
+            "shards",
+            "drop",
+            &tenant,
+            "202609",
+            "--from",
+            &root,
+            "--confirm",
+        ],
+    );
+    assert!(ok, "drop: {out}");
+    assert_eq!(
+        get(&stack, gw, B, "/v1/me/favorites").await.1,
+        before_favorites
+    );
+    assert_eq!(get(&stack, gw, A, &files("")).await.1, before_files);
+    assert_eq!(
+        reports_become(&stack, gw, "actioned", 1).await,
+        before_reports
     );
 }
