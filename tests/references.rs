@@ -16,7 +16,7 @@ use std::time::Duration;
 use imstream::replay::{replay, ReplayArgs};
 use serde_json::{json, Value};
 
-use common::{call, wait_for, write_config_file, Stack, Ws};
+use common::{call, wait_for, Stack, Ws};
 
 /// Within August's sealing period: the first pass seals nothing.
 const SEPTEMBER: &str = "2026-09-05T12:00:00Z";
@@ -159,24 +159,6 @@ async fn reports_become(stack: &Stack, addr: SocketAddr, status: &str, n: usize)
         },
     )
     .await
-}
-
-/// `imstream <args>` as an operator runs it, with this stack's config.
-fn imstream(stack: &Stack, args: &[&str]) -> (bool, String) {
-    let config = write_config_file(stack.config(), &format!("refs-{}", stack.world.id));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
-        .arg("--config")
-        .arg(&config)
-        .args(args)
-        .env("RUST_LOG", "error")
-        .output()
-        .expect("run imstream");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -594,23 +576,17 @@ async fn reports_favorites_and_files_find_their_messages_across_months_and_archi
     let before_files = get(&stack, gw, A, &files("")).await.1;
     let before_reports = reports_become(&stack, gw, "actioned", 1).await;
     let tenant = stack.tenant().to_string();
-    let (ok, out) = imstream(
-        &stack,
-        &["shards", "archive", &tenant, "202609", "--to", &root],
-    );
+    let (ok, out) = stack.imstream(&["shards", "archive", &tenant, "202609", "--to", &root]);
     assert!(ok, "archive: {out}");
-    let (ok, out) = imstream(
-        &stack,
-        &[
-            "shards",
-            "drop",
-            &tenant,
-            "202609",
-            "--from",
-            &root,
-            "--confirm",
-        ],
-    );
+    let (ok, out) = stack.imstream(&[
+        "shards",
+        "drop",
+        &tenant,
+        "202609",
+        "--from",
+        &root,
+        "--confirm",
+    ]);
     assert!(ok, "drop: {out}");
     assert_eq!(
         get(&stack, gw, B, "/v1/me/favorites").await.1,

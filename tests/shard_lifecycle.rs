@@ -25,7 +25,7 @@ use imstream::store::month::ShardMonth;
 use imstream::store::sealing::Hold;
 use imstream::store::shards::{ShardManager, ShardPass};
 
-use common::{send_http, wait_for, write_config_file, Stack};
+use common::{send_http, wait_for, Stack};
 
 /// Within August's sealing period, so the first pass seals nothing whatever
 /// the store backlog reads (an empty, just-created topic has no lag).
@@ -112,24 +112,6 @@ fn message_sent(stack: &Stack, topic: &str, seq: i64, m: &str) -> GroupEvent {
 fn producer(stack: &Stack) -> EventProducer {
     let codec = EventCodec::new(&stack.config().registry.url).unwrap();
     EventProducer::new(&stack.config().kafka, codec).unwrap()
-}
-
-/// `imstream <args>` as a user runs it, with this stack's config.
-fn imstream(stack: &Stack, args: &[&str]) -> (bool, String) {
-    let config = write_config_file(stack.config(), &format!("shards-{}", stack.world.id));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
-        .arg("--config")
-        .arg(&config)
-        .args(args)
-        .env("RUST_LOG", "error")
-        .output()
-        .expect("run imstream");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }
 
 /// Sealing waits for its period, then for the store pipeline's lag, then
@@ -229,7 +211,7 @@ async fn sealing_waits_for_store_lag_and_dead_letters() {
     );
 
     // `imstream dlq replay store` stores the dead letter; then September seals.
-    let (ok, out) = imstream(&stack, &["dlq", "replay", "store"]);
+    let (ok, out) = stack.imstream(&["dlq", "replay", "store"]);
     assert!(ok, "dlq replay: {out}");
     let sealed = pass(&stack, MID_OCTOBER).await;
     assert_eq!(sealed.sealed, vec![month("202609")], "{sealed:?}");
@@ -430,34 +412,25 @@ async fn archive_then_drop_keeps_the_month_readable_as_before() {
     let tenant = stack.tenant().to_string();
 
     // No archive yet: the drop is refused and nothing changes.
-    let (ok, out) = imstream(
-        &stack,
-        &[
-            "shards",
-            "drop",
-            &tenant,
-            "202609",
-            "--from",
-            &root_s,
-            "--confirm",
-        ],
-    );
+    let (ok, out) = stack.imstream(&[
+        "shards",
+        "drop",
+        &tenant,
+        "202609",
+        "--from",
+        &root_s,
+        "--confirm",
+    ]);
     assert!(!ok, "drop without an archive must fail: {out}");
     assert!(out.contains("no archive of month 202609"), "{out}");
     assert!(table_exists(&pool, "202609").await);
     assert_eq!(status(&pool, "202609").await, "sealed");
     // A month that is not sealed cannot be archived.
-    let (ok, out) = imstream(
-        &stack,
-        &["shards", "archive", &tenant, "202610", "--to", &root_s],
-    );
+    let (ok, out) = stack.imstream(&["shards", "archive", &tenant, "202610", "--to", &root_s]);
     assert!(!ok && out.contains("202610 is writable"), "{out}");
 
     // Archive: the manifest lists the objects with their sizes and hashes.
-    let (ok, out) = imstream(
-        &stack,
-        &["shards", "archive", &tenant, "202609", "--to", &root_s],
-    );
+    let (ok, out) = stack.imstream(&["shards", "archive", &tenant, "202609", "--to", &root_s]);
     assert!(ok, "archive: {out}");
     let dir = root.join(&tenant).join("202609");
     let manifest: Value =
@@ -482,10 +455,7 @@ async fn archive_then_drop_keeps_the_month_readable_as_before() {
     assert!(out.contains(data_sha), "{out}");
 
     // Without --confirm: refused.
-    let (ok, out) = imstream(
-        &stack,
-        &["shards", "drop", &tenant, "202609", "--from", &root_s],
-    );
+    let (ok, out) = stack.imstream(&["shards", "drop", &tenant, "202609", "--from", &root_s]);
     assert!(!ok && out.contains("--confirm"), "{out}");
     // A tampered data object does not verify: refused.
     let data = dir.join("messages.avro");
@@ -494,18 +464,15 @@ async fn archive_then_drop_keeps_the_month_readable_as_before() {
     let last = tampered.len() - 20;
     tampered[last] ^= 0x01;
     std::fs::write(&data, &tampered).unwrap();
-    let (ok, out) = imstream(
-        &stack,
-        &[
-            "shards",
-            "drop",
-            &tenant,
-            "202609",
-            "--from",
-            &root_s,
-            "--confirm",
-        ],
-    );
+    let (ok, out) = stack.imstream(&[
+        "shards",
+        "drop",
+        &tenant,
+        "202609",
+        "--from",
+        &root_s,
+        "--confirm",
+    ]);
     assert!(!ok && out.contains("does not verify"), "{out}");
     assert!(table_exists(&pool, "202609").await);
     std::fs::write(&data, &original).unwrap();
@@ -521,18 +488,15 @@ async fn archive_then_drop_keeps_the_month_readable_as_before() {
     assert_eq!(ws_before.len(), 8, "{ws_before:?}");
 
     // Verified: dropped, archived.
-    let (ok, out) = imstream(
-        &stack,
-        &[
-            "shards",
-            "drop",
-            &tenant,
-            "202609",
-            "--from",
-            &root_s,
-            "--confirm",
-        ],
-    );
+    let (ok, out) = stack.imstream(&[
+        "shards",
+        "drop",
+        &tenant,
+        "202609",
+        "--from",
+        &root_s,
+        "--confirm",
+    ]);
     assert!(ok, "drop: {out}");
     assert_eq!(status(&pool, "202609").await, "archived");
     assert!(!table_exists(&pool, "202609").await);

@@ -398,6 +398,25 @@ impl Stack {
         addr
     }
 
+    /// `imstream <args>` as an operator runs it (a child process with this
+    /// stack's configuration); whether it succeeded, and what it printed.
+    pub fn imstream(&self, args: &[&str]) -> (bool, String) {
+        let config = write_config_file(self.config(), &format!("cli-{}", self.world.id));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .env("RUST_LOG", "error")
+            .output()
+            .expect("run imstream");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
     pub fn gateway_addr(&self, i: usize) -> std::net::SocketAddr {
         self.gateways[i].addr
     }
