@@ -713,8 +713,12 @@ async fn a_session_refused_on_uplink_gets_nothing_more_served() {
         .unwrap();
     // Two subs back to back: the first is refused by the uplink re-check,
     // the second must not be served either.
-    a.send(json!({"sub": {"id": "s1", "topic": TOPIC}})).await;
-    a.send(json!({"sub": {"id": "s2", "topic": TOPIC}})).await;
+    // (One write: sent one by one, the second could meet the close.)
+    a.send_together(&[
+        json!({"sub": {"id": "s1", "topic": TOPIC}}),
+        json!({"sub": {"id": "s2", "topic": TOPIC}}),
+    ])
+    .await;
     let frames = a.expect_closed(DELIVERY).await;
     assert_eq!(
         closing_reason(&frames).as_deref(),

@@ -172,6 +172,21 @@ impl Client {
             .unwrap_or_else(|e| panic!("[{}] send {msg}: {e}", self.label));
     }
 
+    /// Sends client messages back to back, in one write: all of them are on
+    /// the wire before the gateway can answer the first (a close included).
+    pub async fn send_together(&mut self, msgs: &[Value]) {
+        for msg in msgs {
+            self.sink
+                .feed(Message::Text(msg.to_string().into()))
+                .await
+                .unwrap_or_else(|e| panic!("[{}] send {msg}: {e}", self.label));
+        }
+        self.sink
+            .flush()
+            .await
+            .unwrap_or_else(|e| panic!("[{}] flush: {e}", self.label));
+    }
+
     /// Sends a message that carries an id (added here) and waits for the
     /// {ctrl} with that id.
     pub async fn request(&mut self, mut msg: Value) -> Value {
