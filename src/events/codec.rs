@@ -131,6 +131,17 @@ impl EventCodec {
     /// Decodes a record value written with any registered version of `E`'s
     /// schema.
     pub async fn decode<E: Event>(&self, bytes: Option<&[u8]>) -> Result<E, CodecError> {
+        if let Some(event) = bytes.and_then(super::decoded::get::<E>) {
+            return Ok(event);
+        }
+        let event = self.decode_anew::<E>(bytes).await?;
+        if let Some(bytes) = bytes {
+            super::decoded::put(bytes, &event);
+        }
+        Ok(event)
+    }
+
+    async fn decode_anew<E: Event>(&self, bytes: Option<&[u8]>) -> Result<E, CodecError> {
         let Some((id, payload)) = bytes.and_then(framed) else {
             // Not a framed record: the registry client's own errors.
             self.decoder.decode_with_schema(bytes).await?;

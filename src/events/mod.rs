@@ -4,6 +4,7 @@
 
 pub mod catalog;
 pub mod codec;
+pub mod decoded;
 pub mod model;
 
 pub use codec::{CodecError, EventCodec};

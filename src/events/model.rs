@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 /// An envelope type bound to its schema file and Kafka topic kind.
-pub trait Event: Serialize + serde::de::DeserializeOwned + Send + Sync + 'static {
+pub trait Event: Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static {
     /// The `.avsc` text the code was built with.
     const SCHEMA: &'static str;
     /// Short name for metrics and errors.

@@ -17,6 +17,17 @@ pub struct Topology {
     pub batch_max: usize,
     #[serde(default = "defaults::batch_linger_ms")]
     pub batch_linger_ms: u64,
+    /// The broker answers a fetch once this many bytes are there, or after
+    /// `fetch_wait_max_ms`. 1 (the default): as soon as one record arrives,
+    /// for pipelines whose output someone waits for. A pipeline nobody
+    /// waits for (search, stats) takes larger, rarer fetches: fewer broker
+    /// requests, wake-ups and commits per record.
+    #[serde(default = "defaults::fetch_min_bytes")]
+    pub fetch_min_bytes: u32,
+    /// Longest the broker holds a fetch (ms); with `fetch_min_bytes` 1 it
+    /// only bounds idle round trips and costs no latency.
+    #[serde(default = "defaults::fetch_wait_max_ms")]
+    pub fetch_wait_max_ms: u32,
     /// Attempts of a poison record handled alone before it goes, alone, to
     /// the DLQ. Outages are retried without a limit (see `runner`).
     #[serde(default = "defaults::max_attempts")]
@@ -33,6 +44,12 @@ mod defaults {
     }
     pub fn batch_linger_ms() -> u64 {
         5
+    }
+    pub fn fetch_min_bytes() -> u32 {
+        1
+    }
+    pub fn fetch_wait_max_ms() -> u32 {
+        500
     }
     pub fn max_attempts() -> u32 {
         5
@@ -79,6 +96,14 @@ impl Topology {
             return Err(invalid(
                 "batch_max and max_attempts must be at least 1".into(),
             ));
+        }
+        // librdkafka's bounds; a wait beyond the session timeout would also
+        // stall the consumer's own heartbeats' purpose.
+        if !(1..=100_000_000).contains(&t.fetch_min_bytes) {
+            return Err(invalid("fetch_min_bytes must be 1 to 100000000".into()));
+        }
+        if !(1..=5_000).contains(&t.fetch_wait_max_ms) {
+            return Err(invalid("fetch_wait_max_ms must be 1 to 5000".into()));
         }
         Ok(t)
     }
@@ -144,5 +169,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("nowhere"), "{err}");
+    }
+
+    #[test]
+    fn fetch_sizes_default_to_at_once_and_are_bounded() {
+        let t = Topology::parse("name = \"x\"\nsource = \"group_events\"\n", "x.toml").unwrap();
+        assert_eq!((t.fetch_min_bytes, t.fetch_wait_max_ms), (1, 500));
+        for bad in ["fetch_min_bytes = 0", "fetch_wait_max_ms = 0", "fetch_wait_max_ms = 60000"] {
+            let err = Topology::parse(
+                &format!("name = \"x\"\nsource = \"group_events\"\n{bad}\n"),
+                "x.toml",
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(bad.split(' ').next().unwrap()), "{bad}: {err}");
+        }
+        // What waits on nobody fetches in bulk; what a user waits on, at once.
+        assert!(Topology::builtin("search").unwrap().fetch_min_bytes > 1);
+        assert_eq!(Topology::builtin("fanout").unwrap().fetch_min_bytes, 1);
     }
 }
