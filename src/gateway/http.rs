@@ -339,19 +339,51 @@ pub(super) async fn reader(
 }
 
 pub(super) fn message_json(m: &crate::history::StoredMessage) -> Value {
-    let parse = |t: &Option<String>| {
-        t.as_ref()
-            .map(|t| serde_json::from_str::<Value>(t).unwrap_or_else(|_| Value::String(t.clone())))
-    };
-    json!({
-        "seq": m.seq,
-        "from": tinode::user_id(m.from),
-        "ts": tinode::timestamp_ms(m.ts),
-        "head": parse(&m.head),
-        "content": parse(&m.content),
-        "status": m.status,
-        "version": m.version,
-    })
+    serde_json::to_value(MessageJson(m)).expect("a message renders")
+}
+
+/// A stored message as the API shows it, serialized straight into the
+/// response: head and content are the stored JSON text itself (checked,
+/// not rebuilt as a tree), or a string when the text is not JSON.
+pub(super) struct MessageJson<'a>(pub &'a crate::history::StoredMessage);
+
+impl serde::Serialize for MessageJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let m = self.0;
+        let mut map = s.serialize_map(Some(7))?;
+        map.serialize_entry("seq", &m.seq)?;
+        map.serialize_entry("from", &tinode::user_id(m.from))?;
+        map.serialize_entry("ts", &tinode::timestamp_ms(m.ts))?;
+        map.serialize_entry("head", &m.head.as_deref().map(JsonText))?;
+        map.serialize_entry("content", &m.content.as_deref().map(JsonText))?;
+        map.serialize_entry("status", &m.status)?;
+        map.serialize_entry("version", &m.version)?;
+        map.end()
+    }
+}
+
+/// Stored JSON text, written as it is when it is JSON, as a string if not.
+struct JsonText<'a>(&'a str);
+
+impl serde::Serialize for JsonText<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match serde_json::from_str::<&serde_json::value::RawValue>(self.0) {
+            Ok(raw) => raw.serialize(s),
+            Err(_) => s.serialize_str(self.0),
+        }
+    }
+}
+
+/// One page of `list_messages`: the cursor's name says its direction.
+#[derive(serde::Serialize)]
+struct PageJson<'a> {
+    topic: &'a str,
+    messages: Vec<MessageJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_since: Option<Option<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_before: Option<Option<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -381,18 +413,18 @@ pub async fn list_messages(
         .page(&claims.ten, &topic, claims.uid, query)
         .await
         .map_err(|e| refused(e.into()))?;
-    let messages: Vec<Value> = page.messages.iter().map(message_json).collect();
-    let cursor = if ascending {
-        "next_since"
+    let (next_since, next_before) = if ascending {
+        (Some(page.next.map(|s| s + 1)), None)
     } else {
-        "next_before"
+        (None, Some(page.next))
     };
-    let next = if ascending {
-        page.next.map(|s| s + 1)
-    } else {
-        page.next
-    };
-    Ok(Json(json!({"topic": topic, "messages": messages, cursor: next})).into_response())
+    Ok(Json(PageJson {
+        topic: &topic,
+        messages: page.messages.iter().map(MessageJson).collect(),
+        next_since,
+        next_before,
+    })
+    .into_response())
 }
 
 /// `GET /v1/groups/{topic}/messages/{seq}`
@@ -596,4 +628,64 @@ pub async fn list_p2p(
 ) -> Result<Response, ApiError> {
     let (_, topic) = p2p_of(&gw, &headers, &peer).await?;
     list_messages(State(gw), Path(topic), headers, params).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::StoredMessage;
+
+    fn stored(head: Option<&str>, content: Option<&str>) -> StoredMessage {
+        StoredMessage {
+            seq: 7,
+            from: 42,
+            ts: 1_700_000_000_123,
+            head: head.map(str::to_string),
+            content: content.map(str::to_string),
+            status: "normal".into(),
+            version: 2,
+            edit_seq: None,
+        }
+    }
+
+    #[test]
+    fn a_message_renders_its_stored_json_as_json_and_other_text_as_a_string() {
+        let m = stored(Some(r#"{"mime": "text/x-drafty"}"#), Some(r#"{"txt":"hi \u4f60"}"#));
+        let text = serde_json::to_string(&MessageJson(&m)).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v,
+            json!({"seq": 7, "from": "usr42", "ts": tinode::timestamp_ms(m.ts),
+                   "head": {"mime": "text/x-drafty"}, "content": {"txt": "hi 你"},
+                   "status": "normal", "version": 2})
+        );
+        // The Value form (other endpoints) is the same document.
+        assert_eq!(message_json(&m), v);
+
+        let odd = stored(None, Some("not json {"));
+        let v = serde_json::to_value(MessageJson(&odd)).unwrap();
+        assert_eq!(v["content"], json!("not json {"));
+        assert_eq!(v["head"], Value::Null);
+    }
+
+    #[test]
+    fn a_page_names_its_cursor_by_direction() {
+        let m = stored(None, Some("\"x\""));
+        let page = |since, before| {
+            serde_json::to_value(PageJson {
+                topic: "grpA",
+                messages: vec![MessageJson(&m)],
+                next_since: since,
+                next_before: before,
+            })
+            .unwrap()
+        };
+        let newest_first = page(None, Some(None));
+        assert_eq!(newest_first["next_before"], Value::Null);
+        assert!(newest_first.get("next_since").is_none());
+        let catch_up = page(Some(Some(8)), None);
+        assert_eq!(catch_up["next_since"], json!(8));
+        assert!(catch_up.get("next_before").is_none());
+        assert_eq!(catch_up["messages"][0]["content"], json!("x"));
+    }
 }
