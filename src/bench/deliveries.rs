@@ -21,6 +21,9 @@ const SHARDS: usize = 64;
 /// the message's scheduled send time in microseconds since the epoch.
 const MARK: &str = "fb:";
 
+/// The mark as it opens a JSON string, searched for in every frame.
+const QUOTED_MARK: &str = "\"fb:";
+
 /// The content of the message scheduled at `scheduled_micros`.
 pub fn content(scheduled_micros: i64) -> String {
     format!("{MARK}{scheduled_micros}")
@@ -29,7 +32,7 @@ pub fn content(scheduled_micros: i64) -> String {
 /// The scheduled send time carried in a frame (`…"fb:<micros>"…`): the
 /// first one, so a frame holding several messages is split first.
 pub fn sent_micros(frame: &str) -> Option<i64> {
-    let at = frame.find(&format!("\"{MARK}"))? + 1 + MARK.len();
+    let at = frame.find(QUOTED_MARK)? + QUOTED_MARK.len();
     let digits = &frame[at..];
     let end = digits.find(|c: char| !c.is_ascii_digit())?;
     digits[..end].parse().ok()
