@@ -306,7 +306,9 @@ async fn listen(ws: Ws, session: usize, deliveries: Arc<Deliveries>) {
             match incoming {
                 Incoming::Publication { sent_micros } => deliveries.record(session, sent_micros),
                 Incoming::Ping => {
-                    if sink.send(Message::Text("{}".into())).await.is_err() {
+                    // Unanswered, Centrifugo closes the session.
+                    let answered = sink.send(Message::Text("{}".into())).await;
+                    if answered.is_err() {
                         return;
                     }
                 }
