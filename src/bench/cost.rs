@@ -1,5 +1,6 @@
 //! What a figure cost: CPU-seconds of the whole box and of each process
-//! that serves it (imstream processes, Kafka, MariaDB, Redis), with the
+//! that serves it (imstream processes, Kafka, MariaDB, Redis, and
+//! Centrifugo when `bench fanout` compares against it), with the
 //! load generator's own CPU apart. On a shared, noisy 2-core box the
 //! CPU-seconds per 1,000 messages is the figure that stays comparable from
 //! run to run, not the latency.
@@ -81,24 +82,12 @@ impl Costs {
         let per = |s: f64| Sig(s * 1000.0 / units.max(1) as f64);
         let total = self.box_seconds();
         let mut parts = Vec::new();
-        // Same-named processes (two gateways) are summed under one label
-        // only when their labels are equal; labels carry the listen port.
-        let mut by_label: BTreeMap<String, f64> = BTreeMap::new();
-        for (pid, (label, before)) in &self.processes {
-            if let Some(now) = process_ticks(*pid) {
-                *by_label.entry(label.clone()).or_default() +=
-                    now.saturating_sub(*before) as f64 / TICKS_PER_SECOND;
-            }
-        }
         let mut counted = 0.0;
-        for (label, s) in &by_label {
+        for (label, s) in &self.by_label() {
             counted += s;
             parts.push(format!("{label} {s:.2} s ({})", per(*s)));
         }
-        let own = process_ticks(std::process::id() as i32)
-            .unwrap_or(0)
-            .saturating_sub(self.own) as f64
-            / TICKS_PER_SECOND;
+        let own = self.own_seconds();
         let kernel_and_rest = (total - counted - own).max(0.0);
         format!(
             "cpu: box {total:.2} s = {} s per 1,000 {unit}; serving: {}; \
@@ -112,6 +101,44 @@ impl Costs {
             per(own),
         )
     }
+
+    /// The window so far in three figures: the box, the serving processes
+    /// whose label `serves` accepts (those of the system measured, not the
+    /// idle others on the box), and the load generator.
+    pub fn figures(&self, serves: impl Fn(&str) -> bool) -> CostFigures {
+        CostFigures {
+            box_seconds: self.box_seconds(),
+            serving_seconds: self
+                .by_label()
+                .iter()
+                .filter(|(label, _)| serves(label))
+                .map(|(_, s)| s)
+                .sum(),
+            load_generator_seconds: self.own_seconds(),
+        }
+    }
+
+    /// CPU-seconds since `start` per serving process label. Same-named
+    /// processes (two gateways) are summed under one label only when their
+    /// labels are equal; labels carry the listen port.
+    fn by_label(&self) -> BTreeMap<String, f64> {
+        let mut by_label: BTreeMap<String, f64> = BTreeMap::new();
+        for (pid, (label, before)) in &self.processes {
+            if let Some(now) = process_ticks(*pid) {
+                *by_label.entry(label.clone()).or_default() +=
+                    now.saturating_sub(*before) as f64 / TICKS_PER_SECOND;
+            }
+        }
+        by_label
+    }
+}
+
+/// CPU-seconds of a measured window (see [`Costs::figures`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CostFigures {
+    pub box_seconds: f64,
+    pub serving_seconds: f64,
+    pub load_generator_seconds: f64,
 }
 
 /// A figure with three significant digits (0.0112, 1.85, 18.9).
@@ -143,7 +170,7 @@ fn process_ticks(pid: i32) -> Option<u64> {
 
 /// The processes a benchmark's figure depends on, by pid, with a label:
 /// every other `imstream` process (by its subcommand and listen address),
-/// Kafka, MariaDB/MySQL and Redis.
+/// Kafka, MariaDB/MySQL, Redis and Centrifugo.
 fn serving_processes() -> BTreeMap<i32, (String, u64)> {
     let me = std::process::id() as i32;
     let mut out = BTreeMap::new();
@@ -212,6 +239,8 @@ fn label_of(args: &[String]) -> Option<String> {
         }
         n if n.starts_with("redis-server") => Some("redis".into()),
         "mariadbd" | "mysqld" => Some("mariadb".into()),
+        // The comparison's baseline, started by `bench fanout --compare-centrifugo`.
+        "centrifugo" => Some("centrifugo".into()),
         "java" if args.iter().any(|a| a.contains("kafka")) => Some("kafka".into()),
         _ => None,
     }
@@ -254,6 +283,13 @@ mod tests {
         assert_eq!(
             label_of(&["redis-server 127.0.0.1:16379".to_string()]).as_deref(),
             Some("redis")
+        );
+        assert_eq!(
+            label_of(&args(
+                "/r/.stack/bin/centrifugo --config /tmp/c/config.json"
+            ))
+            .as_deref(),
+            Some("centrifugo")
         );
         // The benchmark itself and unrelated programs are not serving.
         assert_eq!(label_of(&args("imstream --config c.toml bench send")), None);

@@ -1,20 +1,24 @@
 //! `imstream bench fanout`: one group of M members with S sessions online
 //! across the given gateways; one member publishes at rate R. Prints
 //! end-to-end delivery latency (pub → `{data}` at every other session,
-//! measured from the send time carried in the content), deliveries per
-//! second, and each gateway's resident memory per idle session.
+//! measured from the scheduled send time carried in the content),
+//! deliveries per second, and each gateway's resident memory per idle
+//! session. With `--compare-centrifugo` the same sessions and rate then go
+//! through Centrifugo, once per engine ([`super::centrifugo`]), and a table
+//! puts the figures side by side.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
-use hdrhistogram::Histogram;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::config::Config;
 
+use super::centrifugo::{CentrifugoBench, Engine};
+use super::deliveries::{self, Deliveries, OpenLoop, Outcome};
 use super::{client, Setup};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -43,11 +47,58 @@ pub struct FanoutArgs {
     /// port), comma separated, in `--urls` order.
     #[arg(long, default_value = "http://127.0.0.1:9464,http://127.0.0.1:9465")]
     pub metrics_urls: String,
+    /// Then run the same sessions and rate through Centrifugo (this binary,
+    /// e.g. `$(docker/local/centrifugo path)`), with its memory engine and
+    /// then its Redis engine, and print the figures side by side.
+    #[arg(long, value_name = "CENTRIFUGO_BINARY")]
+    pub compare_centrifugo: Option<PathBuf>,
+    /// The Redis of Centrifugo's Redis engine; by default the config's
+    /// `redis.url`. Its keys and channels are prefixed
+    /// `imstream_bench_centrifugo`.
+    #[arg(long, requires = "compare_centrifugo")]
+    pub centrifugo_redis_url: Option<String>,
+    /// Measure Centrifugo only, not imstream (no gateway needed).
+    #[arg(long, requires = "compare_centrifugo")]
+    pub only_centrifugo: bool,
 }
 
-const SHARDS: usize = 64;
-
 pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
+    let mut outcomes = Vec::new();
+    if !args.only_centrifugo {
+        outcomes.push(run_imstream(config, &args).await?);
+    }
+    let Some(binary) = args.compare_centrifugo.clone() else {
+        return Ok(());
+    };
+    let bench = CentrifugoBench {
+        binary,
+        redis_url: args
+            .centrifugo_redis_url
+            .clone()
+            .unwrap_or_else(|| config.redis.url.clone()),
+        sessions: sessions(&args),
+        rate: args.rate,
+        duration: Duration::from_secs(args.duration),
+        connect_concurrency: args.connect_concurrency,
+    };
+    for engine in Engine::ALL {
+        println!();
+        // One engine failing leaves the other's figures standing.
+        match bench.run(engine).await {
+            Ok(outcome) => outcomes.push(outcome),
+            Err(e) => println!("centrifugo {}: failed: {e:#}", engine.name()),
+        }
+    }
+    println!("\n{}", deliveries::table(&outcomes));
+    Ok(())
+}
+
+/// Sessions online: `--sessions`, at most one per member.
+fn sessions(args: &FanoutArgs) -> usize {
+    args.sessions.unwrap_or(args.members).min(args.members)
+}
+
+async fn run_imstream(config: &Config, args: &FanoutArgs) -> anyhow::Result<Outcome> {
     let urls: Vec<String> = args
         .urls
         .split(',')
@@ -55,7 +106,7 @@ pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
         .filter(|s| !s.is_empty())
         .collect();
     anyhow::ensure!(!urls.is_empty(), "no gateway URLs");
-    let sessions = args.sessions.unwrap_or(args.members).min(args.members);
+    let sessions = sessions(args);
     let Setup {
         tenant,
         pool,
@@ -151,12 +202,7 @@ pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
         }
     }
 
-    let hists: Arc<Vec<Mutex<Histogram<u64>>>> = Arc::new(
-        (0..SHARDS)
-            .map(|_| Mutex::new(super::histogram()))
-            .collect(),
-    );
-    let delivered = Arc::new(AtomicU64::new(0));
+    let deliveries = Arc::new(Deliveries::default());
     let end = tokio::time::Instant::now() + Duration::from_secs(args.duration);
     let mut receivers = Vec::new();
     let mut sender_ws = None;
@@ -166,7 +212,7 @@ pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
             sender_ws = Some(ws);
             continue;
         }
-        let (hists, delivered) = (hists.clone(), delivered.clone());
+        let deliveries = deliveries.clone();
         receivers.push(tokio::spawn(async move {
             let (_sink, mut stream) = ws.split();
             let grace = end + Duration::from_secs(5);
@@ -176,13 +222,8 @@ pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
                     _ => break,
                 };
                 let Message::Text(text) = frame else { continue };
-                if let Some(sent) = sent_micros(&text) {
-                    let latency = (now_micros() - sent).max(1) as u64;
-                    delivered.fetch_add(1, Ordering::Relaxed);
-                    let _ = hists[i % SHARDS]
-                        .lock()
-                        .expect("hist")
-                        .record(latency.min(60_000_000));
+                if let Some(sent) = deliveries::sent_micros(&text) {
+                    deliveries.record(i, sent);
                 }
             }
         }));
@@ -190,51 +231,29 @@ pub async fn run(config: &Config, args: FanoutArgs) -> anyhow::Result<()> {
     let (mut sink, mut stream) = sender_ws.expect("sender").split();
     // Drain the sender's acks.
     tokio::spawn(async move { while let Some(Ok(_)) = stream.next().await {} });
-    let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
-    let mut at = tokio::time::Instant::now();
-    let send_start = Instant::now();
     let costs = super::Costs::start();
-    // Open loop: each message carries its scheduled time, so a stalled
-    // sender or gateway shows in the latencies instead of hiding.
-    let (first_micros, interval_micros) = (now_micros(), interval.as_micros() as i64);
-    let mut sent = 0u64;
-    while at < end {
-        tokio::time::sleep_until(at).await;
-        let scheduled = first_micros + sent as i64 * interval_micros;
-        let msg = json!({"pub": {"id": sent.to_string(), "topic": topic, "content": format!("fb:{scheduled}")}});
+    let mut schedule = OpenLoop::new(args.rate, end)?;
+    while let Some((n, content)) = schedule.next().await {
+        let msg = json!({"pub": {"id": n.to_string(), "topic": topic, "content": content}});
         sink.send(Message::Text(msg.to_string().into())).await?;
-        sent += 1;
-        at += interval;
     }
-    let send_secs = send_start.elapsed().as_secs_f64();
+    let published = schedule.published();
     for r in receivers {
         let _ = r.await;
     }
-    let mut total = super::histogram();
-    for h in hists.iter() {
-        total.add(&*h.lock().expect("hist"))?;
-    }
-    let got = delivered.load(Ordering::Relaxed);
-    let expected = sent * (sessions as u64 - 1);
-    println!(
-        "published {sent} messages in {send_secs:.1} s; deliveries {got} of {expected} expected"
-    );
-    println!("end-to-end delivery latency: {}", super::summary(&total));
-    println!("deliveries per second: {:.0}", got as f64 / send_secs);
-    println!("{}", costs.report(got, "deliveries"));
-    Ok(())
-}
-
-/// The send time in `"content":"fb:<micros>"` of a `{data}` frame.
-fn sent_micros(frame: &str) -> Option<i64> {
-    let at = frame.find("\"fb:")? + 4;
-    let digits: &str = &frame[at..];
-    let end = digits.find(|c: char| !c.is_ascii_digit())?;
-    digits[..end].parse().ok()
-}
-
-fn now_micros() -> i64 {
-    chrono::Utc::now().timestamp_micros()
+    let outcome = Outcome {
+        system: "imstream".into(),
+        expected: published.sent * (sessions as u64 - 1),
+        delivered: deliveries.delivered(),
+        latency: deliveries.latencies(),
+        published,
+        // Everything that serves imstream's figure: Centrifugo is not
+        // running yet.
+        cost: costs.figures(|label| label != "centrifugo"),
+    };
+    println!("{}", outcome.summary());
+    println!("{}", costs.report(outcome.delivered, "deliveries"));
+    Ok(outcome)
 }
 
 /// (resident bytes, sessions) per gateway from its /metrics.
@@ -258,16 +277,4 @@ async fn scrape_all(urls: &[String]) -> Vec<(f64, f64)> {
         ));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn finds_send_time() {
-        assert_eq!(
-            super::sent_micros(r#"{"data":{"content":"fb:1234567","seq":1}}"#),
-            Some(1234567)
-        );
-        assert_eq!(super::sent_micros(r#"{"data":{"content":"hello"}}"#), None);
-    }
 }

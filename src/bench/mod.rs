@@ -2,9 +2,11 @@
 //! throughput against a running deployment (e.g. `docker/local/run`).
 //! Benchmarks live here, never in tests.
 
+pub mod centrifugo;
 pub mod client;
 pub mod conversations;
 pub mod cost;
+pub mod deliveries;
 pub mod fanout;
 pub mod history;
 pub mod search;
