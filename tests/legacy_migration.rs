@@ -289,3 +289,227 @@ async fn legacy_table_moves_into_month_tables_with_pauses_and_identical_reads() 
         "reads after the cutover (month tables only)"
     );
 }
+
+/// The catalog status of every month, oldest first.
+async fn statuses(pool: &sqlx::MySqlPool) -> Vec<(String, String)> {
+    sqlx::query_as("SELECT shard_month, status FROM im_group_message_shards ORDER BY shard_month")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// The secondary indexes of a month's group table, sorted.
+async fn indexes(pool: &sqlx::MySqlPool, month: &str) -> Vec<String> {
+    let mut names: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT index_name FROM information_schema.statistics WHERE table_schema = DATABASE() \
+         AND table_name = ? AND index_name <> 'PRIMARY'",
+    )
+    .bind(format!("im_group_messages_{month}"))
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    names.sort();
+    names
+}
+
+const ALL_INDEXES: [&str; 7] = [
+    "idx_audit_created",
+    "idx_expires",
+    "idx_group_seq",
+    "idx_topic_created",
+    "idx_topic_from_seq",
+    "uk_topic_sender_client_mid",
+    "uk_topic_seq",
+];
+
+/// Past months are bulk-loaded (status `loading`, secondary indexes built
+/// after their last row); a copy stopped mid-month, and one stopped after a
+/// month's rows but before its indexes, both end, when run again, with every
+/// index there, every status put back and verify passing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bulk_loaded_months_resume_with_indexes_and_status_back() {
+    let stack = Stack::prepared(None).await;
+    let tenant = stack.tenant().to_string();
+    let pool = stack.pool();
+    let mut redis = stack.redis().await;
+    let now = ShardMonth::of(Utc::now());
+    let mut first = now;
+    for _ in 0..4 {
+        first = first.prev();
+    }
+    let shape = Synthetic {
+        rows: 30_000,
+        topics: 50,
+        first,
+        months: 4,
+    };
+    fill_synthetic(&pool, &shape).await.expect("legacy rows");
+    plan::plan(&pool, &mut redis, &tenant).await.expect("plan");
+    let planned = statuses(&pool).await;
+    let past: Vec<String> = planned
+        .iter()
+        .filter(|(m, _)| m.as_str() < now.prev().to_string().as_str())
+        .map(|(m, _)| m.clone())
+        .collect();
+    assert_eq!(past.len(), 3, "{planned:?}");
+    for (month, status) in &planned {
+        // The live months are as the shard manager left them.
+        if past.contains(month) {
+            assert_eq!(status, "sealed", "month {month} after plan");
+        } else {
+            assert_ne!(status, "sealed", "month {month} after plan");
+        }
+    }
+    let before = reads(&stack, &shape).await;
+    assert_eq!(before[0].len(), 600);
+
+    // Stopped mid-month: the two months in progress are loading, without indexes.
+    let shutdown = imstream::shutdown::Shutdown::new();
+    let paused = CopyOptions {
+        batch_size: 1000,
+        max_batches: Some(3),
+        jobs: 2,
+        ..CopyOptions::default()
+    };
+    let one = copy(&pool, &mut redis, &tenant, &paused, &shutdown)
+        .await
+        .expect("copy 1");
+    assert_eq!((one.rows_read, one.finished), (3000, false));
+    let loading: Vec<String> = statuses(&pool)
+        .await
+        .into_iter()
+        .filter(|(_, s)| s == "loading")
+        .map(|(m, _)| m)
+        .collect();
+    // The oldest month, and the next one if the second job got a batch.
+    assert!(
+        loading.first() == Some(&past[0]) && loading.iter().all(|m| past[..2].contains(m)),
+        "months loading: {loading:?}"
+    );
+    for month in &loading {
+        assert_eq!(
+            indexes(&pool, month).await,
+            Vec::<String>::new(),
+            "{month} mid-load"
+        );
+    }
+    assert_eq!(
+        indexes(&pool, &now.prev().to_string()).await,
+        ALL_INDEXES,
+        "the live month keeps its indexes"
+    );
+    let midway = verify::verify(&pool, &mut redis, &tenant).await.unwrap();
+    assert!(!midway.ok());
+    assert_eq!(
+        (midway.remaining, midway.loading.len()),
+        (27_000, loading.len())
+    );
+    assert_eq!(
+        reads(&stack, &shape).await,
+        before,
+        "reads while months load (dual read)"
+    );
+
+    // Run again: everything copied, indexes built, statuses back.
+    let rest = copy(
+        &pool,
+        &mut redis,
+        &tenant,
+        &CopyOptions::default(),
+        &shutdown,
+    )
+    .await
+    .expect("copy 2");
+    assert_eq!(
+        (rest.rows_read, rest.rows_inserted, rest.finished),
+        (27_000, 27_000, true)
+    );
+    assert_eq!(rest.months_indexed, 3);
+    assert_eq!(statuses(&pool).await, planned, "statuses put back");
+    for (month, _) in &planned {
+        assert_eq!(indexes(&pool, month).await, ALL_INDEXES, "{month}");
+    }
+    assert_eq!(month_rows(&stack).await, (30_000, 30_000));
+    let report = verify::verify(&pool, &mut redis, &tenant).await.unwrap();
+    assert!(
+        report.ok(),
+        "{:?} {:?} {:?}",
+        report.mirror,
+        report.routes,
+        report.loading
+    );
+
+    // Stopped after a month's rows, before its indexes: as a crash there leaves it.
+    let month = &past[0];
+    sqlx::query("UPDATE im_group_message_shards SET status = 'loading' WHERE shard_month = ?")
+        .bind(month)
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE im_legacy_migration_months SET loading_from = 'sealed', done = 0 WHERE shard_month = ?",
+    )
+    .bind(month)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "ALTER TABLE im_group_messages_{month} DROP INDEX uk_topic_seq, DROP INDEX idx_topic_created"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let not_yet = verify::verify(&pool, &mut redis, &tenant).await.unwrap();
+    assert!(
+        !not_yet.ok() && not_yet.remaining == 0,
+        "{:?}",
+        not_yet.loading
+    );
+    let again = copy(
+        &pool,
+        &mut redis,
+        &tenant,
+        &CopyOptions::default(),
+        &shutdown,
+    )
+    .await
+    .expect("copy 3");
+    assert_eq!(
+        (again.rows_read, again.months_indexed, again.finished),
+        (0, 1, true)
+    );
+    assert_eq!(indexes(&pool, month).await, ALL_INDEXES);
+    assert_eq!(statuses(&pool).await, planned);
+    let report = verify::verify(&pool, &mut redis, &tenant).await.unwrap();
+    assert!(
+        report.ok(),
+        "{:?} {:?} {:?}",
+        report.mirror,
+        report.routes,
+        report.loading
+    );
+
+    // From the start again: nothing new, nothing dropped, nothing doubled.
+    let restart = CopyOptions {
+        restart: true,
+        ..CopyOptions::default()
+    };
+    let redo = copy(&pool, &mut redis, &tenant, &restart, &shutdown)
+        .await
+        .unwrap();
+    assert_eq!(
+        (redo.rows_read, redo.rows_inserted, redo.months_indexed),
+        (30_000, 0, 0)
+    );
+    assert_eq!(statuses(&pool).await, planned);
+    assert_eq!(month_rows(&stack).await, (30_000, 30_000), "no duplicates");
+    assert!(verify::verify(&pool, &mut redis, &tenant)
+        .await
+        .unwrap()
+        .ok());
+    assert_eq!(
+        reads(&stack, &shape).await,
+        before,
+        "reads after the copy (dual read)"
+    );
+}

@@ -748,7 +748,9 @@ enum MonthSource {
 }
 
 /// The month's table if the catalog knows it, or its archive once it is
-/// archived; `None` for a month the catalog does not know.
+/// archived; `None` for a month the catalog does not know, or one the
+/// legacy copy is bulk-loading (`loading`: incomplete and without its
+/// indexes; dual read serves its rows from the legacy table).
 async fn month_source(
     pool: &MySqlPool,
     month: ShardMonth,
@@ -756,6 +758,7 @@ async fn month_source(
 ) -> Result<Option<MonthSource>, HistoryError> {
     match catalog::table(pool, month).await? {
         Some((_, ShardStatus::Archived)) => Ok(Some(MonthSource::Archive(month))),
+        Some((_, ShardStatus::Loading)) => Ok(None),
         Some((table, _)) => Ok(Some(MonthSource::Table(table.for_topic(topic)))),
         None => Ok(None),
     }

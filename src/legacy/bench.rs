@@ -28,6 +28,12 @@ pub struct LegacyCopyArgs {
     /// Rows per batch transaction (1000-5000).
     #[arg(long, default_value_t = super::copy::BATCH_MAX)]
     pub batch_size: usize,
+    /// Months copied at once (1-8).
+    #[arg(long, default_value_t = super::copy::JOBS_DEFAULT)]
+    pub jobs: usize,
+    /// Keep past months' secondary indexes during their copy (no bulk load).
+    #[arg(long)]
+    pub keep_indexes: bool,
     /// Keep the scratch database (default: dropped).
     #[arg(long)]
     pub keep: bool,
@@ -140,6 +146,8 @@ pub async fn run(config: &Config, args: LegacyCopyArgs) -> anyhow::Result<()> {
     let options = super::copy::CopyOptions {
         batch_size: args.batch_size,
         progress: true,
+        jobs: args.jobs,
+        keep_indexes: args.keep_indexes,
         ..Default::default()
     };
     let costs = crate::bench::Costs::start();
@@ -158,12 +166,16 @@ pub async fn run(config: &Config, args: LegacyCopyArgs) -> anyhow::Result<()> {
         plan_time.as_secs_f64()
     );
     println!(
-        "copy: {} rows in {} batches of {} in {:.2}s = {:.0} rows/s",
+        "copy: {} rows in {} batches of {} in {:.2}s = {:.0} rows/s ({} job(s), {}; {} month(s) indexed after their load in {:.2}s)",
         out.rows_read,
         out.batches,
         args.batch_size,
         out.elapsed.as_secs_f64(),
-        out.rows_per_sec()
+        out.rows_per_sec(),
+        options.jobs.clamp(1, super::copy::JOBS_MAX),
+        if args.keep_indexes { "indexes kept" } else { "past months bulk-loaded" },
+        out.months_indexed,
+        out.index_time.as_secs_f64()
     );
     println!("batch latency: {}", crate::bench::summary(&h));
     println!("copy {cost}");

@@ -1,18 +1,29 @@
-//! `imstream legacy copy`: moves legacy rows into the month tables in
-//! batches along the `(created_at, id)` cursor (seed 000 §9). Each batch is
-//! one transaction: `INSERT … SELECT` (a duplicate key changes nothing) into each month it touches,
-//! a check that every row arrived with the same content (count and a
-//! per-row SHA-256, combined into the batch's hash), the route mirror, and
-//! the cursor with the batch log. A copy can stop after any batch (Ctrl-C,
-//! `--max-batches`, a crash) and resume from the cursor; re-running
-//! (`--restart`) changes nothing.
+//! `imstream legacy copy`: moves legacy rows into the month tables (seed
+//! 000 §9), each month along its own `(created_at, id)` cursor, `--jobs`
+//! months at a time. A job takes the oldest month nobody copies; a batch
+//! (`--batch-size` rows) fills up from the next month when its month runs
+//! out, so with one job the batches are those of a single cursor over the
+//! whole table. Each batch is one transaction: the rows written into each
+//! month it touches by the bulk path ([`super::bulk`]: multi-row inserts
+//! built here from rows read by keyset ranges; a duplicate is an error, a
+//! row copied before is compared, not written), the route mirror, each
+//! month's cursor, the counters and the batch log. A copy can stop after
+//! any batch (Ctrl-C, `--max-batches`, a crash) and resume from the
+//! cursors; re-running (`--restart`) changes nothing.
+//!
+//! A past (`sealed`) month whose table is empty is bulk-loaded: catalog
+//! `loading`, its secondary indexes built once after its last row, then
+//! its status back (`--keep-indexes` keeps them all along). The live
+//! months keep their indexes.
 //!
 //! Id mapping: `message_id = legacy id`. Deterministic, so a re-run hits
 //! the same primary keys; it cannot collide with Snowflake ids, which are
 //! at least 2^22 × (ms since 2024-01-01) — above 10^17 today — while an
 //! auto-increment id of the legacy table stays far below.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::redis_util::Redis;
@@ -20,20 +31,27 @@ use chrono::NaiveDateTime;
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 use sqlx::mysql::{MySqlConnection, MySqlPool};
-use sqlx::{Connection, MySql, QueryBuilder, Row};
+use sqlx::{Connection, MySql, QueryBuilder};
 
 use crate::shutdown::Shutdown;
-use crate::store::catalog;
+use crate::store::catalog::{self, ShardStatus};
 use crate::store::month::{MonthTable, ShardMonth};
 use crate::store::routes;
 use crate::store::writer::MirrorRow;
 
-use super::state::{self, Batch};
-use super::table::{batch_range, row_hash_sql, AFTER_CURSOR, COPY_COLUMNS, CURSOR_INDEX, TABLE};
+use super::bulk::{self, LegacyRow, Load};
+use super::state::{self, Batch, Cursor, MonthState};
+use super::table::{self, TABLE};
 
 /// Seed 000 §9: 1,000 to 5,000 rows per batch.
 pub const BATCH_MIN: usize = 1000;
 pub const BATCH_MAX: usize = 5000;
+/// Months copied at once by default: two keep MariaDB busy on a 2-core box
+/// (one job leaves it waiting while imstream reads and builds a batch).
+pub const JOBS_DEFAULT: usize = 2;
+pub const JOBS_MAX: usize = 8;
+/// Attempts of a batch that loses a deadlock or a lock wait.
+const LOCK_ATTEMPTS: u32 = 5;
 
 #[derive(Debug, Clone)]
 pub struct CopyOptions {
@@ -44,6 +62,11 @@ pub struct CopyOptions {
     pub restart: bool,
     /// Draw a progress bar (on a terminal).
     pub progress: bool,
+    /// Months copied at once (1-8).
+    pub jobs: usize,
+    /// Keep the secondary indexes of past months during their copy (no
+    /// bulk load, no `loading` status).
+    pub keep_indexes: bool,
 }
 
 impl Default for CopyOptions {
@@ -53,6 +76,8 @@ impl Default for CopyOptions {
             max_batches: None,
             restart: false,
             progress: false,
+            jobs: JOBS_DEFAULT,
+            keep_indexes: false,
         }
     }
 }
@@ -63,18 +88,31 @@ pub struct CopyOutcome {
     pub batches: u64,
     pub rows_read: i64,
     pub rows_inserted: i64,
-    /// The cursor reached the end of the legacy table.
+    /// Every month's rows are copied (and bulk-loaded months indexed).
     pub finished: bool,
     pub elapsed: Duration,
     /// Wall time of each batch (for `bench legacy-copy`).
     pub batch_times: Vec<Duration>,
     /// Topics whose Redis route was written after the run.
     pub routes_written: usize,
+    /// Bulk-loaded months whose indexes this run built.
+    pub months_indexed: usize,
+    /// Wall time of those index builds (within `elapsed`).
+    pub index_time: Duration,
 }
 
 impl CopyOutcome {
     pub fn rows_per_sec(&self) -> f64 {
         self.rows_read as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    fn absorb(&mut self, job: JobOutcome) {
+        self.batches += job.batches;
+        self.rows_read += job.rows_read;
+        self.rows_inserted += job.rows_inserted;
+        self.batch_times.extend(job.batch_times);
+        self.months_indexed += job.months_indexed;
+        self.index_time += job.index_time;
     }
 }
 
@@ -87,34 +125,16 @@ pub enum CopyError {
     #[error("another copy of this tenant is running")]
     Busy,
     #[error("batch after cursor {cursor:?} failed its check: {why}")]
-    Check {
-        cursor: Option<(NaiveDateTime, i64)>,
-        why: String,
-    },
+    Check { cursor: Option<Cursor>, why: String },
     #[error("mysql: {0}")]
     Db(#[from] sqlx::Error),
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    #[error("copy job: {0}")]
+    Job(String),
 }
 
-/// One legacy row's cursor key (read from the cursor index alone).
-struct Key {
-    id: i64,
-    created_at: NaiveDateTime,
-}
-
-/// A legacy row as checked after its copy.
-struct Checked {
-    id: i64,
-    topic: String,
-    seq: i64,
-    created_at: NaiveDateTime,
-    hash: String,
-    /// The copy's hash; `None` when the copy is missing.
-    copy: Option<String>,
-}
-
-/// Copies from the persisted cursor until the end, `max_batches`, or `shutdown`.
+/// Copies from the persisted cursors until the end, `max_batches`, or `shutdown`.
 pub async fn copy(
     pool: &MySqlPool,
     redis: &mut Redis,
@@ -122,7 +142,6 @@ pub async fn copy(
     options: &CopyOptions,
     shutdown: &Shutdown,
 ) -> Result<CopyOutcome, CopyError> {
-    let batch_size = options.batch_size.clamp(BATCH_MIN, BATCH_MAX);
     let Some(st) = state::load(pool).await? else {
         return Err(CopyError::NotPlanned);
     };
@@ -137,31 +156,212 @@ pub async fn copy(
     if locked != Some(1) {
         return Err(CopyError::Busy);
     }
-    let result = copy_locked(
-        &mut *conn, pool, redis, tenant, options, batch_size, shutdown,
-    )
-    .await;
+    let result = copy_locked(pool, redis, tenant, options, shutdown).await;
     let _ = sqlx::query("SELECT RELEASE_LOCK(CONCAT('imstream.legacy.copy.', DATABASE()))")
         .execute(&mut *conn)
         .await;
     result
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The months between the oldest and the newest legacy row, and the
+/// highest legacy id.
+async fn legacy_span(pool: &MySqlPool) -> Result<(Vec<ShardMonth>, i64), CopyError> {
+    let (first, last, max_id): (Option<NaiveDateTime>, Option<NaiveDateTime>, Option<i64>) =
+        sqlx::query_as(&format!(
+            "SELECT MIN(created_at), MAX(created_at), MAX(id) FROM {TABLE}"
+        ))
+        .fetch_one(pool)
+        .await?;
+    let mut months = Vec::new();
+    if let (Some(first), Some(last)) = (first, last) {
+        let (mut m, last) = (
+            ShardMonth::of(first.and_utc()),
+            ShardMonth::of(last.and_utc()),
+        );
+        while m <= last {
+            months.push(m);
+            m = m.next();
+        }
+    }
+    Ok((months, max_id.unwrap_or(0)))
+}
+
+/// Every month's progress row, created where missing: starting from the
+/// global cursor (a copy from before per-month cursors), with no fresh
+/// mark unless the month table holds copies already.
+async fn month_states(
+    pool: &MySqlPool,
+    global: Option<Cursor>,
+) -> Result<Vec<MonthState>, CopyError> {
+    let (months, max_id) = legacy_span(pool).await?;
+    let known: BTreeSet<ShardMonth> = state::months(pool).await?.iter().map(|m| m.month).collect();
+    for month in months.iter().filter(|m| !known.contains(m)) {
+        let table = match catalog::table(pool, *month).await? {
+            Some((table, _)) => table,
+            None => catalog::create_month(pool, *month).await?,
+        };
+        let fresh = if bulk::has_copies(pool, &table, max_id).await? {
+            Some((month.end().naive_utc(), i64::MAX))
+        } else {
+            None
+        };
+        state::ensure_month(pool, *month, state::initial_cursor(global, *month), fresh).await?;
+    }
+    let wanted: BTreeSet<ShardMonth> = months.into_iter().collect();
+    Ok(state::months(pool)
+        .await?
+        .into_iter()
+        .filter(|m| wanted.contains(&m.month))
+        .collect())
+}
+
+/// What the jobs of one run share.
+struct Run {
+    pool: MySqlPool,
+    batch_size: usize,
+    keep_indexes: bool,
+    /// Months not taken by a job yet, oldest first.
+    queue: Mutex<VecDeque<MonthState>>,
+    /// Every month's committed cursor and whether all its rows are copied:
+    /// the global cursor is computed from it.
+    committed: Mutex<BTreeMap<ShardMonth, (Option<Cursor>, bool)>>,
+    /// Batches left under `--max-batches`.
+    tickets: Option<AtomicU64>,
+    /// A job failed: the others stop after their batch.
+    failed: AtomicBool,
+    shutdown: Shutdown,
+    progress: ProgressBar,
+}
+
+impl Run {
+    fn stopping(&self) -> bool {
+        self.shutdown.is_triggered() || self.failed.load(Ordering::Relaxed)
+    }
+
+    fn take_ticket(&self) -> bool {
+        self.tickets.as_ref().is_none_or(|t| {
+            t.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        })
+    }
+
+    fn return_ticket(&self) {
+        if let Some(t) = &self.tickets {
+            t.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The global cursor if `parts` commit.
+    fn prefix_with(&self, parts: &[Part]) -> Option<Cursor> {
+        let mut months = self.committed.lock().expect("lock").clone();
+        for p in parts {
+            let e = months.entry(p.run.state.month).or_default();
+            if let Some(last) = p.rows.last() {
+                e.0 = Some(last.cursor());
+            }
+            e.1 |= p.exhausted;
+        }
+        state::prefix_cursor(months.into_values())
+    }
+
+    fn committed(&self, parts: &[Part]) {
+        let mut months = self.committed.lock().expect("lock");
+        for p in parts {
+            let e = months.entry(p.run.state.month).or_default();
+            if let Some(last) = p.rows.last() {
+                e.0 = Some(last.cursor());
+            }
+            e.1 |= p.exhausted;
+        }
+    }
+
+    /// The oldest month no job has taken, ready for its load (a bulk load
+    /// begun: `loading`, indexes dropped).
+    async fn claim(&self, conn: &mut MySqlConnection) -> Result<Option<MonthRun>, CopyError> {
+        let Some(state) = self.queue.lock().expect("lock").pop_front() else {
+            return Ok(None);
+        };
+        let (table, status) = match catalog::table(&self.pool, state.month).await? {
+            Some(t) => t,
+            None => (
+                catalog::create_month(&self.pool, state.month).await?,
+                ShardStatus::Prepared,
+            ),
+        };
+        let empty = status == ShardStatus::Sealed
+            && state.loading_from.is_none()
+            && !self.keep_indexes
+            && bulk::table_empty(&self.pool, &table).await?;
+        let load = bulk::choose_load(status, state.loading_from, empty, self.keep_indexes);
+        if let Load::Bulk { from } = load {
+            bulk::begin(&self.pool, conn, &table, &state, from).await?;
+        }
+        tracing::debug!(month = %state.month, ?load, "copying month");
+        Ok(Some(MonthRun { state, table, load }))
+    }
+
+    /// After a month's last row: its indexes built (bulk) and the month done.
+    async fn finish(
+        &self,
+        conn: &mut MySqlConnection,
+        run: &MonthRun,
+        out: &mut JobOutcome,
+    ) -> Result<(), CopyError> {
+        match run.load {
+            Load::Bulk { from } => {
+                let started = Instant::now();
+                bulk::finish(&self.pool, conn, &run.table, run.state.month, from).await?;
+                out.index_time += started.elapsed();
+                out.months_indexed += 1;
+            }
+            Load::Indexed => state::month_done(&self.pool, run.state.month).await?,
+        }
+        Ok(())
+    }
+}
+
+/// A month a job is copying.
+#[derive(Debug, Clone)]
+struct MonthRun {
+    /// Its progress as committed (cursor and fresh mark move after each batch).
+    state: MonthState,
+    table: MonthTable,
+    load: Load,
+}
+
+/// One month's rows of a batch.
+struct Part {
+    run: MonthRun,
+    rows: Vec<LegacyRow>,
+    /// The month has no rows after these.
+    exhausted: bool,
+}
+
+/// What one job did.
+#[derive(Default)]
+struct JobOutcome {
+    batches: u64,
+    rows_read: i64,
+    rows_inserted: i64,
+    batch_times: Vec<Duration>,
+    topics: BTreeSet<String>,
+    months: BTreeSet<ShardMonth>,
+    months_indexed: usize,
+    index_time: Duration,
+}
+
 async fn copy_locked(
-    conn: &mut MySqlConnection,
     pool: &MySqlPool,
     redis: &mut Redis,
     tenant: &str,
     options: &CopyOptions,
-    batch_size: usize,
     shutdown: &Shutdown,
 ) -> Result<CopyOutcome, CopyError> {
     if options.restart {
         state::restart(pool).await?;
     }
     let st = state::load(pool).await?.ok_or(CopyError::NotPlanned)?;
-    let mut cursor = st.cursor;
+    let months = month_states(pool, st.cursor).await?;
     let progress = if options.progress {
         ProgressBar::new(st.rows_total.max(0) as u64)
     } else {
@@ -176,65 +376,68 @@ async fn copy_locked(
     );
     progress.set_position(st.rows_copied.max(0) as u64);
     progress.reset_eta();
-    // Month tables come from the catalog only (created there when missing).
-    let mut known: BTreeMap<ShardMonth, MonthTable> = BTreeMap::new();
-    for entry in catalog::list(pool).await? {
-        if let Some((table, _)) = catalog::table(pool, entry.month).await? {
-            known.insert(entry.month, table);
-        }
-    }
-    let mut touched: BTreeSet<String> = BTreeSet::new();
-    let mut months: BTreeSet<ShardMonth> = BTreeSet::new();
-    let mut out = CopyOutcome::default();
+    let run = Arc::new(Run {
+        pool: pool.clone(),
+        batch_size: options.batch_size.clamp(BATCH_MIN, BATCH_MAX),
+        keep_indexes: options.keep_indexes,
+        queue: Mutex::new(months.iter().filter(|m| !m.done).cloned().collect()),
+        committed: Mutex::new(
+            months
+                .iter()
+                .map(|m| (m.month, (m.cursor, m.done)))
+                .collect(),
+        ),
+        tickets: options.max_batches.map(AtomicU64::new),
+        failed: AtomicBool::new(false),
+        shutdown: shutdown.clone(),
+        progress: progress.clone(),
+    });
+    let jobs = options.jobs.clamp(1, JOBS_MAX);
     let started = Instant::now();
-    loop {
-        if shutdown.is_triggered() || options.max_batches.is_some_and(|m| out.batches >= m) {
-            break;
-        }
-        let batch_started = Instant::now();
-        let keys = batch_keys(conn, cursor, batch_size).await?;
-        let Some(last) = keys.last() else {
-            out.finished = true;
-            break;
-        };
-        let to = (last.created_at, last.id);
-        for k in &keys {
-            let month = ShardMonth::of(k.created_at.and_utc());
-            if !known.contains_key(&month) {
-                known.insert(month, catalog::create_month(pool, month).await?);
+    let handles: Vec<_> = (0..jobs)
+        .map(|_| {
+            let run = run.clone();
+            tokio::spawn(async move {
+                let result = job(&run).await;
+                if result.is_err() {
+                    run.failed.store(true, Ordering::Relaxed);
+                }
+                result
+            })
+        })
+        .collect();
+    let mut out = CopyOutcome::default();
+    let mut touched: BTreeSet<String> = BTreeSet::new();
+    let mut copied_months: BTreeSet<ShardMonth> = BTreeSet::new();
+    let mut first_error = None;
+    for handle in handles {
+        match handle.await {
+            Ok(Ok(mut job)) => {
+                touched.append(&mut job.topics);
+                copied_months.append(&mut job.months);
+                out.absorb(job);
             }
-        }
-        match copy_batch(conn, &known, cursor, to, &keys).await {
-            Ok((inserted, topics)) => {
-                out.rows_inserted += inserted;
-                touched.extend(topics);
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
             }
-            Err(CopyError::Check { cursor, why }) => {
-                let batch = Batch {
-                    from: cursor,
-                    to,
-                    rows_read: keys.len() as i64,
-                    rows_inserted: 0,
-                    hash: "",
-                };
-                let _ = state::failed(pool, &batch, &why).await;
-                return Err(CopyError::Check { cursor, why });
+            Err(e) => {
+                first_error.get_or_insert(CopyError::Job(e.to_string()));
             }
-            Err(e) => return Err(e),
-        }
-        out.batches += 1;
-        out.rows_read += keys.len() as i64;
-        out.batch_times.push(batch_started.elapsed());
-        months.extend(keys.iter().map(|k| ShardMonth::of(k.created_at.and_utc())));
-        progress.inc(keys.len() as u64);
-        cursor = Some(to);
-        if keys.len() < batch_size {
-            out.finished = true;
-            break;
         }
     }
     progress.finish_and_clear();
     out.elapsed = started.elapsed();
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let committed = run.committed.lock().expect("lock").clone();
+    let prefix = state::prefix_cursor(committed.values().copied());
+    state::raise_cursor(pool, prefix).await?;
+    out.finished = state::months(pool)
+        .await?
+        .iter()
+        .filter(|m| committed.contains_key(&m.month))
+        .all(|m| m.done);
     if out.finished {
         state::set_status(pool, state::COPIED).await?;
         // Topics a killed earlier run touched are written too.
@@ -243,19 +446,13 @@ async fn copy_locked(
             .await?
             .into_iter()
             .collect();
-        let (first, last): (Option<NaiveDateTime>, Option<NaiveDateTime>) = sqlx::query_as(
-            &format!("SELECT MIN(created_at), MAX(created_at) FROM {TABLE}"),
-        )
-        .fetch_one(pool)
-        .await?;
-        months.extend(
-            first
-                .into_iter()
-                .chain(last)
-                .map(|t| ShardMonth::of(t.and_utc())),
-        );
+        copied_months.extend(committed.keys().next().copied());
+        copied_months.extend(committed.keys().next_back().copied());
     }
-    let span = months.first().copied().zip(months.last().copied());
+    let span = copied_months
+        .first()
+        .copied()
+        .zip(copied_months.last().copied());
     out.routes_written = match span {
         Some(span) => write_routes(pool, redis, tenant, &touched, span).await?,
         None => 0,
@@ -263,166 +460,220 @@ async fn copy_locked(
     Ok(out)
 }
 
-/// The next batch's cursor keys after `cursor` (an index-only scan).
-async fn batch_keys(
-    conn: &mut MySqlConnection,
-    cursor: Option<(NaiveDateTime, i64)>,
-    limit: usize,
-) -> Result<Vec<Key>, CopyError> {
-    let sql = format!(
-        "SELECT id, created_at FROM {TABLE} FORCE INDEX ({CURSOR_INDEX}) {} ORDER BY created_at, id LIMIT ?",
-        if cursor.is_some() { format!("WHERE {AFTER_CURSOR}") } else { String::new() }
-    );
-    let mut q = sqlx::query_as::<_, (i64, NaiveDateTime)>(&sql);
-    if let Some((at, id)) = cursor {
-        q = q.bind(at).bind(at).bind(id);
+/// One job: batches from the months it takes, until none is left, the
+/// tickets run out, shutdown or another job's failure.
+async fn job(run: &Run) -> Result<JobOutcome, CopyError> {
+    let mut conn = run.pool.acquire().await?;
+    let conn: &mut MySqlConnection = &mut conn;
+    let mut out = JobOutcome::default();
+    let mut lane: Option<MonthRun> = None;
+    loop {
+        if run.stopping() || !run.take_ticket() {
+            break;
+        }
+        if lane.is_none() {
+            lane = run.claim(conn).await?;
+            if lane.is_none() {
+                run.return_ticket();
+                break;
+            }
+        }
+        let started = Instant::now();
+        // Fill the batch from this month, then from the next ones.
+        let mut parts: Vec<Part> = Vec::new();
+        let mut want = run.batch_size;
+        while want > 0 {
+            let Some(month) = lane.take() else {
+                break;
+            };
+            let rows = bulk::read_month(conn, month.state.month, month.state.cursor, want).await?;
+            let exhausted = rows.len() < want;
+            want -= rows.len();
+            if !exhausted {
+                lane = Some(month.clone());
+            }
+            parts.push(Part {
+                run: month,
+                rows,
+                exhausted,
+            });
+            if exhausted {
+                lane = run.claim(conn).await?;
+            }
+        }
+        let rows: usize = parts.iter().map(|p| p.rows.len()).sum();
+        if rows == 0 {
+            run.return_ticket();
+        } else {
+            let inserted = commit_with_retry(run, conn, &parts).await?;
+            run.committed(&parts);
+            out.batches += 1;
+            out.rows_read += rows as i64;
+            out.rows_inserted += inserted;
+            out.batch_times.push(started.elapsed());
+            for p in &parts {
+                out.topics.extend(p.rows.iter().map(|r| r.topic.clone()));
+                if !p.rows.is_empty() {
+                    out.months.insert(p.run.state.month);
+                }
+            }
+            run.progress.inc(rows as u64);
+            if let (Some(month), Some(last)) = (lane.as_mut(), parts.last()) {
+                if last.run.state.month == month.state.month {
+                    if let Some(r) = last.rows.last() {
+                        month.state.cursor = Some(r.cursor());
+                        month.state.fresh_after = month.state.fresh_after.max(Some(r.cursor()));
+                    }
+                }
+            }
+        }
+        for p in parts.iter().filter(|p| p.exhausted) {
+            if rows == 0 {
+                run.committed(std::slice::from_ref(p));
+            }
+            run.finish(conn, &p.run, &mut out).await?;
+        }
     }
-    let rows = q.bind(limit as i64).fetch_all(&mut *conn).await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, created_at)| Key { id, created_at })
-        .collect())
+    Ok(out)
+}
+
+/// [`commit_batch`], again after a deadlock or a lock wait timeout (the
+/// transaction was rolled back; the batch is the same).
+async fn commit_with_retry(
+    run: &Run,
+    conn: &mut MySqlConnection,
+    parts: &[Part],
+) -> Result<i64, CopyError> {
+    let prefix = run.prefix_with(parts);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match commit_batch(conn, parts, prefix).await {
+            Err(CopyError::Db(e)) if bulk::is_lock_conflict(&e) && attempt < LOCK_ATTEMPTS => {
+                tracing::info!(attempt, error = %e, "legacy copy: batch lost a lock conflict; running it again");
+                tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+            }
+            Err(CopyError::Check { cursor, why }) => {
+                let to = parts
+                    .iter()
+                    .rev()
+                    .find_map(|p| p.rows.last())
+                    .map(LegacyRow::cursor)
+                    .unwrap_or_default();
+                let batch = Batch {
+                    from: cursor,
+                    to,
+                    rows_read: parts.iter().map(|p| p.rows.len() as i64).sum(),
+                    rows_inserted: 0,
+                    hash: "",
+                };
+                let _ = state::failed(&run.pool, &batch, &why).await;
+                return Err(CopyError::Check { cursor, why });
+            }
+            other => return other,
+        }
+    }
 }
 
 /// One batch in one transaction; returns the rows really inserted.
-async fn copy_batch(
+async fn commit_batch(
     conn: &mut MySqlConnection,
-    tables: &BTreeMap<ShardMonth, MonthTable>,
-    from: Option<(NaiveDateTime, i64)>,
-    to: (NaiveDateTime, i64),
-    keys: &[Key],
-) -> Result<(i64, BTreeSet<String>), CopyError> {
-    let mut per_month: BTreeMap<ShardMonth, usize> = BTreeMap::new();
-    for k in keys {
-        *per_month
-            .entry(ShardMonth::of(k.created_at.and_utc()))
-            .or_default() += 1;
-    }
+    parts: &[Part],
+    prefix: Option<Cursor>,
+) -> Result<i64, CopyError> {
+    let from = parts.first().and_then(|p| p.run.state.cursor);
     let check = |why: String| CopyError::Check { cursor: from, why };
-    let filter = batch_range(from.is_none());
-    let (legacy_hash, copy_hash) = (row_hash_sql("l"), row_hash_sql("m"));
     let mut tx = conn.begin().await?;
     let mut inserted = 0i64;
-    let mut checked: Vec<Checked> = Vec::with_capacity(keys.len());
-    let mut exact: Vec<(&MonthTable, String)> = Vec::new();
-    for (month, expected) in &per_month {
-        let table = &tables[month];
-        let bind_range = |sql| range_query(sql, from, to, *month);
-        // Copies already there (a re-run), by primary key: the insert's
-        // affected-rows count would count them too (found rows).
-        let ids: Vec<i64> = keys
-            .iter()
-            .filter(|k| ShardMonth::of(k.created_at.and_utc()) == *month)
-            .map(|k| k.id)
-            .collect();
-        let count_sql = table.count_message_ids_sql(ids.len());
-        let mut present = sqlx::query_scalar::<_, i64>(&count_sql);
-        for id in &ids {
-            present = present.bind(id);
-        }
-        let before = present.fetch_one(&mut *tx).await?;
-        let sql = table.copy_from_legacy_sql(TABLE, CURSOR_INDEX, COPY_COLUMNS, &filter);
-        bind_range(&sql).execute(&mut *tx).await?;
-        // Every legacy row of the range next to its copy.
-        let sql = table.check_copied_sql(TABLE, CURSOR_INDEX, &legacy_hash, &copy_hash, &filter);
-        let start = checked.len();
-        for r in bind_range(&sql).fetch_all(&mut *tx).await? {
-            checked.push(Checked {
-                id: r.try_get(0)?,
-                topic: r.try_get(1)?,
-                seq: r.try_get(2)?,
-                created_at: r.try_get(3)?,
-                hash: r.try_get(4)?,
-                copy: r.try_get(5)?,
-            });
-        }
-        let rows = &checked[start..];
-        if rows.len() != *expected {
-            return Err(check(format!(
-                "{} legacy rows in {month} for {expected} keys",
-                rows.len()
-            )));
-        }
-        let n = rows.iter().filter(|c| c.copy.is_some()).count() as i64 - before;
-        inserted += n;
-        if n == *expected as i64 {
-            upsert_mirror(&mut tx, *month, rows).await?;
+    let mut digests: Vec<(i64, String)> = Vec::new();
+    let mut to = None;
+    for part in parts.iter().filter(|p| !p.rows.is_empty()) {
+        let (month, table) = (part.run.state.month, &part.run.table);
+        let fresh_after = part.run.state.fresh_after;
+        let mine: Vec<String> = part.rows.iter().map(LegacyRow::digest).collect();
+        // No copy exists after the fresh mark: insert without looking.
+        let absent: Vec<&LegacyRow> = if fresh_after.is_none_or(|f| part.rows[0].cursor() > f) {
+            part.rows.iter().collect()
         } else {
-            // Some rows were there already (a re-run): recount exactly.
-            let topics: BTreeSet<&str> = rows.iter().map(|k| k.topic.as_str()).collect();
-            exact.extend(topics.into_iter().map(|t| (table, t.to_string())));
-        }
-    }
-    // Count and content: every key arrived, byte for byte.
-    checked.sort_by_key(|c| c.id);
-    let mut source = Sha256::new();
-    let mut target = Sha256::new();
-    for c in &checked {
-        source.update(c.hash.as_bytes());
-        match &c.copy {
-            Some(h) => target.update(h.as_bytes()),
-            None => {
+            let ids: Vec<i64> = part.rows.iter().map(|r| r.id).collect();
+            let present = bulk::present_digests(&mut tx, table, &ids).await?;
+            let mut absent = Vec::new();
+            for (row, digest) in part.rows.iter().zip(&mine) {
+                match present.get(&row.id) {
+                    None => absent.push(row),
+                    Some(copy) if copy == digest => {}
+                    Some(_) => {
+                        return Err(check(format!(
+                            "the copy of legacy id {} ({} seq {}) in {table} differs from it",
+                            row.id, row.topic, row.seq
+                        )))
+                    }
+                }
+            }
+            absent
+        };
+        match bulk::insert(&mut tx, table, &absent).await {
+            Ok(n) if n == absent.len() as u64 => {}
+            Ok(n) => {
                 return Err(check(format!(
-                    "legacy id {} ({} seq {}) is not in its month table (seq taken by another message?)",
-                    c.id, c.topic, c.seq
+                    "{n} of {} legacy rows stored in {table}",
+                    absent.len()
                 )))
             }
+            Err(e) if bulk::is_duplicate_key(&e) => {
+                return Err(check(format!(
+                    "a legacy row clashes with a message in {table} (seq or client id taken by another message?): {e}"
+                )))
+            }
+            Err(e) => return Err(e.into()),
         }
+        if !absent.is_empty() {
+            upsert_mirror(&mut tx, month, &absent).await?;
+        }
+        let last = part.rows[part.rows.len() - 1].cursor();
+        state::advance_month(
+            &mut tx,
+            month,
+            last,
+            fresh_after.max(Some(last)).unwrap_or(last),
+            part.rows.len() as i64,
+        )
+        .await?;
+        inserted += absent.len() as i64;
+        digests.extend(part.rows.iter().map(|r| r.id).zip(mine));
+        to = Some(last);
     }
-    let (source, target) = (
-        hex::encode(source.finalize()),
-        hex::encode(target.finalize()),
-    );
-    if source != target {
-        let bad = checked
-            .iter()
-            .find(|c| c.copy.as_ref() != Some(&c.hash))
-            .map(|c| c.id);
-        return Err(check(format!(
-            "content hash differs (first differing legacy id {bad:?})"
-        )));
+    let Some(to) = to else {
+        return Ok(0);
+    };
+    // The batch's content hash: every row's digest in id order.
+    digests.sort_unstable_by_key(|d| d.0);
+    let mut hash = Sha256::new();
+    for (_, d) in &digests {
+        hash.update(d.as_bytes());
     }
-    for (table, topic) in &exact {
-        recount_mirror(&mut tx, table, topic).await?;
-    }
+    let hash = hex::encode(hash.finalize());
     state::advance(
         &mut tx,
         &Batch {
             from,
             to,
-            rows_read: keys.len() as i64,
+            rows_read: digests.len() as i64,
             rows_inserted: inserted,
-            hash: &source,
+            hash: &hash,
         },
+        prefix,
     )
     .await?;
     tx.commit().await?;
-    Ok((inserted, checked.into_iter().map(|c| c.topic).collect()))
-}
-
-/// A query over one batch's range in one month (see `table::batch_range`).
-fn range_query(
-    sql: &str,
-    from: Option<(NaiveDateTime, i64)>,
-    to: (NaiveDateTime, i64),
-    month: ShardMonth,
-) -> sqlx::query::Query<'_, MySql, sqlx::mysql::MySqlArguments> {
-    let mut q = sqlx::query(sql);
-    if let Some((at, id)) = from {
-        q = q.bind(at).bind(at).bind(id);
-    }
-    q.bind(to.0)
-        .bind(to.0)
-        .bind(to.1)
-        .bind(month.start().naive_utc())
-        .bind(month.end().naive_utc())
+    Ok(inserted)
 }
 
 /// Adds freshly inserted rows to the route mirror (as the store writer does).
 async fn upsert_mirror(
     tx: &mut sqlx::Transaction<'_, MySql>,
     month: ShardMonth,
-    rows: &[Checked],
+    rows: &[&LegacyRow],
 ) -> Result<(), CopyError> {
     struct Agg {
         min_seq: i64,
@@ -470,40 +721,6 @@ async fn upsert_mirror(
     Ok(())
 }
 
-/// Sets one topic's mirror row of a month from the month table itself.
-async fn recount_mirror(
-    tx: &mut sqlx::Transaction<'_, MySql>,
-    table: &MonthTable,
-    topic: &str,
-) -> Result<(), CopyError> {
-    let month = table.month();
-    let row = sqlx::query(&table.topic_range_sql())
-        .bind(topic)
-        .fetch_one(&mut **tx)
-        .await?;
-    let count: i64 = row.try_get(2)?;
-    if count == 0 {
-        return Ok(());
-    }
-    sqlx::query(
-        "INSERT INTO im_group_message_topic_shards \
-         (topic, shard_month, min_seq, max_seq, message_count, min_created_at, max_created_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE min_seq = VALUES(min_seq), \
-         max_seq = VALUES(max_seq), message_count = VALUES(message_count), \
-         min_created_at = VALUES(min_created_at), max_created_at = VALUES(max_created_at)",
-    )
-    .bind(topic)
-    .bind(month.to_string())
-    .bind(row.try_get::<i64, _>(0)?)
-    .bind(row.try_get::<i64, _>(1)?)
-    .bind(count)
-    .bind(row.try_get::<NaiveDateTime, _>(3)?)
-    .bind(row.try_get::<NaiveDateTime, _>(4)?)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
 /// Writes the Redis route of `topics` from the mirror, for the months
 /// `first..=last` that legacy rows were copied into (fields are overwritten,
 /// none deleted, other months left to the store pipeline). Returns the
@@ -526,25 +743,31 @@ pub async fn write_routes(
     Ok(topics.len())
 }
 
-/// Whether the legacy table has rows after the persisted cursor.
+/// Legacy rows not copied yet: in each month, the rows after its cursor.
 pub async fn remaining(pool: &MySqlPool) -> Result<i64, CopyError> {
     let st = state::load(pool).await?.ok_or(CopyError::NotPlanned)?;
-    let n: i64 = match st.cursor {
-        None => {
-            sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {TABLE}"))
-                .fetch_one(pool)
-                .await?
+    let cursors: BTreeMap<ShardMonth, Option<Cursor>> = state::months(pool)
+        .await?
+        .into_iter()
+        .map(|m| (m.month, m.cursor))
+        .collect();
+    let (months, _) = legacy_span(pool).await?;
+    let mut n = 0;
+    for month in months {
+        let cursor = match cursors.get(&month) {
+            Some(c) => *c,
+            None => state::initial_cursor(st.cursor, month),
+        };
+        let sql = table::month_remaining_sql(cursor.is_some());
+        let mut q = sqlx::query_scalar::<_, i64>(&sql);
+        if let Some((at, id)) = cursor {
+            q = q.bind(at).bind(at).bind(id);
         }
-        Some((at, id)) => {
-            sqlx::query_scalar(&format!(
-                "SELECT COUNT(*) FROM {TABLE} FORCE INDEX ({CURSOR_INDEX}) WHERE {AFTER_CURSOR}"
-            ))
-            .bind(at)
-            .bind(at)
-            .bind(id)
+        n += q
+            .bind(month.start().naive_utc())
+            .bind(month.end().naive_utc())
             .fetch_one(pool)
-            .await?
-        }
-    };
+            .await?;
+    }
     Ok(n)
 }

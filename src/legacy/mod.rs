@@ -5,8 +5,10 @@
 //! 1. `plan` — cursor index, month tables and catalog rows for every month
 //!    with legacy rows, seq allocators raised above the legacy seqs, the
 //!    state row; **dual read on** for the tenant.
-//! 2. `copy` — batches along the `(created_at, id)` cursor ([`copy`]); stop
-//!    and resume at will, re-run safely; Redis routes written at the end.
+//! 2. `copy` — batches along each month's `(created_at, id)` cursor,
+//!    `--jobs` months at once ([`copy`]), past months bulk-loaded with
+//!    their indexes built after ([`bulk`], catalog `loading`); stop and
+//!    resume at will, re-run safely; Redis routes written at the end.
 //! 3. `verify` — full comparison ([`verify`]).
 //! 4. `cutover` — verifies again, turns dual read off and renames the
 //!    legacy table to `im_group_messages_legacy` (kept read-only).
@@ -18,6 +20,7 @@
 //! `imstream legacy dual-read on|off` flips it by hand.
 
 pub mod bench;
+pub mod bulk;
 pub mod copy;
 pub mod plan;
 pub mod state;
@@ -73,6 +76,14 @@ pub struct CopyArgs {
     /// Start again from the first legacy row (rows already copied are left as they are).
     #[arg(long)]
     pub restart: bool,
+    /// Months copied at once (1-8).
+    #[arg(long, default_value_t = copy::JOBS_DEFAULT)]
+    pub jobs: usize,
+    /// Keep the secondary indexes of past months during their copy
+    /// (default: a past month whose table is empty is bulk-loaded, status
+    /// `loading`, and its indexes are built after its last row).
+    #[arg(long)]
+    pub keep_indexes: bool,
 }
 
 fn tenants<'a>(config: &'a Config, only: &TenantArg) -> anyhow::Result<Vec<(&'a str, MySqlPool)>> {
@@ -134,16 +145,20 @@ pub async fn run_cli(config: &Config, command: LegacyCommand) -> anyhow::Result<
                 max_batches: args.max_batches,
                 restart: args.restart,
                 progress: true,
+                jobs: args.jobs,
+                keep_indexes: args.keep_indexes,
             };
             for (tenant, pool) in tenants(config, &args.tenant)? {
                 let out = copy::copy(&pool, &mut redis, tenant, &options, &shutdown).await?;
                 println!(
-                    "{tenant}\t{} batch(es), {} row(s) read, {} inserted in {:.2}s ({:.0} rows/s); {}",
+                    "{tenant}\t{} batch(es), {} row(s) read, {} inserted in {:.2}s ({:.0} rows/s), {} month(s) indexed after bulk load ({:.2}s); {}",
                     out.batches,
                     out.rows_read,
                     out.rows_inserted,
                     out.elapsed.as_secs_f64(),
                     out.rows_per_sec(),
+                    out.months_indexed,
+                    out.index_time.as_secs_f64(),
                     if out.finished { "copy complete, routes written" } else { "paused; run copy again to resume" }
                 );
             }
@@ -188,6 +203,23 @@ pub async fn run_cli(config: &Config, command: LegacyCommand) -> anyhow::Result<
                             s.cursor,
                             if table::exists(&pool).await? { "present" } else { "renamed" }
                         );
+                        let statuses: std::collections::BTreeMap<_, _> =
+                            crate::store::catalog::list(&pool)
+                                .await?
+                                .into_iter()
+                                .map(|e| (e.month, e.status))
+                                .collect();
+                        for m in state::months(&pool).await? {
+                            println!(
+                                "{tenant}\tmonth {}\t{}\tcopied {} row(s) in {} batch(es)\tcursor {:?}\tcatalog {}",
+                                m.month,
+                                if m.done { "done" } else { "copying" },
+                                m.rows_copied,
+                                m.batches,
+                                m.cursor,
+                                statuses.get(&m.month).map_or("-", |s| s.as_str())
+                            );
+                        }
                         for (no, read, inserted, status, error) in
                             state::recent_batches(&pool, 5).await?
                         {
@@ -229,8 +261,13 @@ fn print_verify(tenant: &str, r: &verify::VerifyReport) {
     for m in r.mirror.iter().chain(&r.routes) {
         println!("{tenant}\t{m}");
     }
+    for m in &r.loading {
+        println!(
+            "{tenant}\tmonth {m} still loading (indexes not built; run `imstream legacy copy`)"
+        );
+    }
     println!(
-        "{tenant}\t{}: {} topic(s), legacy {} row(s), copied {}, not yet copied {}, foreign rows in legacy seqs {}, mirror diffs {}, route diffs {}",
+        "{tenant}\t{}: {} topic(s), legacy {} row(s), copied {}, not yet copied {}, foreign rows in legacy seqs {}, mirror diffs {}, route diffs {}, months loading {}",
         if r.ok() { "VERIFIED" } else { "FAILED" },
         r.topics.len(),
         r.legacy_rows(),
@@ -238,6 +275,7 @@ fn print_verify(tenant: &str, r: &verify::VerifyReport) {
         r.remaining,
         r.foreign_rows,
         r.mirror.len(),
-        r.routes.len()
+        r.routes.len(),
+        r.loading.len()
     );
 }

@@ -20,22 +20,32 @@ pub const COPY_COLUMNS: &str = "topic, group_id, seqid, from_user, client_msg_id
 /// Rows after the cursor `(created_at, id)`: binds `created_at, created_at, id`.
 pub const AFTER_CURSOR: &str = "(created_at > ? OR (created_at = ? AND id > ?))";
 
-/// The copy range of a batch on legacy rows aliased `l`: after the cursor
-/// `from` (unless first), up to and including `to`, within one month.
-/// Binds: `from` ×3 (if any), `to` ×3, month start, month end.
-pub fn batch_range(first: bool) -> String {
+/// Every column of a legacy row as the bulk copy reads it: `id`, then
+/// [`COPY_COLUMNS`] in order, JSON columns cast to text (MySQL 8 and
+/// MariaDB both hand back exactly what a JSON column stores).
+pub const READ_ROW_COLUMNS: &str = "id, topic, group_id, seqid, from_user, client_msg_id, msg_type, status, \
+     CAST(content AS CHAR CHARACTER SET utf8mb4), CAST(head AS CHAR CHARACTER SET utf8mb4), \
+     CAST(mentioned_user_ids AS CHAR CHARACTER SET utf8mb4), mention_all, reply_seqid, root_seqid, file_count, \
+     content_size, has_risk, audit_status, version, recalled_at, recalled_by, deleted_at, expires_at, \
+     created_at, updated_at";
+
+/// The next rows of one month in copy order, by a keyset range on the
+/// cursor index: binds `cursor` ×3 (if `after_cursor`), month start,
+/// month end, limit.
+pub fn month_rows_sql(after_cursor: bool) -> String {
     format!(
-        "{}(l.created_at < ? OR (l.created_at = ? AND l.id <= ?)) AND l.created_at >= ? AND l.created_at < ?",
-        if first { "" } else { "(l.created_at > ? OR (l.created_at = ? AND l.id > ?)) AND " }
+        "SELECT {READ_ROW_COLUMNS} FROM {TABLE} FORCE INDEX ({CURSOR_INDEX}) WHERE {}created_at >= ? \
+         AND created_at < ? ORDER BY created_at, id LIMIT ?",
+        if after_cursor { format!("{AFTER_CURSOR} AND ") } else { String::new() }
     )
 }
 
-/// A row's digest in SQL (`alias` = the table alias), identical for legacy
-/// and month rows.
-pub fn row_hash_sql(alias: &str) -> String {
+/// How many rows of one month lie after a cursor: binds as
+/// [`month_rows_sql`] without the limit.
+pub fn month_remaining_sql(after_cursor: bool) -> String {
     format!(
-        "SHA2(CONCAT_WS('|', {alias}.seqid, {alias}.from_user, \
-         IFNULL(CAST({alias}.content AS CHAR CHARACTER SET utf8mb4), ''), {alias}.status, {alias}.version), 256)"
+        "SELECT COUNT(*) FROM {TABLE} FORCE INDEX ({CURSOR_INDEX}) WHERE {}created_at >= ? AND created_at < ?",
+        if after_cursor { format!("{AFTER_CURSOR} AND ") } else { String::new() }
     )
 }
 

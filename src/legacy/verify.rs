@@ -1,8 +1,9 @@
 //! `imstream legacy verify`: the full check before the cutover — per topic,
 //! the legacy rows against the rows copied from them (count, min/max seq,
 //! content hash, so a missing or doubled row shows), no other message using
-//! a legacy seq, the route mirror equal to the month tables, and the Redis
-//! routes equal to the mirror.
+//! a legacy seq, the route mirror equal to the month tables, the Redis
+//! routes equal to the mirror, and no month still `loading` (a bulk load
+//! whose indexes are not built).
 
 use std::collections::BTreeMap;
 
@@ -31,8 +32,10 @@ pub struct VerifyReport {
     pub mirror: Vec<String>,
     /// `topic month: what differs` between Redis routes and the mirror.
     pub routes: Vec<String>,
-    /// Legacy rows not yet copied (after the cursor).
+    /// Legacy rows not yet copied (after the cursors).
     pub remaining: i64,
+    /// Months still bulk-loading (catalog `loading`: indexes not built).
+    pub loading: Vec<crate::store::month::ShardMonth>,
 }
 
 impl VerifyReport {
@@ -41,6 +44,7 @@ impl VerifyReport {
             && self.foreign_rows == 0
             && self.mirror.is_empty()
             && self.routes.is_empty()
+            && self.loading.is_empty()
             && self.topics.iter().all(|t| t.verdict == Verdict::Identical)
     }
 
@@ -85,6 +89,9 @@ pub async fn verify(
     let mut copied = Digests::default();
     let mut tables = Vec::new();
     for entry in catalog::list(pool).await? {
+        if entry.status == catalog::ShardStatus::Loading {
+            report.loading.push(entry.month);
+        }
         if !catalog::table_exists(pool, entry.month).await? {
             continue;
         }

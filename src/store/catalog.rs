@@ -10,7 +10,9 @@ use sqlx::Row;
 
 use super::month::{Family, MonthTable, ShardMonth};
 
-/// prepared → writable → sealing → sealed → archived (seed 000 §10).
+/// prepared → writable → sealing → sealed → archived (seed 000 §10);
+/// sealed → loading → sealed while `imstream legacy copy` bulk-loads a
+/// past month (migration 0022).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ShardStatus {
     Prepared,
@@ -18,6 +20,12 @@ pub enum ShardStatus {
     Sealing,
     Sealed,
     Archived,
+    /// A past month being bulk-loaded by the legacy copy: incomplete, its
+    /// secondary indexes not built yet. Readers skip it (under dual read
+    /// the legacy table serves its rows); nothing else writes, seals or
+    /// archives it; the copy puts the status it had back once the
+    /// indexes are built.
+    Loading,
 }
 
 impl ShardStatus {
@@ -28,6 +36,7 @@ impl ShardStatus {
             ShardStatus::Sealing => "sealing",
             ShardStatus::Sealed => "sealed",
             ShardStatus::Archived => "archived",
+            ShardStatus::Loading => "loading",
         }
     }
 
@@ -55,6 +64,7 @@ impl FromStr for ShardStatus {
             "sealing" => ShardStatus::Sealing,
             "sealed" => ShardStatus::Sealed,
             "archived" => ShardStatus::Archived,
+            "loading" => ShardStatus::Loading,
             other => return Err(format!("unknown shard status {other:?}")),
         })
     }
@@ -173,4 +183,25 @@ pub async fn create_month(pool: &MySqlPool, month: ShardMonth) -> sqlx::Result<M
     }
     register(pool, month).await?;
     Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_round_trip_and_loading_takes_no_writes() {
+        for s in [
+            ShardStatus::Prepared,
+            ShardStatus::Writable,
+            ShardStatus::Sealing,
+            ShardStatus::Sealed,
+            ShardStatus::Archived,
+            ShardStatus::Loading,
+        ] {
+            assert_eq!(s.as_str().parse::<ShardStatus>(), Ok(s));
+        }
+        assert!(!ShardStatus::Loading.accepts_writes());
+        assert!("load".parse::<ShardStatus>().is_err());
+    }
 }

@@ -213,15 +213,55 @@ impl MonthTable {
   expires_at DATETIME(3) NULL,\
   created_at DATETIME(3) NOT NULL,\
   updated_at DATETIME(3) NOT NULL,\
-  PRIMARY KEY (message_id),\
-  UNIQUE KEY uk_topic_seq (topic, seqid),\
-  UNIQUE KEY uk_topic_sender_client_mid (topic, from_user, client_msg_id),\
-  KEY idx_group_seq (group_id, seqid),\
-  KEY idx_topic_created (topic, created_at),\
-  KEY idx_topic_from_seq (topic, from_user, seqid),\
-  KEY idx_audit_created (audit_status, created_at),\
-  KEY idx_expires (expires_at)\
+  PRIMARY KEY (message_id),{}\
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci",
+            self.name(),
+            SECONDARY_INDEXES
+                .iter()
+                .map(|i| format!(" {},", i.definition()))
+                .collect::<String>()
+                .trim_end_matches(',')
+        )
+    }
+
+    /// Drops the named secondary indexes (a month being bulk-loaded by the
+    /// legacy copy; metadata only, the table stays readable).
+    pub fn drop_indexes_sql(&self, indexes: &[&SecondaryIndex]) -> String {
+        let drops: Vec<String> = indexes
+            .iter()
+            .map(|i| format!("DROP INDEX {}", i.name))
+            .collect();
+        format!("ALTER TABLE `{}` {}", self.name(), drops.join(", "))
+    }
+
+    /// Builds the named secondary indexes in one pass over the table
+    /// (online: reads and writes go on meanwhile).
+    pub fn add_indexes_sql(&self, indexes: &[&SecondaryIndex]) -> String {
+        let adds: Vec<String> = indexes
+            .iter()
+            .map(|i| format!("ADD {}", i.definition()))
+            .collect();
+        format!(
+            "ALTER TABLE `{}` {}, ALGORITHM=INPLACE, LOCK=NONE",
+            self.name(),
+            adds.join(", ")
+        )
+    }
+
+    /// The names of the table's indexes (`PRIMARY` included).
+    pub fn index_names_sql(&self) -> String {
+        format!(
+            "SELECT DISTINCT index_name FROM information_schema.statistics \
+             WHERE table_schema = DATABASE() AND table_name = '{}'",
+            self.name()
+        )
+    }
+
+    /// 1 if the table holds a row with a `message_id` below `?`, else 0
+    /// (a primary-key probe).
+    pub fn any_id_below_sql(&self) -> String {
+        format!(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM `{}` WHERE message_id < ? LIMIT 1) x",
             self.name()
         )
     }
@@ -259,6 +299,65 @@ impl MonthTable {
         )
     }
 }
+
+/// A secondary index of the month template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SecondaryIndex {
+    pub name: &'static str,
+    pub unique: bool,
+    pub columns: &'static str,
+}
+
+impl SecondaryIndex {
+    /// `[UNIQUE ]KEY name (columns)`, as in `CREATE TABLE` and `ALTER TABLE … ADD`.
+    pub fn definition(&self) -> String {
+        format!(
+            "{}KEY {} ({})",
+            if self.unique { "UNIQUE " } else { "" },
+            self.name,
+            self.columns
+        )
+    }
+}
+
+/// Every secondary index of a month table (seed 000 §3.1), in template order.
+pub const SECONDARY_INDEXES: &[SecondaryIndex] = &[
+    SecondaryIndex {
+        name: "uk_topic_seq",
+        unique: true,
+        columns: "topic, seqid",
+    },
+    SecondaryIndex {
+        name: "uk_topic_sender_client_mid",
+        unique: true,
+        columns: "topic, from_user, client_msg_id",
+    },
+    SecondaryIndex {
+        name: "idx_group_seq",
+        unique: false,
+        columns: "group_id, seqid",
+    },
+    SecondaryIndex {
+        name: "idx_topic_created",
+        unique: false,
+        columns: "topic, created_at",
+    },
+    SecondaryIndex {
+        name: "idx_topic_from_seq",
+        unique: false,
+        columns: "topic, from_user, seqid",
+    },
+    SecondaryIndex {
+        name: "idx_audit_created",
+        unique: false,
+        columns: "audit_status, created_at",
+    },
+    SecondaryIndex {
+        name: "idx_expires",
+        unique: false,
+        columns: "expires_at",
+    },
+];
 
 /// Columns a read returns, in this order (text columns cast so MySQL 8 and
 /// MariaDB both hand back plain text).
@@ -416,51 +515,27 @@ impl MonthTable {
 
 /// The legacy migration's writes and checks (`crate::legacy`).
 impl MonthTable {
-    /// `INSERT … SELECT` of legacy rows (aliased `l`) into this month (a
-    /// row already copied stays as it is; anything else refused fails); the legacy `id` becomes `message_id`. `filter` is the WHERE
-    /// clause on `l` (cursor range and month bounds).
-    pub fn copy_from_legacy_sql(
-        &self,
-        legacy: &str,
-        index: &str,
-        columns: &str,
-        filter: &str,
-    ) -> String {
-        let select = columns
-            .split(',')
-            .map(|c| format!("l.{}", c.trim()))
-            .collect::<Vec<_>>()
-            .join(", ");
+    /// Plain multi-row insert of `rows` legacy rows (`message_id` then
+    /// `columns`, one `?` each): no `IGNORE`, no `ON DUPLICATE KEY`, so a
+    /// row already there or a seq held by another message is an error.
+    pub fn insert_copied_sql(&self, columns: &str, rows: usize) -> String {
+        let width = columns.split(',').count() + 1;
+        let one = format!("({})", vec!["?"; width].join(","));
         format!(
-            "INSERT INTO `{}` (message_id, {columns}) SELECT l.id, {select} FROM `{legacy}` l \
-             FORCE INDEX ({index}) WHERE {filter} ON DUPLICATE KEY UPDATE message_id = message_id",
-            self.name()
+            "INSERT INTO `{}` (message_id, {columns}) VALUES {}",
+            self.name(),
+            vec![one.as_str(); rows].join(",")
         )
     }
 
-    /// Each legacy row of `filter` with its copy in this month (aliased
-    /// `m`, joined on `message_id = l.id`): `id, topic, seqid, created_at,
-    /// legacy hash, copy hash (NULL when missing)`.
-    pub fn check_copied_sql(
-        &self,
-        legacy: &str,
-        index: &str,
-        legacy_hash: &str,
-        copy_hash: &str,
-        filter: &str,
-    ) -> String {
+    /// The digest columns of the rows with one of `count` message ids:
+    /// `message_id, seqid, from_user, content (text), status, version`.
+    pub fn digests_by_id_sql(&self, count: usize) -> String {
         format!(
-            "SELECT l.id, l.topic, l.seqid, l.created_at, {legacy_hash}, {copy_hash} FROM `{legacy}` l \
-             FORCE INDEX ({index}) LEFT JOIN `{}` m ON m.message_id = l.id WHERE {filter}",
-            self.name()
-        )
-    }
-
-    /// One topic's first and last seq, count, first and last time.
-    pub fn topic_range_sql(&self) -> String {
-        format!(
-            "SELECT MIN(seqid), MAX(seqid), COUNT(*), MIN(created_at), MAX(created_at) FROM `{}` WHERE topic = ?",
-            self.name()
+            "SELECT message_id, seqid, from_user, CAST(content AS CHAR CHARACTER SET utf8mb4), status, version \
+             FROM `{}` WHERE message_id IN ({})",
+            self.name(),
+            vec!["?"; count].join(",")
         )
     }
 
@@ -533,8 +608,33 @@ mod tests {
         }
         let t = MonthTable::new(ShardMonth::parse("202609").unwrap());
         assert_eq!(t.name(), "im_group_messages_202609");
+        assert!(t.create_sql().contains(
+            "PRIMARY KEY (message_id), UNIQUE KEY uk_topic_seq (topic, seqid), \
+             UNIQUE KEY uk_topic_sender_client_mid (topic, from_user, client_msg_id), \
+             KEY idx_group_seq (group_id, seqid), KEY idx_topic_created (topic, created_at), \
+             KEY idx_topic_from_seq (topic, from_user, seqid), KEY idx_audit_created (audit_status, created_at), \
+             KEY idx_expires (expires_at)) ENGINE=InnoDB"
+        ));
         assert!(t
             .create_sql()
             .starts_with("CREATE TABLE IF NOT EXISTS `im_group_messages_202609`"));
+    }
+
+    #[test]
+    fn index_ddl_names_the_template_indexes() {
+        let t = MonthTable::new(ShardMonth::parse("202609").unwrap());
+        let picked: Vec<&SecondaryIndex> = SECONDARY_INDEXES.iter().take(2).collect();
+        assert_eq!(
+            t.drop_indexes_sql(&picked),
+            "ALTER TABLE `im_group_messages_202609` DROP INDEX uk_topic_seq, DROP INDEX uk_topic_sender_client_mid"
+        );
+        assert_eq!(
+            t.add_indexes_sql(&picked[..1]),
+            "ALTER TABLE `im_group_messages_202609` ADD UNIQUE KEY uk_topic_seq (topic, seqid), ALGORITHM=INPLACE, LOCK=NONE"
+        );
+        assert_eq!(
+            t.insert_copied_sql("topic, seqid", 2),
+            "INSERT INTO `im_group_messages_202609` (message_id, topic, seqid) VALUES (?,?,?),(?,?,?)"
+        );
     }
 }
