@@ -598,3 +598,60 @@ async fn reports_favorites_and_files_find_their_messages_across_months_and_archi
         before_reports
     );
 }
+
+/// A message is acknowledged before the store pipeline has it: a client
+/// can see it delivered and save it at once. Its favorite waits for the
+/// store a little and then says "retry" (503), never "not found"; a seq
+/// nobody was given is not found at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_favorite_of_an_acknowledged_message_not_yet_stored_is_retryable_not_missing() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["members", "relations", "references"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("node-unstored").await;
+    stack.create_group(TOPIC, A, &[B]).await;
+    // No store pipeline yet: the message is acknowledged, not stored.
+    let seq = send(&stack, gw, A, "early", json!("save me")).await;
+    let path = format!("/v1/me/favorites/{TOPIC}/{seq}");
+    let asked = std::time::Instant::now();
+    let (status, body) = call(&stack, gw, B, "PUT", &path, json!({})).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not stored yet"),
+        "{body}"
+    );
+    assert!(
+        body["params"]["retry_after_ms"].as_u64().is_some(),
+        "{body}"
+    );
+    assert!(
+        asked.elapsed() >= Duration::from_secs(1),
+        "waited for the store first"
+    );
+    let (status, body) = call(
+        &stack,
+        gw,
+        B,
+        "PUT",
+        &format!("/v1/me/favorites/{TOPIC}/{}", seq + 50),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 404, "never allocated: {body}");
+
+    // The store catches up: the same request, retried, is taken.
+    stack.start_pipeline("store").await;
+    wait_for("the favorite taken", Duration::from_secs(60), || async {
+        match call(&stack, gw, B, "PUT", &path, json!({})).await {
+            (202, _) => Ok(()),
+            (503, body) => Err(format!("still retryable: {body}")),
+            (status, body) => panic!("{status}: {body}"),
+        }
+    })
+    .await;
+    favorites_become(&stack, gw, B, &[(seq, "ok")]).await;
+}

@@ -77,6 +77,57 @@ async fn readable(
         .map_err(|e| refused(e.into()))
 }
 
+/// How long a reference to an acknowledged message waits for its store.
+const STORE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// [`readable`] for a message the caller is about to refer to (a favorite,
+/// a report): a message acknowledged (its seq allocated) but not yet
+/// stored — a client can see it delivered a moment before the pipelines
+/// store it, or while they catch up after an outage — is waited for a
+/// little, then answered with a retryable 503, never a 404.
+async fn readable_when_stored(
+    gw: &Gateway,
+    claims: &Claims,
+    topic: &str,
+    seq: i64,
+) -> Result<Resolved, ApiError> {
+    let found = readable(gw, claims, topic, seq).await?;
+    if found.state != RefState::Gone {
+        return Ok(found);
+    }
+    let mut redis = gw.sender.redis();
+    let allocated: Option<i64> = redis::cmd("HGET")
+        .arg(crate::keys::TopicKeys::new(&claims.ten, topic).seq())
+        .arg("last_seq")
+        .query_async(&mut redis)
+        .await
+        .map_err(unavailable)?;
+    if allocated.is_none_or(|last| seq > last) {
+        return Ok(found);
+    }
+    let deadline = tokio::time::Instant::now() + STORE_WAIT;
+    loop {
+        // Stored, yet gone for this reader: they cleared it.
+        let stored = gw
+            .history
+            .message(&claims.ten, topic, seq)
+            .await
+            .map_err(|e| refused(e.into()))?;
+        if stored.is_some() {
+            return readable(gw, claims, topic, seq).await;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Err(ApiError(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("message {seq} is not stored yet; retry"),
+        Some(json!({"retry_after_ms": 1000})),
+    ))
+}
+
 /// The caller and the stored topic a client names (`usr<peer>` is the
 /// one-to-one topic of the pair).
 async fn conversation_of(
@@ -151,7 +202,7 @@ pub async fn report(
     }
     let claims = reader(&gw, &headers, &topic).await?;
     rate(&gw, &claims, super::limits::Action::Report).await?;
-    let found = readable(&gw, &claims, &topic, seq).await?;
+    let found = readable_when_stored(&gw, &claims, &topic, seq).await?;
     let message = match (&found.state, &found.message) {
         (RefState::Ok, Some(m)) => m,
         (RefState::Recalled | RefState::Deleted, _) => {
@@ -201,7 +252,7 @@ pub async fn add_favorite(
     super::reads::ensure_member(&gw, &claims.ten, &topic, claims.uid)
         .await
         .map_err(refused)?;
-    let found = readable(&gw, &claims, &topic, seq).await?;
+    let found = readable_when_stored(&gw, &claims, &topic, seq).await?;
     if found.state != RefState::Ok {
         return Err(error(404, "message not found"));
     }
