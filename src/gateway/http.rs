@@ -650,7 +650,10 @@ mod tests {
 
     #[test]
     fn a_message_renders_its_stored_json_as_json_and_other_text_as_a_string() {
-        let m = stored(Some(r#"{"mime": "text/x-drafty"}"#), Some(r#"{"txt":"hi \u4f60"}"#));
+        let m = stored(
+            Some(r#"{"mime": "text/x-drafty"}"#),
+            Some(r#"{"txt":"hi \u4f60"}"#),
+        );
         let text = serde_json::to_string(&MessageJson(&m)).unwrap();
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(

@@ -324,7 +324,10 @@ pub async fn run_on<H: Handler>(
         // saves idle fetch round trips (at 100 ms, twelve idle pipelines
         // kept the broker at 6 % of a core). Background pipelines ask for
         // more bytes per fetch (see `Topology::fetch_min_bytes`).
-        .set("fetch.min.bytes", topology.fetch_min_bytes.max(1).to_string())
+        .set(
+            "fetch.min.bytes",
+            topology.fetch_min_bytes.max(1).to_string(),
+        )
         .set("fetch.wait.max.ms", topology.fetch_wait_max_ms.to_string())
         .create()?;
     consumer.subscribe(&[source])?;

@@ -175,7 +175,11 @@ mod tests {
     fn fetch_sizes_default_to_at_once_and_are_bounded() {
         let t = Topology::parse("name = \"x\"\nsource = \"group_events\"\n", "x.toml").unwrap();
         assert_eq!((t.fetch_min_bytes, t.fetch_wait_max_ms), (1, 500));
-        for bad in ["fetch_min_bytes = 0", "fetch_wait_max_ms = 0", "fetch_wait_max_ms = 60000"] {
+        for bad in [
+            "fetch_min_bytes = 0",
+            "fetch_wait_max_ms = 0",
+            "fetch_wait_max_ms = 60000",
+        ] {
             let err = Topology::parse(
                 &format!("name = \"x\"\nsource = \"group_events\"\n{bad}\n"),
                 "x.toml",
