@@ -12,7 +12,7 @@ use chrono::Utc;
 use imstream::history::{History, PageQuery, StoredMessage};
 use imstream::keys::TopicKeys;
 use imstream::legacy::bench::{fill_synthetic, Synthetic};
-use imstream::legacy::copy::{copy, CopyOptions};
+use imstream::legacy::copy::{copy, CopyOptions, CopyOutcome};
 use imstream::legacy::{cutover, plan, state, table, verify};
 use imstream::store::month::ShardMonth;
 use imstream::tenant::TenantPools;
@@ -103,6 +103,19 @@ async fn month_rows(stack: &Stack) -> (i64, i64) {
     .unwrap()
 }
 
+/// One `legacy copy` run to its end (or its `max_batches`).
+async fn run_copy(
+    pool: &sqlx::MySqlPool,
+    redis: &mut imstream::redis_util::Redis,
+    tenant: &str,
+    options: &CopyOptions,
+) -> CopyOutcome {
+    let shutdown = imstream::shutdown::Shutdown::new();
+    copy(pool, redis, tenant, options, &shutdown)
+        .await
+        .expect("legacy copy")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn legacy_table_moves_into_month_tables_with_pauses_and_identical_reads() {
     let stack = Stack::prepared(None).await;
@@ -159,14 +172,11 @@ async fn legacy_table_moves_into_month_tables_with_pauses_and_identical_reads() 
     assert_eq!(month_rows(&stack).await, (0, 0));
 
     // Interrupted twice, resumed.
-    let shutdown = imstream::shutdown::Shutdown::new();
     let paused = CopyOptions {
         max_batches: Some(10),
         ..CopyOptions::default()
     };
-    let one = copy(&pool, &mut redis, &tenant, &paused, &shutdown)
-        .await
-        .expect("copy 1");
+    let one = run_copy(&pool, &mut redis, &tenant, &paused).await;
     assert_eq!(
         (one.batches, one.rows_read, one.rows_inserted, one.finished),
         (10, 50_000, 50_000, false)
@@ -177,9 +187,7 @@ async fn legacy_table_moves_into_month_tables_with_pauses_and_identical_reads() 
         before,
         "reads midway (dual read)"
     );
-    let two = copy(&pool, &mut redis, &tenant, &paused, &shutdown)
-        .await
-        .expect("copy 2");
+    let two = run_copy(&pool, &mut redis, &tenant, &paused).await;
     assert_eq!((two.rows_read, two.finished), (50_000, false));
     let st = state::load(&pool).await.unwrap().unwrap();
     assert_eq!(
@@ -192,15 +200,7 @@ async fn legacy_table_moves_into_month_tables_with_pauses_and_identical_reads() 
         "{}",
         not_done.remaining
     );
-    let rest = copy(
-        &pool,
-        &mut redis,
-        &tenant,
-        &CopyOptions::default(),
-        &shutdown,
-    )
-    .await
-    .expect("copy 3");
+    let rest = run_copy(&pool, &mut redis, &tenant, &CopyOptions::default()).await;
     assert_eq!(
         (rest.rows_read, rest.rows_inserted, rest.finished),
         (100_000, 100_000, true)
@@ -209,23 +209,13 @@ async fn legacy_table_moves_into_month_tables_with_pauses_and_identical_reads() 
     println!("legacy copy: {:.0} rows/s (last run)", rest.rows_per_sec());
 
     // Re-running is safe: from the end nothing, from the start nothing new.
-    let again = copy(
-        &pool,
-        &mut redis,
-        &tenant,
-        &CopyOptions::default(),
-        &shutdown,
-    )
-    .await
-    .unwrap();
+    let again = run_copy(&pool, &mut redis, &tenant, &CopyOptions::default()).await;
     assert_eq!((again.rows_read, again.finished), (0, true));
     let restart = CopyOptions {
         restart: true,
         ..CopyOptions::default()
     };
-    let redo = copy(&pool, &mut redis, &tenant, &restart, &shutdown)
-        .await
-        .unwrap();
+    let redo = run_copy(&pool, &mut redis, &tenant, &restart).await;
     assert_eq!((redo.rows_read, redo.rows_inserted), (200_000, 0));
     assert_eq!(
         month_rows(&stack).await,
@@ -364,16 +354,13 @@ async fn bulk_loaded_months_resume_with_indexes_and_status_back() {
     assert_eq!(before[0].len(), 600);
 
     // Stopped mid-month: the two months in progress are loading, without indexes.
-    let shutdown = imstream::shutdown::Shutdown::new();
     let paused = CopyOptions {
         batch_size: 1000,
         max_batches: Some(3),
         jobs: 2,
         ..CopyOptions::default()
     };
-    let one = copy(&pool, &mut redis, &tenant, &paused, &shutdown)
-        .await
-        .expect("copy 1");
+    let one = run_copy(&pool, &mut redis, &tenant, &paused).await;
     assert_eq!((one.rows_read, one.finished), (3000, false));
     let loading: Vec<String> = statuses(&pool)
         .await
@@ -411,15 +398,7 @@ async fn bulk_loaded_months_resume_with_indexes_and_status_back() {
     );
 
     // Run again: everything copied, indexes built, statuses back.
-    let rest = copy(
-        &pool,
-        &mut redis,
-        &tenant,
-        &CopyOptions::default(),
-        &shutdown,
-    )
-    .await
-    .expect("copy 2");
+    let rest = run_copy(&pool, &mut redis, &tenant, &CopyOptions::default()).await;
     assert_eq!(
         (rest.rows_read, rest.rows_inserted, rest.finished),
         (27_000, 27_000, true)
@@ -465,15 +444,7 @@ async fn bulk_loaded_months_resume_with_indexes_and_status_back() {
         "{:?}",
         not_yet.loading
     );
-    let again = copy(
-        &pool,
-        &mut redis,
-        &tenant,
-        &CopyOptions::default(),
-        &shutdown,
-    )
-    .await
-    .expect("copy 3");
+    let again = run_copy(&pool, &mut redis, &tenant, &CopyOptions::default()).await;
     assert_eq!(
         (again.rows_read, again.months_indexed, again.finished),
         (0, 1, true)
@@ -494,9 +465,7 @@ async fn bulk_loaded_months_resume_with_indexes_and_status_back() {
         restart: true,
         ..CopyOptions::default()
     };
-    let redo = copy(&pool, &mut redis, &tenant, &restart, &shutdown)
-        .await
-        .unwrap();
+    let redo = run_copy(&pool, &mut redis, &tenant, &restart).await;
     assert_eq!(
         (redo.rows_read, redo.rows_inserted, redo.months_indexed),
         (30_000, 0, 0)
