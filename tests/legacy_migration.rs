@@ -103,6 +103,22 @@ async fn month_rows(stack: &Stack) -> (i64, i64) {
     .unwrap()
 }
 
+/// `rows` legacy rows over 50 topics and the four months before this one.
+async fn legacy_rows(pool: &sqlx::MySqlPool, rows: i64) -> Synthetic {
+    let mut first = ShardMonth::of(Utc::now());
+    for _ in 0..4 {
+        first = first.prev();
+    }
+    let shape = Synthetic {
+        rows,
+        topics: 50,
+        first,
+        months: 4,
+    };
+    fill_synthetic(pool, &shape).await.expect("legacy rows");
+    shape
+}
+
 /// One `legacy copy` run to its end (or its `max_batches`).
 async fn run_copy(
     pool: &sqlx::MySqlPool,
@@ -122,17 +138,7 @@ async fn legacy_table_moves_into_month_tables_with_pauses_and_identical_reads() 
     let tenant = stack.tenant().to_string();
     let pool = stack.pool();
     let mut redis = stack.redis().await;
-    let mut first = ShardMonth::of(Utc::now());
-    for _ in 0..4 {
-        first = first.prev();
-    }
-    let shape = Synthetic {
-        rows: 200_000,
-        topics: 50,
-        first,
-        months: 4,
-    };
-    fill_synthetic(&pool, &shape).await.expect("legacy rows");
+    let shape = legacy_rows(&pool, 200_000).await;
     // A live allocator of a legacy topic that is behind the legacy seqs.
     let seq_key = TopicKeys::new(&tenant, &Synthetic::topic(3)).seq();
     let _: () = redis::cmd("HSET")
@@ -149,7 +155,7 @@ async fn legacy_table_moves_into_month_tables_with_pauses_and_identical_reads() 
         (200_000, 50, 4),
         "{p:?}"
     );
-    assert_eq!(p.months.keys().next(), Some(&first));
+    assert_eq!(p.months.keys().next(), Some(&shape.first));
     let last_seq: i64 = redis::cmd("HGET")
         .arg(&seq_key)
         .arg("last_seq")
@@ -323,17 +329,7 @@ async fn bulk_loaded_months_resume_with_indexes_and_status_back() {
     let pool = stack.pool();
     let mut redis = stack.redis().await;
     let now = ShardMonth::of(Utc::now());
-    let mut first = now;
-    for _ in 0..4 {
-        first = first.prev();
-    }
-    let shape = Synthetic {
-        rows: 30_000,
-        topics: 50,
-        first,
-        months: 4,
-    };
-    fill_synthetic(&pool, &shape).await.expect("legacy rows");
+    let shape = legacy_rows(&pool, 30_000).await;
     plan::plan(&pool, &mut redis, &tenant).await.expect("plan");
     let planned = statuses(&pool).await;
     let past: Vec<String> = planned
