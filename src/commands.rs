@@ -42,9 +42,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             if config.tenants.is_empty() {
                 bail!("no tenants configured: add [[tenants]] entries to the config");
             }
-            let n = crate::tenant::migrate(&config, args.tenant.as_deref()).await?;
+            let done = crate::tenant::migrate(&config, args.tenant.as_deref()).await?;
             crate::send::establish_generations(&config).await?;
-            println!("migrated {n} tenant database(s)");
+            for (tenant, report) in &done {
+                for (version, description) in &report.applied {
+                    println!("{tenant}: applied migration {version} ({description})");
+                }
+                for (table, column, was) in &report.converted {
+                    println!(
+                        "{tenant}: {table}.{column} converted from {was} to VARBINARY (exact)"
+                    );
+                }
+            }
+            println!("migrated {} tenant database(s)", done.len());
             Ok(())
         }
         Command::Gateway(args) => {
@@ -90,11 +100,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 let topics: Vec<String> = match &topic {
                     Some(x) => vec![x.clone()],
                     None => {
-                        sqlx::query_scalar(
+                        let topics: Vec<crate::exact::Exact> = sqlx::query_scalar(
                             "SELECT DISTINCT topic FROM im_group_message_topic_shards",
                         )
                         .fetch_all(&pool)
-                        .await?
+                        .await?;
+                        topics.into_iter().map(String::from).collect()
                     }
                 };
                 for x in topics {

@@ -18,6 +18,7 @@
 //! - [`registry`] — the embedded Confluent-compatible schema registry.
 //! - [`kafka`] — producer, topics of the event log.
 //! - [`failure`] — outage or poison: how every failure is classified.
+//! - [`exact`] — exact identities: identity columns are `VARBINARY`, checked before a database is used.
 //! - [`tenant`] — tenant databases (each on its own server, if configured), pools, migrations.
 //! - [`replica`] — read replicas of tenant servers: the lag probe that decides when they are read.
 //! - [`keys`], [`redis_util`] — Redis key names, scripts, locks, the month clock.
@@ -49,6 +50,7 @@ pub mod commands;
 pub mod config;
 pub mod conversations;
 pub mod events;
+pub mod exact;
 pub mod failure;
 pub mod gateway;
 pub mod governance;

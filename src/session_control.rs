@@ -9,6 +9,7 @@
 use crate::redis_util::Redis;
 use sqlx::MySqlPool;
 
+use crate::exact::Exact;
 use crate::keys::TenantKeys;
 
 /// A user without a row is cached this long (the key set stays bounded by
@@ -62,7 +63,7 @@ pub async fn load(pool: &MySqlPool, uid: i64) -> sqlx::Result<UserControl> {
     .bind(uid)
     .fetch_optional(pool)
     .await?;
-    let devices: Vec<(String, i64)> = sqlx::query_as(
+    let devices: Vec<(Exact, i64)> = sqlx::query_as(
         "SELECT device, generation FROM im_session_control_devices WHERE uid = ? ORDER BY device",
     )
     .bind(uid)
@@ -73,8 +74,12 @@ pub async fn load(pool: &MySqlPool, uid: i64) -> sqlx::Result<UserControl> {
         version,
         auth_version,
         disabled,
-        devices,
+        devices: exact_devices(devices),
     })
+}
+
+fn exact_devices(devices: Vec<(Exact, i64)>) -> Vec<(String, i64)> {
+    devices.into_iter().map(|(d, g)| (d.0, g)).collect()
 }
 
 /// Applies `change` in one transaction (bumping the row version) and
@@ -116,7 +121,7 @@ pub async fn apply(pool: &MySqlPool, uid: i64, change: &Change) -> sqlx::Result<
     .bind(uid)
     .fetch_one(&mut *tx)
     .await?;
-    let devices: Vec<(String, i64)> = sqlx::query_as(
+    let devices: Vec<(Exact, i64)> = sqlx::query_as(
         "SELECT device, generation FROM im_session_control_devices WHERE uid = ? ORDER BY device",
     )
     .bind(uid)
@@ -127,7 +132,7 @@ pub async fn apply(pool: &MySqlPool, uid: i64, change: &Change) -> sqlx::Result<
         version: row.0,
         auth_version: row.1,
         disabled: row.2,
-        devices,
+        devices: exact_devices(devices),
     })
 }
 

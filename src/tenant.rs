@@ -25,6 +25,8 @@ pub enum TenantError {
     Db(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("{0}")]
+    Inexact(crate::exact::ExactError),
 }
 
 impl TenantError {
@@ -34,6 +36,7 @@ impl TenantError {
             TenantError::Unknown(_) => false,
             TenantError::Db(e) => db_failure(e).is_outage(),
             TenantError::Migrate(_) => false,
+            TenantError::Inexact(_) => false,
         }
     }
 }
@@ -200,18 +203,80 @@ impl TenantPools {
     }
 }
 
-/// A pool for one database on the configured server.
+/// A pool for one database on the configured server, used only once the
+/// database has proved its identity columns exact ([`crate::exact::verify`]):
+/// until then every new connection is refused (logged with the column's
+/// name; to its users the database is unavailable, never served inexactly).
 pub fn database_pool(mysql: &MysqlConfig, database: &str) -> Result<MySqlPool, sqlx::Error> {
+    let verified = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let name = database.to_string();
+    Ok(pool_options(mysql)
+        .after_connect(move |conn, _meta| {
+            let (verified, name) = (verified.clone(), name.clone());
+            Box::pin(async move {
+                use std::sync::atomic::Ordering;
+                if verified.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                crate::exact::verify(&mut *conn, &name)
+                    .await
+                    .map_err(crate::exact::ExactError::into_sqlx)?;
+                verified.store(true, Ordering::Release);
+                Ok(())
+            })
+        })
+        .connect_lazy_with(connect_options(mysql, database)?))
+}
+
+/// A pool that uses the database as it is: for migrations, which make it
+/// exact, and the schema registry, which checks itself after migrating.
+pub fn unverified_pool(mysql: &MysqlConfig, database: &str) -> Result<MySqlPool, sqlx::Error> {
+    Ok(pool_options(mysql).connect_lazy_with(connect_options(mysql, database)?))
+}
+
+fn connect_options(
+    mysql: &MysqlConfig,
+    database: &str,
+) -> Result<MySqlConnectOptions, sqlx::Error> {
     let options: MySqlConnectOptions = mysql.database_url(database).parse()?;
-    let options = options
+    Ok(options
         .charset("utf8mb4")
         .log_statements(tracing::log::LevelFilter::Trace)
-        .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_millis(500));
-    Ok(MySqlPoolOptions::new()
+        .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_millis(500)))
+}
+
+fn pool_options(mysql: &MysqlConfig) -> MySqlPoolOptions {
+    MySqlPoolOptions::new()
         .max_connections(mysql.max_connections)
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy_with(options))
+}
+
+/// Refuses to start when a configured tenant database that answers has an
+/// identity column that is not exact, naming it. A database that does not
+/// answer now is checked by its pool before its first use
+/// ([`database_pool`]).
+pub async fn verify_exact_identities(config: &Config) -> Result<(), TenantError> {
+    for tenant in &config.tenants {
+        let pool = unverified_pool(&tenant.mysql(&config.mysql), &tenant.database)?;
+        let checked = tokio::time::timeout(
+            Duration::from_secs(10),
+            crate::exact::verify(&pool, &tenant.database),
+        )
+        .await;
+        pool.close().await;
+        match checked {
+            Ok(Ok(())) => {}
+            Ok(Err(crate::exact::ExactError::Db(e))) => {
+                tracing::warn!(tenant = %tenant.id, error = %e, "identity columns not checked at start (database unavailable); checked before its first use");
+            }
+            Err(_) => {
+                tracing::warn!(tenant = %tenant.id, "identity columns not checked at start (database timed out); checked before its first use");
+            }
+            Ok(Err(e)) => return Err(TenantError::Inexact(e)),
+        }
+    }
+    Ok(())
 }
 
 /// A pool for `tenant`'s database on its own server (`tenants[].mysql_url`,
@@ -239,29 +304,81 @@ pub async fn create_database(mysql: &MysqlConfig, database: &str) -> Result<(), 
     Ok(())
 }
 
-/// Creates one tenant's database and applies every tenant migration.
-/// Running it again is harmless.
-pub async fn migrate_tenant(mysql: &MysqlConfig, tenant: &TenantConfig) -> Result<(), TenantError> {
-    create_database(&tenant.mysql(mysql), &tenant.database).await?;
-    let pool = tenant_pool(mysql, tenant)?;
-    TENANT_MIGRATOR.run(&pool).await?;
-    pool.close().await;
-    Ok(())
+/// What `imstream migrate` did to one tenant database.
+#[derive(Debug, Default)]
+pub struct MigrationReport {
+    /// Migrations applied by this run: (version, description).
+    pub applied: Vec<(i64, String)>,
+    /// Identity columns made exact after the migrations (month tables, and
+    /// any that had drifted): (table, column, old type).
+    pub converted: Vec<(String, String, String)>,
 }
 
-/// `imstream migrate`: every configured tenant, or only `only`.
-pub async fn migrate(config: &Config, only: Option<&str>) -> Result<usize, TenantError> {
-    let mut done = 0;
+/// Creates one tenant's database, applies every tenant migration and makes
+/// the identity columns of its month tables exact ([`crate::exact`]), then
+/// checks them all. Running it again is harmless (and reports nothing).
+pub async fn migrate_tenant(
+    mysql: &MysqlConfig,
+    tenant: &TenantConfig,
+) -> Result<MigrationReport, TenantError> {
+    create_database(&tenant.mysql(mysql), &tenant.database).await?;
+    let pool = unverified_pool(&tenant.mysql(mysql), &tenant.database)?;
+    let before = applied_versions(&pool).await?;
+    TENANT_MIGRATOR.run(&pool).await?;
+    let applied = TENANT_MIGRATOR
+        .iter()
+        .filter(|m| !before.contains(&m.version))
+        .map(|m| (m.version, m.description.to_string()))
+        .collect();
+    let converted = crate::exact::convert(&pool)
+        .await
+        .map_err(TenantError::Inexact)?;
+    crate::exact::verify(&pool, &tenant.database)
+        .await
+        .map_err(TenantError::Inexact)?;
+    pool.close().await;
+    Ok(MigrationReport { applied, converted })
+}
+
+/// Versions already applied to a database (none before its first migration).
+async fn applied_versions(pool: &MySqlPool) -> Result<Vec<i64>, sqlx::Error> {
+    let exists: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '_sqlx_migrations'",
+    )
+    .fetch_one(pool)
+    .await?;
+    if exists == 0 {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success = 1")
+        .fetch_all(pool)
+        .await
+}
+
+/// `imstream migrate`: every configured tenant, or only `only`; says what
+/// it did to each (logged, and returned for the command to print).
+pub async fn migrate(
+    config: &Config,
+    only: Option<&str>,
+) -> Result<Vec<(String, MigrationReport)>, TenantError> {
+    let mut done = Vec::new();
     for tenant in &config.tenants {
         if only.is_some_and(|t| t != tenant.id) {
             continue;
         }
-        migrate_tenant(&config.mysql, tenant).await?;
+        let report = migrate_tenant(&config.mysql, tenant).await?;
+        for (version, description) in &report.applied {
+            tracing::info!(tenant = %tenant.id, version, %description, "migration applied");
+        }
+        for (table, column, was) in &report.converted {
+            tracing::info!(tenant = %tenant.id, %table, %column, %was, "identity column converted to VARBINARY");
+        }
         tracing::info!(tenant = %tenant.id, database = %tenant.database, "tenant database migrated");
-        done += 1;
+        done.push((tenant.id.clone(), report));
     }
     if let Some(t) = only {
-        if done == 0 {
+        if done.is_empty() {
             return Err(TenantError::Unknown(t.to_string()));
         }
     }

@@ -49,7 +49,7 @@ async fn stored_counts(pool: &MySqlPool, topic: &str) -> (i64, i64) {
 
 async fn stored_rows(pool: &MySqlPool, topic: &str) -> Vec<(i64, String)> {
     sqlx::query_as(&format!(
-        "SELECT seqid, client_msg_id FROM im_group_messages_{} WHERE topic = ? ORDER BY seqid",
+        "SELECT seqid, CAST(client_msg_id AS CHAR) FROM im_group_messages_{} WHERE topic = ? ORDER BY seqid",
         current_month()
     ))
     .bind(topic)

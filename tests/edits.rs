@@ -421,7 +421,7 @@ async fn an_edit_or_recall_delivered_twice_or_replayed_produces_one_revision() {
 
     // The same two events delivered again (same ids, as a redelivery).
     let ids: Vec<(i64, String)> = sqlx::query_as(
-        "SELECT seqid, event_id FROM im_message_revisions WHERE topic = ? ORDER BY seqid",
+        "SELECT seqid, CAST(event_id AS CHAR) FROM im_message_revisions WHERE topic = ? ORDER BY seqid",
     )
     .bind(TOPIC)
     .fetch_all(&pool)

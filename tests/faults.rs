@@ -759,7 +759,7 @@ fn live_messages(member: &Client, topic: &str) -> Vec<(i64, String)> {
 
 async fn stored_rows(pool: &sqlx::MySqlPool, topic: &str) -> Vec<(i64, Option<String>)> {
     let sql = format!(
-        "SELECT seqid, client_msg_id FROM im_group_messages_{} WHERE topic = ? ORDER BY seqid",
+        "SELECT seqid, CAST(client_msg_id AS CHAR) FROM im_group_messages_{} WHERE topic = ? ORDER BY seqid",
         month()
     );
     // MariaDB may just have come back: retry briefly.

@@ -68,7 +68,7 @@ async fn tinode_sdk_client_sends_through_the_gateway() {
             // The SDK sends plain text as a bare JSON string. JSON_UNQUOTE's
             // result is flagged binary, so it is read as bytes.
             let rows: Vec<(i64, i64, Option<String>, Option<Vec<u8>>)> = sqlx::query_as(&format!(
-                "SELECT seqid, from_user, client_msg_id, JSON_UNQUOTE(content) \
+                "SELECT seqid, from_user, CAST(client_msg_id AS CHAR), JSON_UNQUOTE(content) \
                  FROM im_group_messages_{month} WHERE topic = ? ORDER BY seqid"
             ))
             .bind(TOPIC)

@@ -77,7 +77,7 @@ async fn send_acked(
 /// `(seq, client_msg_id)` of a topic's rows in one month table.
 async fn rows(pool: &MySqlPool, month: &str, topic: &str) -> Vec<(i64, String)> {
     sqlx::query_as(&format!(
-        "SELECT seqid, client_msg_id FROM im_group_messages_{month} WHERE topic = ? ORDER BY seqid"
+        "SELECT seqid, CAST(client_msg_id AS CHAR) FROM im_group_messages_{month} WHERE topic = ? ORDER BY seqid"
     ))
     .bind(topic)
     .fetch_all(pool)

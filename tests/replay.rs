@@ -177,7 +177,7 @@ async fn wipe(stack: &Stack, tenant: &str, suffixes: &[&str]) -> usize {
 /// Every mirror row of a tenant database, as text.
 async fn mirror(pool: &MySqlPool) -> Vec<(String, String, i64, i64, i64)> {
     sqlx::query_as(
-        "SELECT topic, shard_month, min_seq, max_seq, message_count FROM im_group_message_topic_shards ORDER BY topic, shard_month",
+        "SELECT CAST(topic AS CHAR), shard_month, min_seq, max_seq, message_count FROM im_group_message_topic_shards ORDER BY topic, shard_month",
     )
     .fetch_all(pool)
     .await

@@ -578,7 +578,7 @@ async fn admin_calls_are_audited_with_the_tokens_operator_and_scoped_to_its_tena
         let pool = pool.clone();
         async move {
             let rows: Vec<(String, String)> = sqlx::query_as(
-                "SELECT command_id, operator FROM im_admin_commands ORDER BY command_id",
+                "SELECT CAST(command_id AS CHAR), CAST(operator AS CHAR) FROM im_admin_commands ORDER BY command_id",
             )
             .fetch_all(&pool)
             .await

@@ -73,7 +73,7 @@ async fn http_send_is_acked_and_stored_once() {
         let month = month.clone();
         async move {
             let rows: Vec<(i64, String)> = sqlx::query_as(&format!(
-                "SELECT seqid, client_msg_id FROM im_group_messages_{month} WHERE topic = 'grpSmoke' ORDER BY seqid"
+                "SELECT seqid, CAST(client_msg_id AS CHAR) FROM im_group_messages_{month} WHERE topic = 'grpSmoke' ORDER BY seqid"
             ))
             .fetch_all(&pool)
             .await

@@ -368,7 +368,7 @@ async fn a_missing_month_table_is_waited_for_and_the_dlq_replay_stores_dead_lett
     };
     assert_eq!(mirror(&pool, topic).await, expected_mirror);
     let dead_row: (String, String) = sqlx::query_as(
-        "SELECT client_msg_id, CAST(JSON_UNQUOTE(JSON_EXTRACT(content, '$.txt')) AS CHAR) FROM im_group_messages_203001 WHERE topic = ? AND seqid = 3",
+        "SELECT CAST(client_msg_id AS CHAR), CAST(JSON_UNQUOTE(JSON_EXTRACT(content, '$.txt')) AS CHAR) FROM im_group_messages_203001 WHERE topic = ? AND seqid = 3",
     )
     .bind(topic)
     .fetch_one(&pool)
@@ -681,7 +681,7 @@ async fn a_ten_thousand_member_group_under_concurrent_senders_gets_unique_seqs_s
     assert_eq!(mirror(&pool, topic).await, vec![(month, 1, TOTAL, TOTAL)]);
     // Each acked message is the row under its acked seq.
     let stored: Vec<(String, i64)> = sqlx::query_as(&format!(
-        "SELECT client_msg_id, seqid FROM {table} WHERE topic = ?"
+        "SELECT CAST(client_msg_id AS CHAR), seqid FROM {table} WHERE topic = ?"
     ))
     .bind(topic)
     .fetch_all(&pool)

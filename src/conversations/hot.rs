@@ -34,6 +34,7 @@ use sqlx::mysql::MySqlPool;
 use sqlx::Row;
 
 use crate::events::now_ms;
+use crate::exact::Exact;
 use crate::groups::Role;
 use crate::history::dellog::{self, Hidden};
 use crate::keys::{TopicKeys, UserKeys};
@@ -461,7 +462,7 @@ async fn memberships_from_mysql(pool: &MySqlPool, uid: i64) -> sqlx::Result<Vec<
             };
             let role: Option<String> = r.try_get(4)?;
             Ok(Membership {
-                topic: r.try_get(0)?,
+                topic: r.try_get::<Exact, _>(0)?.into(),
                 kind,
                 peer: r.try_get(2)?,
                 joined_ms: r.try_get(3)?,
@@ -547,7 +548,7 @@ async fn topic_states_from_mysql(
                 from: r.try_get(3)?,
                 preview: r.try_get(4)?,
             };
-            Ok((r.try_get(0)?, state))
+            Ok((r.try_get::<Exact, _>(0)?.into(), state))
         })
         .collect()
 }
@@ -618,13 +619,14 @@ async fn group_profiles_from_mysql(
     pool: &MySqlPool,
     topics: &[&str],
 ) -> sqlx::Result<HashMap<String, CachedProfile>> {
-    profiles_from_mysql(
+    let found: HashMap<Exact, CachedProfile> = profiles_from_mysql(
         pool,
         "SELECT topic, name, photo, description, \
            CAST(UNIX_TIMESTAMP(updated_at) * 1000 AS SIGNED) FROM im_groups WHERE topic IN (",
         topics,
     )
-    .await
+    .await?;
+    Ok(found.into_iter().map(|(k, v)| (k.0, v)).collect())
 }
 
 async fn user_profiles_from_mysql(

@@ -18,6 +18,7 @@ use serde::Serialize;
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
 
+use crate::exact::Exact;
 use crate::groups::Role;
 
 pub mod hot;
@@ -201,7 +202,7 @@ pub async fn list(pool: &MySqlPool, uid: i64, q: &Query) -> sqlx::Result<Vec<Con
         let role: Option<String> = r.try_get("role")?;
         let muted: Option<i64> = r.try_get("muted")?;
         let c = Conversation {
-            topic: r.try_get("topic")?,
+            topic: r.try_get::<Exact, _>("topic")?.into(),
             kind,
             peer: r.try_get("peer_uid")?,
             role: match kind {
@@ -274,7 +275,7 @@ async fn deleted_ranges(
         q.push(")");
         for r in q.build().fetch_all(pool).await? {
             deleted
-                .entry(r.try_get(0)?)
+                .entry(r.try_get::<Exact, _>(0)?.into())
                 .or_default()
                 .push((r.try_get(1)?, r.try_get(2)?));
         }

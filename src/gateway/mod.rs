@@ -79,6 +79,9 @@ pub async fn start(
         "" => None,
         dir => Some(Arc::new(webapp::WebApp::load(std::path::Path::new(dir))?)),
     };
+    // A tenant database whose identities compare inexactly is refused,
+    // before anything is leased.
+    crate::tenant::verify_exact_identities(config).await?;
     let mut redis = crate::redis_util::connect(&config.redis.url).await?;
     let node_id = config.node.resolved_id();
     lease_node_id(&mut redis, &node_id, shutdown.clone()).await?;

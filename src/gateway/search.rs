@@ -150,12 +150,15 @@ async fn groups_of(gw: &Gateway, tenant: &str, uid: i64) -> Result<Vec<String>, 
         .pools()
         .get(tenant)
         .map_err(|_| error(500, "internal error"))?;
-    sqlx::query_scalar("SELECT topic FROM im_group_members WHERE uid = ? ORDER BY topic LIMIT ?")
-        .bind(uid)
-        .bind(MAX_TOPICS as i64)
-        .fetch_all(pool)
-        .await
-        .map_err(unavailable)
+    let topics: Vec<crate::exact::Exact> = sqlx::query_scalar(
+        "SELECT topic FROM im_group_members WHERE uid = ? ORDER BY topic LIMIT ?",
+    )
+    .bind(uid)
+    .bind(MAX_TOPICS as i64)
+    .fetch_all(pool)
+    .await
+    .map_err(unavailable)?;
+    Ok(topics.into_iter().map(String::from).collect())
 }
 
 async fn from_index(gw: &Gateway, tenant: &str, uid: i64, p: Parsed) -> Result<Value, ApiError> {

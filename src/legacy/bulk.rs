@@ -90,11 +90,13 @@ impl LegacyRow {
     fn from_row(r: &sqlx::mysql::MySqlRow) -> sqlx::Result<Self> {
         Ok(Self {
             id: r.try_get(0)?,
-            topic: r.try_get(1)?,
+            topic: r.try_get::<crate::exact::Exact, _>(1)?.into(),
             group_id: r.try_get(2)?,
             seq: r.try_get(3)?,
             from_user: r.try_get(4)?,
-            client_msg_id: r.try_get(5)?,
+            client_msg_id: r
+                .try_get::<Option<crate::exact::Exact>, _>(5)?
+                .map(String::from),
             msg_type: r.try_get(6)?,
             status: r.try_get(7)?,
             content: r.try_get(8)?,

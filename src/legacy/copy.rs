@@ -441,11 +441,14 @@ async fn copy_locked(
     if out.finished {
         state::set_status(pool, state::COPIED).await?;
         // Topics a killed earlier run touched are written too.
-        touched = sqlx::query_scalar(&format!("SELECT DISTINCT topic FROM {TABLE}"))
-            .fetch_all(pool)
-            .await?
-            .into_iter()
-            .collect();
+        touched = sqlx::query_scalar::<_, crate::exact::Exact>(&format!(
+            "SELECT DISTINCT topic FROM {TABLE}"
+        ))
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(String::from)
+        .collect();
         copied_months.extend(committed.keys().next().copied());
         copied_months.extend(committed.keys().next_back().copied());
     }

@@ -58,7 +58,7 @@ pub async fn plan(pool: &MySqlPool, redis: &mut Redis, tenant: &str) -> anyhow::
         out.rows += rows;
     }
     out.months = months;
-    let maxima: Vec<(String, i64)> = sqlx::query_as(&format!(
+    let maxima: Vec<(crate::exact::Exact, i64)> = sqlx::query_as(&format!(
         "SELECT topic, MAX(seqid) FROM {TABLE} GROUP BY topic"
     ))
     .fetch_all(pool)

@@ -118,7 +118,7 @@ pub async fn verify(
             .fetch_all(pool)
             .await?
             .iter()
-            .map(|r| Ok((r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))))
+            .map(|r| Ok((exact(r)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))))
             .collect::<Result<_, sqlx::Error>>()?;
         let month = table.month().to_string();
         let mirror: BTreeMap<String, (i64, i64, i64)> = sqlx::query(
@@ -128,7 +128,7 @@ pub async fn verify(
         .fetch_all(pool)
         .await?
         .iter()
-        .map(|r| Ok((r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))))
+        .map(|r| Ok((exact(r)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))))
         .collect::<Result<_, sqlx::Error>>()?;
         for (topic, a) in &actual {
             if mirror.get(topic) != Some(a) {
@@ -163,4 +163,9 @@ pub async fn verify(
         state::set_status(pool, state::VERIFIED).await?;
     }
     Ok(report)
+}
+
+/// Column 0 of a row: a topic (an exact, binary column).
+fn exact(r: &sqlx::mysql::MySqlRow) -> sqlx::Result<String> {
+    Ok(r.try_get::<crate::exact::Exact, _>(0)?.into())
 }

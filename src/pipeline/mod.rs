@@ -157,6 +157,7 @@ pub async fn with_handler<W: WithHandler>(
     codec: EventCodec,
     then: W,
 ) -> anyhow::Result<W::Output> {
+    crate::tenant::verify_exact_identities(config).await?;
     let pools = TenantPools::connect_lazy(config)?;
     let redis = crate::redis_util::connect(&config.redis.url).await?;
     Ok(match name {

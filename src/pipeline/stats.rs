@@ -133,7 +133,10 @@ async fn write(pool: &sqlx::MySqlPool, batch: &TenantBatch) -> sqlx::Result<()> 
                 Ok(SeqSet::parse(&r.try_get::<String, _>(i)?).unwrap_or_default())
             };
             stored.insert(
-                (r.try_get(0)?, r.try_get(1)?),
+                (
+                    r.try_get(0)?,
+                    r.try_get::<crate::exact::Exact, _>(1)?.into(),
+                ),
                 [set(2)?, set(3)?, set(4)?, set(5)?],
             );
         }

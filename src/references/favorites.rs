@@ -111,12 +111,12 @@ pub async fn list(
     }
     q.push(" ORDER BY created_at DESC, topic DESC, seq DESC LIMIT ")
         .push_bind(limit);
-    let rows: Vec<(String, i64, chrono::NaiveDateTime)> =
+    let rows: Vec<(crate::exact::Exact, i64, chrono::NaiveDateTime)> =
         q.build_query_as().fetch_all(pool).await?;
     Ok(rows
         .into_iter()
         .map(|(topic, seq, at)| Favorite {
-            topic,
+            topic: topic.into(),
             seq,
             saved_at: at.and_utc().timestamp_millis(),
         })

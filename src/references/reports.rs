@@ -114,8 +114,8 @@ const COLUMNS: &str = "report_id, topic, seq, reporter_uid, reason, status, crea
 fn report_of(r: &sqlx::mysql::MySqlRow) -> sqlx::Result<Report> {
     let ms = |t: chrono::NaiveDateTime| t.and_utc().timestamp_millis();
     Ok(Report {
-        report_id: r.try_get(0)?,
-        topic: r.try_get(1)?,
+        report_id: r.try_get::<crate::exact::Exact, _>(0)?.into(),
+        topic: r.try_get::<crate::exact::Exact, _>(1)?.into(),
         seq: r.try_get(2)?,
         reporter: r.try_get(3)?,
         reason: r.try_get(4)?,

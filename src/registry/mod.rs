@@ -47,9 +47,13 @@ pub async fn start(
 ) -> Result<RunningRegistry, RegistryError> {
     let database = &config.registry.database;
     crate::tenant::create_database(&config.mysql, database).await?;
-    let pool = crate::tenant::database_pool(&config.mysql, database)?;
-    let store = store::RegistryStore::new(pool);
+    // Migrated first (which makes its subject names exact), then checked.
+    let pool = crate::tenant::unverified_pool(&config.mysql, database)?;
+    let store = store::RegistryStore::new(pool.clone());
     store.migrate().await?;
+    crate::exact::verify_registry(&pool, database)
+        .await
+        .map_err(|e| RegistryError::Tenant(crate::tenant::TenantError::Inexact(e)))?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| RegistryError::Bind { addr, source })?;

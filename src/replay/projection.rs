@@ -83,7 +83,7 @@ pub async fn stats_days(pool: &MySqlPool) -> sqlx::Result<BTreeMap<String, Summa
     )
     .fetch(pool);
     while let Some(r) = rows.try_next().await? {
-        let topic: String = r.try_get(0)?;
+        let topic: String = r.try_get::<crate::exact::Exact, _>(0)?.into();
         let day: i64 = r.try_get(1)?;
         let content: String = r.try_get(2)?;
         digests.add_row(&topic, day, 0, Some(&content), "stats", 0);
@@ -103,7 +103,7 @@ pub async fn references(pool: &MySqlPool) -> sqlx::Result<BTreeMap<String, Summa
     while let Some(r) = files.try_next().await? {
         let content: String = r.try_get(2)?;
         digests.add_row(
-            &r.try_get::<String, _>(0)?,
+            &r.try_get::<crate::exact::Exact, _>(0)?,
             r.try_get(1)?,
             0,
             Some(&content),
@@ -119,7 +119,7 @@ pub async fn references(pool: &MySqlPool) -> sqlx::Result<BTreeMap<String, Summa
     while let Some(r) = reports.try_next().await? {
         let content: String = r.try_get(3)?;
         digests.add_row(
-            &r.try_get::<String, _>(0)?,
+            &r.try_get::<crate::exact::Exact, _>(0)?,
             r.try_get(1)?,
             r.try_get(2)?,
             Some(&content),
@@ -132,7 +132,7 @@ pub async fn references(pool: &MySqlPool) -> sqlx::Result<BTreeMap<String, Summa
 
 /// Feeds one `topic, seqid, from_user, content, status, version` row.
 pub fn add_row(digests: &mut Digests, r: &sqlx::mysql::MySqlRow) -> sqlx::Result<()> {
-    let topic: String = r.try_get(0)?;
+    let topic: String = r.try_get::<crate::exact::Exact, _>(0)?.into();
     let content: Option<String> = r.try_get(3)?;
     let status: String = r.try_get(4)?;
     let version: i32 = r.try_get(5)?;

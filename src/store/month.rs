@@ -189,11 +189,11 @@ impl MonthTable {
         format!(
             "CREATE TABLE IF NOT EXISTS `{}` (\
   message_id BIGINT NOT NULL COMMENT 'Snowflake id',\
-  topic VARCHAR(64) NOT NULL,\
+  topic VARBINARY(64) NOT NULL,\
   group_id BIGINT NOT NULL,\
   seqid BIGINT NOT NULL COMMENT 'per-topic, never reset across months',\
   from_user BIGINT NOT NULL,\
-  client_msg_id VARCHAR(64) NULL,\
+  client_msg_id VARBINARY(256) NULL,\
   msg_type VARCHAR(32) NOT NULL DEFAULT 'text',\
   status VARCHAR(32) NOT NULL DEFAULT 'normal',\
   content JSON NULL,\
@@ -618,6 +618,15 @@ mod tests {
         assert!(t
             .create_sql()
             .starts_with("CREATE TABLE IF NOT EXISTS `im_group_messages_202609`"));
+        // Identities compare bytes exactly (crate::exact), as converted
+        // tables do.
+        for (column, exact_type) in crate::exact::MONTH_IDENTITY_COLUMNS {
+            assert!(
+                t.create_sql()
+                    .contains(&format!("  {column} {exact_type},")),
+                "{column}"
+            );
+        }
     }
 
     #[test]

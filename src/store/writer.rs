@@ -263,7 +263,11 @@ async fn existing_dedup(
         });
         for row in q.build().fetch_all(&mut **tx).await? {
             out.insert(
-                (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?),
+                (
+                    row.try_get::<crate::exact::Exact, _>(0)?.into(),
+                    row.try_get(1)?,
+                    row.try_get::<crate::exact::Exact, _>(2)?.into(),
+                ),
                 row.try_get::<i64, _>(3)?,
             );
         }

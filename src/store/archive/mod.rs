@@ -24,6 +24,7 @@ use sqlx::Row;
 
 use super::catalog::{self, ShardStatus};
 use super::month::{Family, MonthTable, ShardMonth};
+use crate::exact::Exact;
 
 pub use format::{
     ArchiveIndex, ArchivedRow, Manifest, ObjectRef, TopicSummary, DATA_OBJECT, FORMAT,
@@ -291,13 +292,15 @@ fn required<T>(v: Option<T>, name: &str) -> Result<T, sqlx::Error> {
 /// `ARCHIVE_COLUMNS` order, then `created_ms`).
 fn archived_row(row: &MySqlRow) -> Result<ArchivedRow, sqlx::Error> {
     let text = |i: usize| row.try_get::<Option<String>, _>(i);
+    let exact =
+        |i: usize| Ok::<_, sqlx::Error>(row.try_get::<Option<Exact>, _>(i)?.map(String::from));
     Ok(ArchivedRow {
         message_id: required(int(row, 0)?, "message_id")?,
-        topic: required(text(1)?, "topic")?,
+        topic: required(exact(1)?, "topic")?,
         group_id: required(int(row, 2)?, "group_id")?,
         seqid: required(int(row, 3)?, "seqid")?,
         from_user: required(int(row, 4)?, "from_user")?,
-        client_msg_id: text(5)?,
+        client_msg_id: exact(5)?,
         msg_type: required(text(6)?, "msg_type")?,
         status: required(text(7)?, "status")?,
         content: text(8)?,
@@ -329,14 +332,14 @@ async fn table_summary(
 ) -> Result<Vec<TopicSummary>, ArchiveError> {
     let mut out = Vec::new();
     for family in Family::ALL {
-        let rows: Vec<(String, i64, i64, i64)> =
+        let rows: Vec<(Exact, i64, i64, i64)> =
             sqlx::query_as(&table.of_family(family).topic_summary_sql())
                 .fetch_all(pool)
                 .await?;
         out.extend(
             rows.into_iter()
                 .map(|(topic, count, min_seq, max_seq)| TopicSummary {
-                    topic,
+                    topic: topic.into(),
                     count,
                     min_seq,
                     max_seq,
@@ -351,7 +354,7 @@ async fn mirror_summary(
     pool: &MySqlPool,
     month: ShardMonth,
 ) -> Result<Vec<TopicSummary>, ArchiveError> {
-    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+    let rows: Vec<(Exact, i64, i64, i64)> = sqlx::query_as(
         "SELECT topic, message_count, min_seq, max_seq FROM im_group_message_topic_shards \
          WHERE shard_month = ? AND message_count > 0 ORDER BY topic",
     )
@@ -361,7 +364,7 @@ async fn mirror_summary(
     Ok(rows
         .into_iter()
         .map(|(topic, count, min_seq, max_seq)| TopicSummary {
-            topic,
+            topic: topic.into(),
             count,
             min_seq,
             max_seq,
