@@ -117,11 +117,12 @@ async fn migrate_creates_tenant_tables_and_is_repeatable() {
         .await
         .unwrap();
     assert_eq!(first.len(), 1);
-    assert!(
-        first[0].1.applied.len() >= 20,
-        "a new database gets every migration: {:?}",
-        first[0].1.applied
-    );
+    let every: Vec<i64> = imstream::tenant::TENANT_MIGRATOR
+        .iter()
+        .map(|m| m.version)
+        .collect();
+    let applied: Vec<i64> = first[0].1.applied.iter().map(|(v, _)| *v).collect();
+    assert_eq!(applied, every, "a new database gets every migration");
     // Again: nothing left to apply or convert.
     let again = imstream::tenant::migrate(&world.config, None)
         .await

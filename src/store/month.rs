@@ -622,8 +622,7 @@ mod tests {
         // tables do.
         for (column, exact_type) in crate::exact::MONTH_IDENTITY_COLUMNS {
             assert!(
-                t.create_sql()
-                    .contains(&format!("  {column} {exact_type},")),
+                t.create_sql().contains(&format!(",{column} {exact_type},")),
                 "{column}"
             );
         }
