@@ -221,7 +221,8 @@ pub async fn start(
                 .route("/v0/file/u/", post(webapp::no_files))
                 .route("/v0/file/s/{*path}", get(webapp::no_files))
                 .fallback(webapp::serve)
-                .with_state(web),
+                .with_state(web)
+                .layer(axum::middleware::map_response(webapp::harden)),
         ),
         None => app,
     };
