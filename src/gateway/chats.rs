@@ -35,15 +35,11 @@ pub const DEFAULT_MEMBER_PAGE: i64 = 100;
 pub const P2P_MODE: &str = "JRWPA";
 
 fn unavailable(e: impl std::fmt::Display) -> Refusal {
-    let id = super::log_internal(&e.to_string());
-    Refusal(503, format!("service unavailable, retry (request {id})"))
+    Refusal::unavailable(e)
 }
 
 fn pool<'a>(gw: &'a Gateway, tenant: &str) -> Result<&'a sqlx::MySqlPool, Refusal> {
-    gw.sender
-        .pools()
-        .get(tenant)
-        .map_err(|_| Refusal(500, "internal error".into()))
+    gw.sender.pools().get(tenant).map_err(Refusal::internal)
 }
 
 /// Tinode's `acs` object for one mode.

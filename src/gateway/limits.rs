@@ -104,7 +104,7 @@ pub async fn take(
             Err(Limited::Over(ms))
         }
         Err(e) => {
-            tracing::warn!(error = %e, what = action.name(), "rate limiter unavailable; refusing");
+            tracing::warn!(request_id = %crate::request_id::current(), error = %e, what = action.name(), "rate limiter unavailable; refusing");
             Err(Limited::Unavailable)
         }
     }
@@ -166,7 +166,7 @@ impl LoginSubjects {
                 .query_async(redis)
                 .await
                 .map_err(|e| {
-                    tracing::warn!(error = %e, "login lockout check unavailable; refusing");
+                    tracing::warn!(request_id = %crate::request_id::current(), error = %e, "login lockout check unavailable; refusing");
                     Limited::Unavailable
                 })?;
             if ttl > 0 {

@@ -332,10 +332,10 @@ async fn lease_node_id(
     Ok(())
 }
 
-/// Logs an internal failure under a fresh request id and returns the id:
-/// what a client is told instead of the detail.
+/// Logs an internal failure under the current request's id and returns
+/// the id: what a client is told instead of the detail.
 pub(crate) fn log_internal(e: &dyn std::fmt::Display) -> String {
-    let request_id = crate::events::new_event_id();
+    let request_id = crate::request_id::current();
     tracing::warn!(%request_id, error = %e, "request failed");
     request_id
 }

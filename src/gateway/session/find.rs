@@ -106,13 +106,10 @@ impl Session {
             .sender
             .pools()
             .get(&who.tenant)
-            .map_err(|_| Refusal(500, "internal error".into()))?;
+            .map_err(Refusal::internal)?;
         let users = crate::conversations::find_users(pool, &names, &ids, who.uid)
             .await
-            .map_err(|e| {
-                tracing::warn!(error = %e, "user search failed");
-                Refusal(503, "service unavailable, retry".into())
-            })?;
+            .map_err(Refusal::unavailable)?;
         if users.is_empty() {
             return Ok(None);
         }
