@@ -288,7 +288,7 @@ pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Resu
     // the access mode of the reader's role.
     let (profile, mode) = match tinode::p2p_peer(topic, uid) {
         Some(peer) => (
-            crate::conversations::user_profile(pool, peer)
+            super::chats::peer_profile(pool, uid, peer)
                 .await
                 .map_err(Refusal::unavailable)?,
             super::chats::P2P_MODE.to_string(),
