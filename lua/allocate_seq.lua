@@ -3,7 +3,9 @@
 -- Checks the sender against the cached group (status, membership, mutes),
 -- claims the client message id, allocates the next seq and picks the
 -- message's shard month, so that per-topic month segments never overlap and
--- never go back.
+-- never go back. The sender is checked before the seq state is even looked
+-- at: a refused send (a made-up topic, a non-member, a muted member) never
+-- leads to a re-seed, so it leaves no state behind and costs no log scan.
 --
 -- KEYS[1] seq hash     (last_seq, month_floor)
 -- KEYS[2] meta hash    (group_id, status, mute_all)
@@ -31,16 +33,14 @@
 -- Returns one of:
 --   {'OK', seq, shard_month, group_id}
 --   {'DUP', claim, group_id}   an earlier claim of this client message id
---   {'RESEED'}        seq state missing: new topic or Redis lost data
 --   {'NOGROUP'}       group facts not cached: load them, then retry
 --   {'NOMEMBERS'}     member set not cached: load it, then retry
 --   {'NOTMEMBER'} | {'DISSOLVED'} | {'MUTED', until_ms} | {'MUTED_ALL'}
+--   {'RESEED'}        the sender may send, but the seq state is missing:
+--                     new topic or Redis lost data
+-- (in the order checked).
 
 local uid = ARGV[1]
-
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {'RESEED'}
-end
 
 local meta = redis.call('HMGET', KEYS[2], 'group_id', 'status', 'mute_all')
 if not meta[1] then
@@ -65,6 +65,10 @@ if muted_until and tonumber(muted_until) > tonumber(ARGV[3]) and not privileged 
 end
 if meta[3] == '1' and not privileged then
   return {'MUTED_ALL'}
+end
+
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'RESEED'}
 end
 
 local cmid = ARGV[5]

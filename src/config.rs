@@ -364,6 +364,8 @@ pub struct LimitsConfig {
     pub clears: BucketConfig,
     /// `GET …/search` per user.
     pub searches: BucketConfig,
+    /// Directory searches (`{get topic="fnd" what="sub"}`) per user.
+    pub finds: BucketConfig,
     /// `POST /v1/groups` per user.
     pub group_creates: BucketConfig,
     /// `POST /v1/friends/requests` per user.
@@ -437,6 +439,7 @@ impl Default for LimitsConfig {
             receipts: BucketConfig::new(60, 1200),
             clears: BucketConfig::new(10, 60),
             searches: BucketConfig::new(10, 60),
+            finds: BucketConfig::new(20, 120),
             group_creates: BucketConfig::new(5, 30),
             friend_requests: BucketConfig::new(10, 60),
             reports: BucketConfig::new(10, 60),

@@ -36,6 +36,7 @@
 //! - [`send`], [`snowflake`] — the send path: ACL, seq allocation, produce, ack.
 //! - [`gateway`] — the Tinode-compatible WebSocket and HTTP front end.
 //! - [`tinode`] — the Tinode protocol's names, client messages and `{ctrl}` frames, for every layer.
+//! - [`request_id`] — the id of the request being answered: in answers, in `{ctrl}` ≥ 500, in logs.
 //! - [`realtime`] — presence, the realtime bus envelope, local session hub, Pub/Sub.
 //! - [`history`] — the read path: hot messages, routes, month tables, archived
 //!   months, dellog, coalescing.
@@ -68,6 +69,7 @@ pub mod registry;
 pub mod relations;
 pub mod replay;
 pub mod replica;
+pub mod request_id;
 pub mod search;
 pub mod send;
 pub mod session_control;

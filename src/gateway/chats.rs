@@ -35,15 +35,11 @@ pub const DEFAULT_MEMBER_PAGE: i64 = 100;
 pub const P2P_MODE: &str = "JRWPA";
 
 fn unavailable(e: impl std::fmt::Display) -> Refusal {
-    let id = super::log_internal(&e.to_string());
-    Refusal(503, format!("service unavailable, retry (request {id})"))
+    Refusal::unavailable(e)
 }
 
 fn pool<'a>(gw: &'a Gateway, tenant: &str) -> Result<&'a sqlx::MySqlPool, Refusal> {
-    gw.sender
-        .pools()
-        .get(tenant)
-        .map_err(|_| Refusal(500, "internal error".into()))
+    gw.sender.pools().get(tenant).map_err(Refusal::internal)
 }
 
 /// Tinode's `acs` object for one mode.
@@ -134,9 +130,17 @@ pub async fn conversations_of(
     let pool = pool(gw, tenant)?;
     let redis = gw.sender.redis();
     let deletes = gw.history.dellog_cache();
-    let list = conversations::hot::list(pool, &redis, deletes, tenant, uid, query)
+    let mut list = conversations::hot::list(pool, &redis, deletes, tenant, uid, query)
         .await
         .map_err(unavailable)?;
+    // A peer who blocked the user shows no note (nor presence, see
+    // `online_flags`).
+    let shown = peers_shown(gw, tenant, uid, &list).await?;
+    for c in list.iter_mut() {
+        if c.kind == Kind::P2p && !shown.contains(&c.peer) {
+            c.profile.note = None;
+        }
+    }
     match (&query.topic, list.is_empty()) {
         (Some(topic), true) => Ok(live_entry(gw, tenant, uid, topic)
             .await?
@@ -144,6 +148,43 @@ pub async fn conversations_of(
             .collect()),
         _ => Ok(list),
     }
+}
+
+/// A one-to-one peer's profile as `viewer` may see it: the note only when
+/// the two share a conversation and the peer did not block the viewer
+/// (anyone can name anyone's one-to-one topic, so naming it shows no more
+/// than the directory does).
+pub async fn peer_profile(
+    pool: &sqlx::MySqlPool,
+    viewer: i64,
+    peer: i64,
+) -> sqlx::Result<conversations::Profile> {
+    let mut profile = conversations::user_profile(pool, peer).await?;
+    if profile.note.is_some() && !conversations::may_see_private(pool, viewer, peer).await? {
+        profile.note = None;
+    }
+    Ok(profile)
+}
+
+/// The one-to-one peers of `list` who may show `me` their note and
+/// presence (see [`conversations::peers_shown`]).
+pub async fn peers_shown(
+    gw: &Gateway,
+    tenant: &str,
+    me: i64,
+    list: &[Conversation],
+) -> Result<HashSet<i64>, Refusal> {
+    let p2p: Vec<(&str, i64)> = list
+        .iter()
+        .filter(|c| c.kind == Kind::P2p)
+        .map(|c| (c.topic.as_str(), c.peer))
+        .collect();
+    if p2p.is_empty() {
+        return Ok(HashSet::new());
+    }
+    conversations::peers_shown(pool(gw, tenant)?, me, &p2p)
+        .await
+        .map_err(unavailable)
 }
 
 /// A conversation entry built from the send path's state (Redis seq, the
@@ -167,9 +208,7 @@ async fn live_entry(
             peer,
             None,
             false,
-            conversations::user_profile(pool, peer)
-                .await
-                .map_err(unavailable)?,
+            peer_profile(pool, uid, peer).await.map_err(unavailable)?,
         ),
         None => {
             let standing = gw
@@ -333,13 +372,15 @@ pub async fn me_sub_entries<'a>(
 }
 
 /// Each conversation's `online`, as Tinode shows it in the `me` topic: a
-/// one-to-one peer with a session anywhere; a group with another member
+/// one-to-one peer with a session anywhere (only a peer who shares the
+/// conversation and did not block `me`); a group with another member
 /// attached to it somewhere (what lets a client show who is typing). One
 /// Redis round trip; a failed read counts as offline.
 pub async fn online_flags(gw: &Gateway, tenant: &str, me: i64, list: &[Conversation]) -> Vec<bool> {
+    let shown = peers_shown(gw, tenant, me, list).await.unwrap_or_default();
     let peers: Vec<i64> = list
         .iter()
-        .filter(|c| c.kind == Kind::P2p)
+        .filter(|c| c.kind == Kind::P2p && shown.contains(&c.peer))
         .map(|c| c.peer)
         .collect();
     let users = online_users(gw, tenant, &peers).await;
@@ -389,6 +430,7 @@ pub async fn group_members(
     gw: &Gateway,
     tenant: &str,
     topic: &str,
+    viewer: i64,
     q: Option<&tinode::SubQuery>,
 ) -> Result<Vec<Value>, Refusal> {
     let only = match q.and_then(|q| q.user.as_deref()) {
@@ -409,9 +451,21 @@ pub async fn group_members(
         .and_then(|q| q.limit)
         .filter(|l| *l > 0)
         .unwrap_or(DEFAULT_MEMBER_PAGE);
-    let members = conversations::members(pool(gw, tenant)?, topic, only, 0, since, limit)
+    let mut members = conversations::members(pool(gw, tenant)?, topic, only, 0, since, limit)
         .await
         .map_err(unavailable)?;
+    // A member who blocked the viewer shows them no note and no presence.
+    let uids: Vec<i64> = members.iter().map(|m| m.uid).collect();
+    let blocked = if uids.is_empty() {
+        HashSet::new()
+    } else {
+        conversations::blocked_by(pool(gw, tenant)?, viewer, &uids)
+            .await
+            .map_err(unavailable)?
+    };
+    for m in members.iter_mut().filter(|m| blocked.contains(&m.uid)) {
+        m.profile.note = None;
+    }
     // Online: attached to the topic somewhere.
     let keys = TopicKeys::new(tenant, topic);
     let mut pipe = redis::pipe();
@@ -427,7 +481,10 @@ pub async fn group_members(
     Ok(members
         .iter()
         .enumerate()
-        .map(|(i, m)| member_entry(m, online.get(i).copied().unwrap_or(false)))
+        .map(|(i, m)| {
+            let online = online.get(i).copied().unwrap_or(false) && !blocked.contains(&m.uid);
+            member_entry(m, online)
+        })
         .collect())
 }
 
@@ -561,15 +618,19 @@ pub fn group_profile_change(public: &Value) -> Result<GroupProfileChanged, Refus
 pub const PRESENCE_PEERS_MAX: i64 = 200;
 
 /// Tells the user's one-to-one peers (their chat lists) that the user came
-/// online (`what="on"`) or went offline (`"off"`). Best effort: presence
+/// online (`what="on"`) or went offline (`"off"`); never a peer the user
+/// blocked. Best effort: presence
 /// is a hint, a lost one is corrected by the next list read.
 pub async fn announce_to_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str) {
     let Ok(pool) = pool(gw, tenant) else { return };
     let peers: Vec<i64> = match sqlx::query_scalar(
         "SELECT c.peer_uid FROM im_conversations c \
          LEFT JOIN im_conversation_topics t ON t.topic = c.topic \
-         WHERE c.uid = ? AND c.kind = 'p2p' ORDER BY t.touched_ms DESC LIMIT ?",
+         WHERE c.uid = ? AND c.kind = 'p2p' \
+           AND NOT EXISTS (SELECT 1 FROM im_blocks b WHERE b.uid = ? AND b.blocked_uid = c.peer_uid) \
+         ORDER BY t.touched_ms DESC LIMIT ?",
     )
+    .bind(uid)
     .bind(uid)
     .bind(PRESENCE_PEERS_MAX)
     .fetch_all(pool)

@@ -221,7 +221,7 @@ async fn with_edits(
         .sender
         .pools()
         .get(caller.tenant)
-        .map_err(|_| Refusal(500, "internal error".into()))?;
+        .map_err(Refusal::internal)?;
     for r in &ranges {
         let seqs: Vec<i64> = sqlx::query_scalar(
             "SELECT edit_seq FROM im_message_revisions \
@@ -232,10 +232,7 @@ async fn with_edits(
         .bind(r.hi)
         .fetch_all(pool)
         .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "edits of deleted messages unreadable");
-            Refusal(503, "service unavailable, retry".into())
-        })?;
+        .map_err(Refusal::unavailable)?;
         edits.extend(seqs);
     }
     Ok(merged(ranges, &edits))

@@ -23,6 +23,8 @@ pub enum Action {
     Receipt,
     Clear,
     Search,
+    /// `{get topic="fnd" what="sub"}`: one directory search.
+    Find,
     GroupCreate,
     FriendRequest,
     Report,
@@ -35,6 +37,7 @@ impl Action {
             Action::Receipt => "receipt",
             Action::Clear => "clear",
             Action::Search => "search",
+            Action::Find => "find",
             Action::GroupCreate => "group_create",
             Action::FriendRequest => "friend_request",
             Action::Report => "report",
@@ -47,6 +50,7 @@ impl Action {
             Action::Receipt => limits.receipts,
             Action::Clear => limits.clears,
             Action::Search => limits.searches,
+            Action::Find => limits.finds,
             Action::GroupCreate => limits.group_creates,
             Action::FriendRequest => limits.friend_requests,
             Action::Report => limits.reports,
@@ -104,7 +108,7 @@ pub async fn take(
             Err(Limited::Over(ms))
         }
         Err(e) => {
-            tracing::warn!(error = %e, what = action.name(), "rate limiter unavailable; refusing");
+            tracing::warn!(request_id = %crate::request_id::current(), error = %e, what = action.name(), "rate limiter unavailable; refusing");
             Err(Limited::Unavailable)
         }
     }
@@ -166,7 +170,7 @@ impl LoginSubjects {
                 .query_async(redis)
                 .await
                 .map_err(|e| {
-                    tracing::warn!(error = %e, "login lockout check unavailable; refusing");
+                    tracing::warn!(request_id = %crate::request_id::current(), error = %e, "login lockout check unavailable; refusing");
                     Limited::Unavailable
                 })?;
             if ttl > 0 {

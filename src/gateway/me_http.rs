@@ -209,7 +209,7 @@ pub async fn members(
         user: p.user,
         ..Default::default()
     };
-    let subs = chats::group_members(&gw, &claims.ten, &topic, Some(&q))
+    let subs = chats::group_members(&gw, &claims.ten, &topic, claims.uid, Some(&q))
         .await
         .map_err(refused)?;
     Ok(Json(json!({"topic": topic, "subscribers": subs})).into_response())

@@ -224,7 +224,8 @@ pub async fn start(
                 .route("/v0/file/u/", post(webapp::no_files))
                 .route("/v0/file/s/{*path}", get(webapp::no_files))
                 .fallback(webapp::serve)
-                .with_state(web),
+                .with_state(web)
+                .layer(axum::middleware::map_response(webapp::harden)),
         ),
         None => app,
     };
@@ -334,10 +335,10 @@ async fn lease_node_id(
     Ok(())
 }
 
-/// Logs an internal failure under a fresh request id and returns the id:
-/// what a client is told instead of the detail.
+/// Logs an internal failure under the current request's id and returns
+/// the id: what a client is told instead of the detail.
 pub(crate) fn log_internal(e: &dyn std::fmt::Display) -> String {
-    let request_id = crate::events::new_event_id();
+    let request_id = crate::request_id::current();
     tracing::warn!(%request_id, error = %e, "request failed");
     request_id
 }

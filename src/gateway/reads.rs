@@ -17,20 +17,44 @@ use crate::tinode;
 #[derive(Debug)]
 pub struct Refusal(pub u16, pub String);
 
+impl Refusal {
+    /// An internal failure that may pass (a database, Redis, the broker):
+    /// the detail is logged under the request id, the client is told only
+    /// to retry (and, by the front end, the request id).
+    pub fn unavailable(e: impl std::fmt::Display) -> Refusal {
+        super::log_internal(&e);
+        Refusal(503, "service unavailable, retry".into())
+    }
+
+    /// An internal failure that will not pass by itself (logged likewise).
+    pub fn internal(e: impl std::fmt::Display) -> Refusal {
+        super::log_internal(&e);
+        Refusal(500, "internal error".into())
+    }
+}
+
 impl From<HistoryError> for Refusal {
     fn from(e: HistoryError) -> Self {
         match e {
             HistoryError::BadRequest(why) => Refusal(400, format!("malformed: {why}")),
             // An archived month whose archive cannot be read: the server's
-            // fault, named by month (503 when the store may come back).
+            // fault, named by month (503 when the store may come back); the
+            // detail (object names, store errors) only in the log.
             HistoryError::Archive(e) => {
-                tracing::error!(error = %e, "archived month unreadable");
-                Refusal(if e.retryable() { 503 } else { 500 }, e.to_string())
+                let request_id = crate::request_id::current();
+                tracing::error!(%request_id, error = %e, "archived month unreadable");
+                use crate::history::archived::ArchiveReadError as A;
+                let what = match &e {
+                    A::Missing { .. } => "missing",
+                    A::Damaged { .. } => "damaged",
+                    A::Unreachable { .. } => "unreachable, retry",
+                };
+                Refusal(
+                    if e.retryable() { 503 } else { 500 },
+                    format!("archive of month {} is {what}", e.month()),
+                )
             }
-            other => {
-                tracing::warn!(error = %other, "history read failed");
-                Refusal(503, "service unavailable, retry".into())
-            }
+            other => Refusal::unavailable(other),
         }
     }
 }
@@ -45,17 +69,13 @@ pub async fn ensure_member(
     if !tinode::is_conversation_topic(topic) {
         return Err(Refusal(404, "topic not found".into()));
     }
-    let pool = gw
-        .sender
-        .pools()
-        .get(tenant)
-        .map_err(|_| Refusal(500, "internal error".into()))?;
+    let pool = gw.sender.pools().get(tenant).map_err(Refusal::internal)?;
     let mut redis = gw.sender.redis();
     match crate::groups::membership(pool, &mut redis, tenant, topic, uid).await {
         Ok(Membership::Member) => Ok(()),
         Ok(Membership::NotMember) => Err(Refusal(403, "permission denied".into())),
         Ok(Membership::Dissolved) => Err(Refusal(404, "topic not found".into())),
-        Err(_) => Err(Refusal(503, "service unavailable, retry".into())),
+        Err(e) => Err(Refusal::unavailable(e)),
     }
 }
 
@@ -141,14 +161,10 @@ pub async fn clear_history(
     }
     // Every read filters by the reader's delete log: it stays bounded.
     let cap = gw.config.limits.dellog_per_user;
-    let pool = gw
-        .sender
-        .pools()
-        .get(tenant)
-        .map_err(|_| Refusal(500, "internal error".into()))?;
+    let pool = gw.sender.pools().get(tenant).map_err(Refusal::internal)?;
     let rows = crate::history::dellog::own_rows(pool, topic, uid)
         .await
-        .map_err(|_| Refusal(503, "service unavailable, retry".into()))?;
+        .map_err(Refusal::unavailable)?;
     if rows as usize + ranges.len() > cap {
         return Err(Refusal(
             409,
@@ -162,7 +178,7 @@ pub async fn clear_history(
         .arg("last_seq")
         .query_async(&mut redis)
         .await
-        .map_err(|_| Refusal(503, "service unavailable, retry".into()))?;
+        .map_err(Refusal::unavailable)?;
     let last = last.unwrap_or(i64::MAX - 1);
     let mut clean = Vec::with_capacity(ranges.len());
     for r in ranges {
@@ -176,7 +192,7 @@ pub async fn clear_history(
         .arg(keys.del_id())
         .query_async(&mut redis)
         .await
-        .map_err(|_| Refusal(503, "service unavailable, retry".into()))?;
+        .map_err(Refusal::unavailable)?;
     let event = GroupEvent {
         actor_device: device.to_string(),
         source_sid: sid.to_string(),
@@ -201,7 +217,7 @@ pub async fn clear_history(
             None,
         )
         .await
-        .map_err(|_| Refusal(503, "service unavailable, retry".into()))?;
+        .map_err(Refusal::unavailable)?;
     Ok(del_id as i32)
 }
 
@@ -212,11 +228,7 @@ pub async fn deleted_ranges(
     topic: &str,
     uid: i64,
 ) -> Result<Option<Value>, Refusal> {
-    let pool = gw
-        .sender
-        .pools()
-        .get(tenant)
-        .map_err(|_| Refusal(500, "internal error".into()))?;
+    let pool = gw.sender.pools().get(tenant).map_err(Refusal::internal)?;
     let rows: Vec<(i32, i64, i64)> = sqlx::query_as(
         "SELECT delid, low, hi FROM im_dellog WHERE topic = ? AND deletedfor IN (0, ?) ORDER BY delid, low",
     )
@@ -224,7 +236,7 @@ pub async fn deleted_ranges(
     .bind(uid)
     .fetch_all(pool)
     .await
-    .map_err(|_| Refusal(503, "service unavailable, retry".into()))?;
+    .map_err(Refusal::unavailable)?;
     if rows.is_empty() {
         return Ok(None);
     }
@@ -245,12 +257,7 @@ pub async fn deleted_ranges(
 /// Tinode's `{meta desc}` body for a member: access mode, the topic's last
 /// seq and the reader's read/recv cursors.
 pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Result<Value, Refusal> {
-    let unavailable = || Refusal(503, "service unavailable, retry".into());
-    let pool = gw
-        .sender
-        .pools()
-        .get(tenant)
-        .map_err(|_| Refusal(500, "internal error".into()))?;
+    let pool = gw.sender.pools().get(tenant).map_err(Refusal::internal)?;
     let keys = TopicKeys::new(tenant, topic);
     let mut redis = gw.sender.redis();
     let last: Option<i64> = redis::cmd("HGET")
@@ -258,7 +265,7 @@ pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Resu
         .arg("last_seq")
         .query_async(&mut redis)
         .await
-        .map_err(|_| unavailable())?;
+        .map_err(Refusal::unavailable)?;
     let group: Option<(i64, i64)> = sqlx::query_as(
         "SELECT CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED), CAST(UNIX_TIMESTAMP(updated_at) * 1000 AS SIGNED) \
          FROM im_groups WHERE topic = ?",
@@ -266,7 +273,7 @@ pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Resu
     .bind(topic)
     .fetch_optional(pool)
     .await
-    .map_err(|_| unavailable())?;
+    .map_err(Refusal::unavailable)?;
     let cursors: Option<(i64, i64)> = sqlx::query_as(
         "SELECT read_seq, recv_seq FROM im_subscriptions WHERE topic = ? AND uid = ?",
     )
@@ -274,16 +281,16 @@ pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Resu
     .bind(uid)
     .fetch_optional(pool)
     .await
-    .map_err(|_| unavailable())?;
+    .map_err(Refusal::unavailable)?;
     let (created, updated) = group.unwrap_or((0, 0));
     let (read, recv) = cursors.unwrap_or((0, 0));
     // What the conversation shows: the group's profile, or the peer's; and
     // the access mode of the reader's role.
     let (profile, mode) = match tinode::p2p_peer(topic, uid) {
         Some(peer) => (
-            crate::conversations::user_profile(pool, peer)
+            super::chats::peer_profile(pool, uid, peer)
                 .await
-                .map_err(|_| unavailable())?,
+                .map_err(Refusal::unavailable)?,
             super::chats::P2P_MODE.to_string(),
         ),
         None => {
@@ -291,11 +298,11 @@ pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Resu
                 .governance
                 .standing(tenant, topic, uid)
                 .await
-                .map_err(|_| unavailable())?;
+                .map_err(Refusal::unavailable)?;
             (
                 crate::conversations::group_profile(pool, topic)
                     .await
-                    .map_err(|_| unavailable())?,
+                    .map_err(Refusal::unavailable)?,
                 super::chats::standing_mode(standing),
             )
         }
@@ -314,4 +321,46 @@ pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Resu
         desc["public"] = profile.public();
     }
     Ok(desc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::archived::ArchiveReadError;
+    use crate::store::month::ShardMonth;
+
+    #[test]
+    fn an_unreadable_archive_is_named_by_month_never_by_its_objects() {
+        let month = ShardMonth::parse("202609").unwrap();
+        let detail = "s3://bucket/tenants/acme/202609/index.json: 404 from 10.0.0.7".to_string();
+        for (e, code, text) in [
+            (
+                ArchiveReadError::Missing {
+                    month,
+                    detail: detail.clone(),
+                },
+                500,
+                "archive of month 202609 is missing",
+            ),
+            (
+                ArchiveReadError::Damaged {
+                    month,
+                    detail: detail.clone(),
+                },
+                500,
+                "archive of month 202609 is damaged",
+            ),
+            (
+                ArchiveReadError::Unreachable {
+                    month,
+                    detail: detail.clone(),
+                },
+                503,
+                "archive of month 202609 is unreachable, retry",
+            ),
+        ] {
+            let Refusal(c, t) = HistoryError::Archive(e).into();
+            assert_eq!((c, t.as_str()), (code, text));
+        }
+    }
 }

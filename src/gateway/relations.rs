@@ -54,7 +54,7 @@ async fn produce(gw: &Gateway, events: Vec<UserEvent>) -> Result<Response, ApiEr
             .producer()
             .send(TopicKind::UserEvents, &e.key(), &e, None)
             .await
-            .map_err(|e| error(503, format!("service unavailable, retry: {e}")))?;
+            .map_err(super::http::unavailable)?;
         ids.push(e.event_id);
     }
     Ok((StatusCode::ACCEPTED, Json(json!({"events": ids}))).into_response())

@@ -6,7 +6,9 @@
 //! request (its body included) must be handled within
 //! `limits.request_timeout_secs` (`408`) and carry at most
 //! `limits.max_body_bytes` (`413`). The client address is handed to the
-//! handlers as axum's `ConnectInfo`.
+//! handlers as axum's `ConnectInfo`. Every answer carries its request id
+//! (`X-Request-Id`, see [`crate::request_id`]); a JSON error body names it
+//! too (`request_id`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -24,13 +26,73 @@ use crate::shutdown::Shutdown;
 
 use super::limits::Connections;
 
-/// Adds the body-size and request-time limits to `app`.
+/// Adds the body-size and request-time limits to `app`, and the request
+/// id to every answer (the outermost layer: a `408` has one too).
 pub fn limited(app: Router, limits: &LimitsConfig) -> Router {
     let timeout = Duration::from_secs(limits.request_timeout_secs.max(1));
     app.layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(axum::middleware::from_fn(
             move |req: Request, next: Next| request_timeout(req, next, timeout),
         ))
+        .layer(axum::middleware::from_fn(with_request_id))
+}
+
+/// Largest error body that gets its `request_id` added (bigger ones keep
+/// the header only; the gateway's own error bodies are a few hundred bytes).
+const ERROR_BODY_MAX: usize = 64 * 1024;
+
+/// Runs the request under its id (the client's `X-Request-Id` when sane,
+/// else a new one) and names the id in the answer.
+async fn with_request_id(req: Request, next: Next) -> Response {
+    let id = crate::request_id::accept(
+        req.headers()
+            .get(crate::request_id::HEADER)
+            .and_then(|v| v.to_str().ok()),
+    );
+    let response = crate::request_id::scope(Some(id.clone()), next.run(req)).await;
+    let mut response = if response.status().as_u16() >= 400 {
+        name_in_error_body(response, &id).await
+    } else {
+        response
+    };
+    if let Ok(value) = axum::http::HeaderValue::from_str(&id) {
+        response
+            .headers_mut()
+            .insert(crate::request_id::HEADER, value);
+    }
+    response
+}
+
+/// A JSON object error body with `request_id` added (other bodies as
+/// they are).
+async fn name_in_error_body(response: Response, id: &str) -> Response {
+    let json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    if !json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let bytes = match axum::body::to_bytes(body, ERROR_BODY_MAX).await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(request_id = %id, error = %e, "error body unreadable");
+            parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+            return Response::from_parts(parts, Body::empty());
+        }
+    };
+    let body = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(serde_json::Value::Object(mut map)) => {
+            map.entry("request_id")
+                .or_insert_with(|| serde_json::Value::String(id.to_string()));
+            parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+            Body::from(serde_json::Value::Object(map).to_string())
+        }
+        _ => Body::from(bytes),
+    };
+    Response::from_parts(parts, body)
 }
 
 async fn request_timeout(req: Request, next: Next, timeout: Duration) -> Response {

@@ -61,7 +61,8 @@ pub struct Outcome {
 }
 
 fn unavailable(e: impl std::fmt::Display) -> Refused {
-    tracing::warn!(error = %e, "governance: dependency failed");
+    let request_id = crate::request_id::current();
+    tracing::warn!(%request_id, error = %e, "governance: dependency failed");
     Refused(503, "service unavailable, retry".into())
 }
 

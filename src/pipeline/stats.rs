@@ -182,11 +182,14 @@ async fn write(pool: &sqlx::MySqlPool, batch: &TenantBatch) -> sqlx::Result<()> 
     let senders: Vec<_> = batch.senders.iter().collect();
     for chunk in senders.chunks(1000) {
         let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
-            "INSERT IGNORE INTO im_stats_senders (day, topic, uid) ",
+            "INSERT INTO im_stats_senders (day, topic, uid) ",
         );
         q.push_values(chunk, |mut r, (day, topic, uid)| {
             r.push_bind(*day).push_bind(topic.as_str()).push_bind(*uid);
         });
+        // A sender already counted stays counted; any other failure (a
+        // value that does not fit) fails the batch instead of a warning.
+        q.push(" ON DUPLICATE KEY UPDATE uid = uid");
         q.build().execute(&mut *tx).await?;
     }
     tx.commit().await

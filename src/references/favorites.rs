@@ -55,7 +55,8 @@ impl Cursor {
 /// Saves a reference (saving it again keeps the first time).
 pub async fn add(pool: &MySqlPool, uid: i64, topic: &str, seq: i64, at: i64) -> sqlx::Result<()> {
     sqlx::query(
-        "INSERT IGNORE INTO im_favorites (uid, topic, seq, created_at) VALUES (?, ?, ?, ?)",
+        "INSERT INTO im_favorites (uid, topic, seq, created_at) VALUES (?, ?, ?, ?) \
+         ON DUPLICATE KEY UPDATE seq = seq",
     )
     .bind(uid)
     .bind(topic)

@@ -84,7 +84,7 @@ pub struct FileRef {
 pub async fn record(pool: &MySqlPool, rows: &[(String, i64, FileKind, i64)]) -> sqlx::Result<()> {
     for chunk in rows.chunks(500) {
         let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
-            "INSERT IGNORE INTO im_group_files (topic, seq, kind, created_at) ",
+            "INSERT INTO im_group_files (topic, seq, kind, created_at) ",
         );
         q.push_values(chunk, |mut r, (topic, seq, kind, at)| {
             r.push_bind(topic.as_str())
@@ -92,6 +92,9 @@ pub async fn record(pool: &MySqlPool, rows: &[(String, i64, FileKind, i64)]) -> 
                 .push_bind(kind.as_str())
                 .push_bind(crate::store::writer::naive(*at));
         });
+        // Recorded before: kept as it is (no INSERT IGNORE, which would
+        // also turn a value that does not fit into a warning).
+        q.push(" ON DUPLICATE KEY UPDATE seq = seq");
         q.build().execute(pool).await?;
     }
     Ok(())

@@ -73,8 +73,8 @@ pub async fn record(
     at: i64,
 ) -> sqlx::Result<()> {
     sqlx::query(
-        "INSERT IGNORE INTO im_message_reports (report_id, topic, seq, reporter_uid, reason, status, created_at) \
-         VALUES (?, ?, ?, ?, ?, 'open', ?)",
+        "INSERT INTO im_message_reports (report_id, topic, seq, reporter_uid, reason, status, created_at) \
+         VALUES (?, ?, ?, ?, ?, 'open', ?) ON DUPLICATE KEY UPDATE seq = seq",
     )
     .bind(report_id)
     .bind(topic)

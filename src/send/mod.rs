@@ -408,7 +408,12 @@ impl Sender {
             .map_err(|_| SendError::BadRequest(format!("unknown tenant {}", req.tenant)))?;
         let keys = TopicKeys::new(&req.tenant, &req.topic);
         let mut redis = self.inner.redis.clone();
-        if let Some(peer) = crate::tinode::p2p_peer(&req.topic, req.uid) {
+        if crate::tinode::is_p2p_topic(&req.topic) {
+            // Refused from the name alone, before Redis is touched: a
+            // one-to-one topic of two other users leaves no state behind.
+            let Some(peer) = crate::tinode::p2p_peer(&req.topic, req.uid) else {
+                return Err(SendError::NotMember);
+            };
             self.check_relations(pool, &mut redis, &req.tenant, req.uid, peer)
                 .await?;
         }

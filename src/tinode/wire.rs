@@ -51,6 +51,16 @@ pub fn ctrl(
     if let Some(topic) = topic {
         c.insert("topic".into(), json!(topic));
     }
+    let mut params = params;
+    if code >= 500 {
+        // A server-side failure names its request (the detail is logged
+        // under it, never shown).
+        let p = params.get_or_insert_with(|| json!({}));
+        if let Some(map) = p.as_object_mut() {
+            map.entry("request_id")
+                .or_insert_with(|| json!(crate::request_id::current()));
+        }
+    }
     if let Some(p) = params {
         c.insert("params".into(), p);
     }

@@ -166,8 +166,9 @@ async function main() {
   await teamB.leave(false);
   await until("Team offline in A's list once B left", () => contact(a.me, TEAM).online === false);
 
-  // 5c. Finding someone to talk to (the `fnd` topic): by a part of the
-  // name, by user id; never oneself; one letter finds nobody.
+  // 5c. Finding someone to talk to (the `fnd` topic): by the start of the
+  // name (any case), by user id; never oneself; one letter, or a part
+  // from the middle of a name, finds nobody.
   const fnd = a.t.getFndTopic();
   assert.equal((await fnd.subscribe()).code, 200);
   const search = async (q) => {
@@ -177,9 +178,10 @@ async function main() {
     fnd.contacts((x) => found.push(x));
     return found;
   };
-  const byName = await search('arol');
-  assert.deepEqual(byName.map((x) => x.user || x.topic), [C], 'a part of the name finds Carol');
+  const byName = await search('car');
+  assert.deepEqual(byName.map((x) => x.user || x.topic), [C], 'the start of the name finds Carol');
   assert.equal(byName[0].public.fn, 'Carol');
+  assert.deepEqual(await search('arol'), [], 'a part from the middle finds nobody');
   assert.deepEqual((await search(`${C} alice`)).map((x) => x.user || x.topic), [C], 'by id; not oneself');
 
   // 6. Presence of one-to-one peers on the chat list: B goes offline, C's

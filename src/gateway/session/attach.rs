@@ -130,7 +130,7 @@ impl Session {
                 .await
             }
             Err(e) => {
-                tracing::warn!(error = %e, "membership check failed");
+                tracing::warn!(request_id = %crate::request_id::current(), error = %e, "membership check failed");
                 self.reply(ctrl(
                     id,
                     Some(&self.shown(topic)),

@@ -1,9 +1,12 @@
 //! The `fnd` topic: Tinode's user search, how a person finds someone to
 //! start a one-to-one chat with. `{set topic="fnd" desc={public:"query"}}`
 //! keeps the query on the session; `{get topic="fnd" what="sub"}` answers
-//! the users of the caller's tenant whose name contains a term of it, or
-//! whose id (`usr…`) it names, as `{meta sub}` entries (`user`, `public`).
-//! Nothing is stored; other tenants are never searched.
+//! the users of the caller's tenant whose name starts with a term of it,
+//! or whose id (`usr…`) it names, as `{meta sub}` entries (`user`,
+//! `public` with name and photo only: never a note, never presence). A
+//! user who blocked the caller is not found. Each search takes a token of
+//! the caller's `limits.finds` bucket. Nothing is stored; other tenants
+//! are never searched.
 
 use serde_json::{json, Value};
 
@@ -73,7 +76,16 @@ impl Session {
     pub(super) async fn get_fnd(&mut self, id: Option<&str>, query: &tinode::GetQuery) {
         for part in query.what.split_whitespace() {
             let answer = match part {
-                "sub" => self.found().await,
+                "sub" => {
+                    // Each search costs index scans: a bucket per user.
+                    if !self
+                        .rate(id, FND, crate::gateway::limits::Action::Find)
+                        .await
+                    {
+                        continue;
+                    }
+                    self.found().await
+                }
                 _ => Ok(None),
             };
             match answer {
@@ -106,13 +118,10 @@ impl Session {
             .sender
             .pools()
             .get(&who.tenant)
-            .map_err(|_| Refusal(500, "internal error".into()))?;
+            .map_err(Refusal::internal)?;
         let users = crate::conversations::find_users(pool, &names, &ids, who.uid)
             .await
-            .map_err(|e| {
-                tracing::warn!(error = %e, "user search failed");
-                Refusal(503, "service unavailable, retry".into())
-            })?;
+            .map_err(Refusal::unavailable)?;
         if users.is_empty() {
             return Ok(None);
         }

@@ -22,11 +22,24 @@ impl Session {
             .sender
             .pools()
             .get(&who.tenant)
-            .map_err(|_| reads::Refusal(500, "internal error".into()))?;
-        let profiles = crate::conversations::user_profiles(pool, &[a, b])
+            .map_err(reads::Refusal::internal)?;
+        let mut profiles = crate::conversations::user_profiles(pool, &[a, b])
             .await
-            .map_err(|_| reads::Refusal(503, "service unavailable, retry".into()))?;
-        let online = crate::gateway::chats::online_users(&self.gateway, &who.tenant, &[a, b]).await;
+            .map_err(reads::Refusal::unavailable)?;
+        let peer = if a == who.uid { b } else { a };
+        // The peer's note and presence only for someone they share a
+        // conversation with and did not block.
+        let private = crate::conversations::may_see_private(pool, who.uid, peer)
+            .await
+            .map_err(reads::Refusal::unavailable)?;
+        let mut online =
+            crate::gateway::chats::online_users(&self.gateway, &who.tenant, &[a, b]).await;
+        if !private {
+            online.remove(&peer);
+            if let Some(p) = profiles.get_mut(&peer) {
+                p.note = None;
+            }
+        }
         Ok([a, b]
             .iter()
             .map(|u| {
@@ -147,6 +160,7 @@ impl Session {
                     &self.gateway,
                     &who.tenant,
                     topic,
+                    who.uid,
                     query.sub.as_ref(),
                 )
                 .await

@@ -121,7 +121,7 @@ impl Session {
         {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, "session control unavailable at login");
+                tracing::warn!(request_id = %crate::request_id::current(), error = %e, "session control unavailable at login");
                 self.reply(ctrl(id, None, 503, "service unavailable, retry", None))
                     .await;
                 return;

@@ -227,7 +227,8 @@ pub async fn serve(
         // Boxed: a handler's state lives only while it runs, so an idle
         // session holds none of it (its future is most of a session's
         // memory otherwise).
-        Box::pin(session.dispatch(&text)).await;
+        // Each client message is one request (its id made only if needed).
+        Box::pin(crate::request_id::scope(None, session.dispatch(&text))).await;
     }
     closed.trigger();
     Box::pin(session.finish()).await;
