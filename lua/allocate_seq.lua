@@ -30,15 +30,24 @@
 -- the same identity back and produces the same event again: a retry never
 -- takes a new seq.
 --
+-- The seq hash records which incarnation of Redis wrote it (`inc`, the
+-- server's run_id; a restarted server or a promoted replica is another
+-- process with another run_id). State written by another incarnation may
+-- be older than what that one acknowledged (a replica promoted while it
+-- lagged, a restart from an AOF or RDB that missed its last second), so it
+-- is never allocated from: the topic is fenced until its state has been
+-- re-derived from the durable log (src/send/reseed.rs).
+--
 -- Returns one of:
 --   {'OK', seq, shard_month, group_id}
 --   {'DUP', claim, group_id}   an earlier claim of this client message id
+--   {'RESEED'}        the sender may send, but the seq state is missing:
+--                     new topic or Redis lost data
+--   {'FENCED'}        the sender may send, but the seq state was written by
+--                     another incarnation of Redis
 --   {'NOGROUP'}       group facts not cached: load them, then retry
 --   {'NOMEMBERS'}     member set not cached: load it, then retry
 --   {'NOTMEMBER'} | {'DISSOLVED'} | {'MUTED', until_ms} | {'MUTED_ALL'}
---   {'RESEED'}        the sender may send, but the seq state is missing:
---                     new topic or Redis lost data
--- (in the order checked).
 
 local uid = ARGV[1]
 
@@ -67,16 +76,22 @@ if meta[3] == '1' and not privileged then
   return {'MUTED_ALL'}
 end
 
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {'RESEED'}
-end
-
 local cmid = ARGV[5]
 if cmid ~= '' then
   local prev = redis.call('GET', KEYS[6])
   if prev then
     return {'DUP', prev, meta[1]}
   end
+end
+
+local state = redis.call('HMGET', KEYS[1], 'last_seq', 'inc')
+if not state[1] then
+  return {'RESEED'}
+end
+local info = redis.call('INFO', 'server')
+local at = string.find(info, 'run_id:', 1, true)
+if not at or state[2] ~= string.sub(info, at + 7, at + 46) then
+  return {'FENCED'}
 end
 
 local seq = redis.call('HINCRBY', KEYS[1], 'last_seq', 1)

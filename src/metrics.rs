@@ -16,6 +16,13 @@ pub const SHARD_MISSING_TOTAL: &str = "group_message_shard_missing_total";
 pub const QUERY_TABLES: &str = "group_message_query_tables";
 pub const QUERY_LATENCY: &str = "group_message_query_latency";
 pub const DEDUP_HIT_TOTAL: &str = "group_message_dedup_hit_total";
+/// Messages the store found with their `(topic, seq)` held by another
+/// message (a seq handed out twice): kept in `im_seq_collisions`. Any
+/// increase is data loss in the making (alert `SeqCollision`).
+pub const SEQ_COLLISIONS_TOTAL: &str = "imstream_store_seq_collisions_total";
+/// Topics whose seq state was found written by another incarnation of Redis
+/// (a restart or a failover) and re-derived from the log.
+pub const SEQ_FENCES_TOTAL: &str = "imstream_send_seq_fences_total";
 pub const ROUTE_MISS_TOTAL: &str = "group_message_route_miss_total";
 pub const ROUTE_REBUILD_TOTAL: &str = "group_message_route_rebuild_total";
 pub const ROUTE_REPAIR_BACKLOG: &str = "group_message_route_repair_backlog";
@@ -103,6 +110,8 @@ pub const ALL: &[&str] = &[
     ROUTE_REBUILD_TOTAL,
     ROUTE_REPAIR_BACKLOG,
     DEAD_LETTER_TOTAL,
+    SEQ_COLLISIONS_TOTAL,
+    SEQ_FENCES_TOTAL,
     SEND_ACK_LATENCY,
     SEND_TOTAL,
     EVENTS_PRODUCED_TOTAL,
@@ -160,6 +169,14 @@ pub fn describe_all() {
     describe_counter!(
         DEDUP_HIT_TOTAL,
         "Sends answered from the idempotency record"
+    );
+    describe_counter!(
+        SEQ_COLLISIONS_TOTAL,
+        "Messages whose (topic, seq) another message already held: kept in im_seq_collisions; any increase is data loss in the making"
+    );
+    describe_counter!(
+        SEQ_FENCES_TOTAL,
+        "Topics whose seq state another incarnation of Redis wrote (a restart or failover), re-derived from the log"
     );
     describe_counter!(ROUTE_MISS_TOTAL, "Reads that found no Redis route");
     describe_counter!(

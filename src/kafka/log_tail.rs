@@ -33,6 +33,19 @@ pub struct TailMax {
     pub skipped: u64,
     /// Partitions read.
     pub partitions: usize,
+    /// Every message of the key found, in log order (a fenced re-seed puts
+    /// back the client message id claims a rolled-back Redis lost).
+    pub sent: Vec<TailSent>,
+}
+
+/// One `MessageSent` of the tail: what a client message id claim records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TailSent {
+    pub seq: i64,
+    pub month: String,
+    pub from_user: i64,
+    pub client_msg_id: Option<String>,
+    pub message_id: i64,
 }
 
 /// Scans `key`'s partition (every partition when a custom partitioner is
@@ -80,8 +93,15 @@ pub async fn max_in_tail(
                 .as_deref()
                 .is_none_or(|cur| m.shard_month.as_str() > cur)
             {
-                out.month = Some(m.shard_month);
+                out.month = Some(m.shard_month.clone());
             }
+            out.sent.push(TailSent {
+                seq: m.seq,
+                month: m.shard_month,
+                from_user: m.from_user,
+                client_msg_id: m.client_msg_id,
+                message_id: m.message_id,
+            });
         }
     }
     Ok(out)

@@ -150,6 +150,7 @@ impl Handler for StoreHandler {
                 .filter_map(|n| match &events[*n].1.body {
                     GroupEventBody::MessageSent(msg) => Some(StoredMessage {
                         topic: &events[*n].1.topic,
+                        event_id: &events[*n].1.event_id,
                         msg,
                     }),
                     _ => None,
@@ -166,6 +167,21 @@ impl Handler for StoreHandler {
                     metrics::counter!(m::PERSIST_TOTAL, "month" => month_label.clone(), "status" => "ok")
                         .increment(outcome.inserted as u64);
                     metrics::counter!(m::DEDUP_HIT_TOTAL).increment(outcome.dedup_hits as u64);
+                    for c in &outcome.collisions {
+                        // Data loss in the making: loud, once per message.
+                        tracing::error!(
+                            %tenant,
+                            topic = %c.topic,
+                            seq = c.seq,
+                            message_id = c.message_id,
+                            event_id = %c.event_id,
+                            client_msg_id = ?c.client_msg_id,
+                            held_by_message_id = c.held_by_message_id,
+                            "seq collision: this seq is held by another message; kept in im_seq_collisions"
+                        );
+                    }
+                    metrics::counter!(m::SEQ_COLLISIONS_TOTAL)
+                        .increment(outcome.collisions.len() as u64);
                     let mut redis = self.redis.clone();
                     if let Err(e) = routes::apply(&mut redis, &tenant, &outcome.mirror).await {
                         tracing::warn!(%tenant, error = %e, "route update failed; queued for repair");

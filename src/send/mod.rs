@@ -44,7 +44,7 @@ static ALLOCATE: std::sync::LazyLock<Script> =
 
 /// A claim (pending or done) answers retries with the same identity for a
 /// day. A pending claim never expires sooner: its event may be in the log.
-const CLAIM_TTL_MS: u64 = 24 * 3600 * 1000;
+pub(crate) const CLAIM_TTL_MS: u64 = 24 * 3600 * 1000;
 /// How long a send keeps producing its event again after a failed attempt
 /// (each attempt waits up to the producer's `message.timeout.ms`).
 const PRODUCE_RETRY_BUDGET: Duration = Duration::from_secs(5);
@@ -470,7 +470,10 @@ impl Sender {
                     let group_id = parse_i64(reply.get(2))?;
                     return duplicate(reply.get(1), &digest, group_id);
                 }
-                Some("RESEED") => {
+                // Missing (a new topic, or lost) or written by another
+                // incarnation of Redis (a restart, a failover): re-derived
+                // from the log before any seq is taken from it.
+                Some("RESEED") | Some("FENCED") => {
                     self.inner
                         .reseeds
                         .reseed(self, &req.tenant, &req.topic)

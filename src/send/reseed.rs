@@ -15,6 +15,15 @@
 //!   partition, at most `limits.reseed_scans` at once per process, and
 //!   skip records nobody can decode.
 //!
+//! A topic whose state Redis still has, but written by another incarnation
+//! of Redis (a restart, a promoted replica: `lua/allocate_seq.lua` answers
+//! `FENCED`), is re-derived the same way as lost state: that state may be
+//! older than what was acknowledged, so after the in-flight window the new
+//! `last_seq` is the maximum of the stale one, the mirror and the log tail,
+//! plus the margin; and the client message id claims of every message past
+//! the stale `last_seq` (from the log tail and the month tables) are put
+//! back, so a retry of a message that was stored is answered with its seq.
+//!
 //! A hole in the seqs is fine; a reused seq never is. Until the re-seed is
 //! done, sends get a retryable error.
 
@@ -39,6 +48,38 @@ const INLINE_WAIT: Duration = Duration::from_secs(3);
 
 static SEED_SEQ: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../lua/seed_seq.lua")));
+static SEQ_STATE: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../lua/seq_state.lua")));
+
+/// A topic's seq state in Redis, and the incarnation that answered.
+struct SeqState {
+    last_seq: Option<i64>,
+    month_floor: Option<String>,
+    /// The incarnation (run_id) that wrote it; `None` before fencing existed.
+    inc: Option<String>,
+    run_id: String,
+}
+
+impl SeqState {
+    async fn read(
+        redis: &mut crate::redis_util::Redis,
+        keys: &TopicKeys,
+    ) -> redis::RedisResult<Self> {
+        let v: Vec<String> = SEQ_STATE.key(keys.seq()).invoke_async(redis).await?;
+        let get = |i: usize| v.get(i).filter(|s| !s.is_empty()).cloned();
+        Ok(SeqState {
+            last_seq: get(0).and_then(|s| s.parse().ok()),
+            month_floor: get(1),
+            inc: get(2),
+            run_id: get(3).unwrap_or_default(),
+        })
+    }
+
+    /// Written by the incarnation that answers now: allocations may go on.
+    fn live(&self) -> bool {
+        self.last_seq.is_some() && self.inc.as_deref() == Some(self.run_id.as_str())
+    }
+}
 
 /// Re-seeds in progress in this process.
 #[derive(Default, Clone)]
@@ -95,17 +136,18 @@ async fn reseed_topic(sender: &Sender, tenant: &str, topic: &str) -> Result<(), 
         ));
     };
     let result = async {
-        // A send that saw the allocator missing may get here after another
-        // re-seed (this gateway's or another's) installed it: then it is
-        // live and must not be recomputed, since sends allocated from it
+        // A send that saw the allocator missing or fenced may get here after
+        // another re-seed (this gateway's or another's) installed it: then it
+        // is live and must not be recomputed, since sends allocated from it
         // may not be in the log yet.
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(keys.seq())
-            .query_async(&mut redis)
+        let state = SeqState::read(&mut redis, &keys)
             .await
             .map_err(|e| retry(&e))?;
-        if exists {
+        if state.live() {
             return Ok(());
+        }
+        if let Some(stale) = state.last_seq {
+            return refence(sender, &mut redis, tenant, topic, &keys, &state, stale).await;
         }
         let generation_age = generation_age_ms(&mut redis, tenant)
             .await
@@ -158,6 +200,8 @@ async fn reseed_topic(sender: &Sender, tenant: &str, topic: &str) -> Result<(), 
             .key(keys.seq())
             .arg(last_seq)
             .arg(month_floor.as_deref().unwrap_or(""))
+            .arg("")
+            .arg(0)
             .invoke_async(&mut redis)
             .await
             .map_err(|e| retry(&e))?;
@@ -185,6 +229,153 @@ async fn reseed_topic(sender: &Sender, tenant: &str, topic: &str) -> Result<(), 
     result
 }
 
+/// Re-derives a topic's seq state that another incarnation of Redis wrote
+/// (see the module docs): waits out the in-flight window, recovers the
+/// highest seq any acked send can have, puts back the claims of every
+/// message past the stale `last_seq`, then installs the new allocator if
+/// the state is still the stale one.
+async fn refence(
+    sender: &Sender,
+    redis: &mut crate::redis_util::Redis,
+    tenant: &str,
+    topic: &str,
+    keys: &TopicKeys,
+    state: &SeqState,
+    stale: i64,
+) -> Result<(), SendError> {
+    let retry = |e: &dyn std::fmt::Display| SendError::Retryable(format!("re-seed: {e}"));
+    metrics::counter!(crate::metrics::SEQ_FENCES_TOTAL).increment(1);
+    tracing::warn!(
+        tenant,
+        topic,
+        stale_last_seq = stale,
+        written_by = state.inc.as_deref().unwrap_or("-"),
+        now = %state.run_id,
+        wait_ms = IN_FLIGHT_WINDOW_MS,
+        "seq state written by another incarnation of Redis (a restart or a failover); \
+         re-deriving it from the log before the next seq"
+    );
+    // Sends allocated by the old incarnation ack or fail within the window
+    // after their allocation, which was before this incarnation answered.
+    tokio::time::sleep(Duration::from_millis(IN_FLIGHT_WINDOW_MS as u64)).await;
+    let found = recover(sender, tenant, topic).await?;
+    let mut claims = found
+        .sent
+        .iter()
+        .filter(|m| m.seq > stale)
+        .filter_map(|m| {
+            let cmid = m.client_msg_id.as_deref()?;
+            Some((
+                keys.uniq(m.from_user, cmid),
+                done_claim(m.seq, &m.month, m.message_id),
+            ))
+        })
+        .collect::<Vec<_>>();
+    claims.extend(
+        stored_claims(sender, tenant, topic, keys, stale)
+            .await
+            .map_err(|e| retry(&e))?,
+    );
+    // Claims first (SET NX: a claim this incarnation already has stays);
+    // no send allocates before the state below is installed.
+    for chunk in claims.chunks(500) {
+        let mut pipe = redis::pipe();
+        for (key, value) in chunk {
+            pipe.cmd("SET")
+                .arg(key)
+                .arg(value)
+                .arg("NX")
+                .arg("PX")
+                .arg(super::CLAIM_TTL_MS)
+                .ignore();
+        }
+        let _: () = pipe.query_async(redis).await.map_err(|e| retry(&e))?;
+    }
+    let last_seq = found.seq.max(stale) + MARGIN_AFTER_LOSS;
+    let month_floor = found
+        .month
+        .into_iter()
+        .chain(state.month_floor.clone())
+        .max();
+    let installed: i64 = SEED_SEQ
+        .key(keys.seq())
+        .arg(last_seq)
+        .arg(month_floor.as_deref().unwrap_or(""))
+        .arg(state.inc.as_deref().unwrap_or("-"))
+        .arg(0)
+        .invoke_async(redis)
+        .await
+        .map_err(|e| retry(&e))?;
+    if installed == 0 {
+        tracing::warn!(
+            tenant,
+            topic,
+            "seq state changed during the re-seed; kept it"
+        );
+        return Ok(());
+    }
+    tracing::info!(
+        tenant,
+        topic,
+        stale_last_seq = stale,
+        last_seq,
+        claims = claims.len(),
+        scanned = found.scanned,
+        "seq state re-derived after a Redis incarnation change"
+    );
+    Ok(())
+}
+
+/// A claim of a message known to be in the log: answered with its seq on a
+/// retry (the four-field form, which carries no content digest).
+fn done_claim(seq: i64, month: &str, message_id: i64) -> String {
+    format!("done|{seq}|{month}|{message_id}")
+}
+
+/// Claims of the topic's stored messages past `after`: the month tables of
+/// the mirror's months that reach past it.
+async fn stored_claims(
+    sender: &Sender,
+    tenant: &str,
+    topic: &str,
+    keys: &TopicKeys,
+    after: i64,
+) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let Ok(pool) = sender.pools().get(tenant) else {
+        return Ok(Vec::new());
+    };
+    let months: Vec<String> = sqlx::query_scalar(
+        "SELECT shard_month FROM im_group_message_topic_shards WHERE topic = ? AND max_seq > ?",
+    )
+    .bind(topic)
+    .bind(after)
+    .fetch_all(pool)
+    .await?;
+    let mut out = Vec::new();
+    for month in months {
+        let Ok(month) = crate::store::month::ShardMonth::parse(&month) else {
+            continue;
+        };
+        let Some((table, _)) = crate::store::catalog::table(pool, month).await? else {
+            continue;
+        };
+        let rows: Vec<(i64, crate::exact::Exact, i64, i64)> = sqlx::query_as(&format!(
+            "SELECT from_user, client_msg_id, seqid, message_id FROM `{}` \
+             WHERE topic = ? AND seqid > ? AND client_msg_id IS NOT NULL",
+            table.for_topic(topic).name()
+        ))
+        .bind(topic)
+        .bind(after)
+        .fetch_all(pool)
+        .await?;
+        let month = month.to_string();
+        out.extend(rows.into_iter().map(|(from, cmid, seq, message_id)| {
+            (keys.uniq(from, &cmid), done_claim(seq, &month, message_id))
+        }));
+    }
+    Ok(out)
+}
+
 /// The highest seq and month of a topic that any acked send can have: the
 /// MySQL mirror (stored), the log tail the store pipeline has not
 /// committed yet, and — during a legacy migration — the legacy table.
@@ -192,6 +383,8 @@ struct Recovered {
     seq: i64,
     month: Option<String>,
     scanned: u64,
+    /// The messages of the log tail.
+    sent: Vec<crate::kafka::log_tail::TailSent>,
 }
 
 async fn recover(sender: &Sender, tenant: &str, topic: &str) -> Result<Recovered, SendError> {
@@ -217,6 +410,7 @@ async fn recover(sender: &Sender, tenant: &str, topic: &str) -> Result<Recovered
         seq: stored.seq.max(tail.seq.unwrap_or(0)),
         month: stored.month.into_iter().chain(tail.month).max(),
         scanned: tail.scanned,
+        sent: tail.sent,
     })
 }
 
@@ -261,6 +455,7 @@ async fn recover_stored(
         seq: mirror_seq.unwrap_or(0).max(legacy_seq.unwrap_or(0)),
         month: mirror_month,
         scanned: 0,
+        sent: Vec::new(),
     })
 }
 

@@ -49,10 +49,11 @@ impl StoreError {
     }
 }
 
-/// A message to store, with the topic from its envelope.
+/// A message to store, with the topic and event id from its envelope.
 #[derive(Debug, Clone)]
 pub struct StoredMessage<'a> {
     pub topic: &'a str,
+    pub event_id: &'a str,
     pub msg: &'a MessageSent,
 }
 
@@ -75,6 +76,9 @@ pub struct WriteOutcome {
     /// Same client message id stored under another seq (a retry that got a
     /// new seq): not stored again.
     pub dedup_hits: usize,
+    /// Messages whose `(topic, seq)` another message already holds: kept in
+    /// `im_seq_collisions` (see [`record_collisions`]), never dropped.
+    pub collisions: Vec<Collision>,
     pub mirror: Vec<MirrorRow>,
 }
 
@@ -111,6 +115,7 @@ pub async fn write_month(
             total.inserted += outcome.inserted;
             total.already_stored += outcome.already_stored;
             total.dedup_hits += outcome.dedup_hits;
+            total.collisions.extend(outcome.collisions);
             total.mirror.extend(outcome.mirror);
         }
         Ok::<_, StoreError>(total)
@@ -162,14 +167,20 @@ async fn write_in_tx(
     }
     insert_dedup(tx, table.month(), &candidates).await?;
 
-    // 2. Which (topic, seq) are stored already (redelivery, replay).
+    // 2. Which (topic, seq) are stored already: by this very message (a
+    //    redelivery, a replay) or by another one (a seq handed out twice: a
+    //    collision, kept aside whole, never dropped).
     let before = rows_present(tx, table, &candidates).await?;
-    let fresh: Vec<&StoredMessage<'_>> = candidates
-        .iter()
-        .copied()
-        .filter(|m| !before.contains_key(&(m.topic.to_string(), m.msg.seq)))
-        .collect();
-    outcome.already_stored = candidates.len() - fresh.len();
+    let mut colliding = Vec::new();
+    let mut fresh: Vec<&StoredMessage<'_>> = Vec::with_capacity(candidates.len());
+    for m in candidates.iter().copied() {
+        match before.get(&(m.topic.to_string(), m.msg.seq)) {
+            None => fresh.push(m),
+            Some(held) if *held == m.msg.message_id => outcome.already_stored += 1,
+            Some(held) => colliding.push((m, *held)),
+        }
+    }
+    outcome.collisions = record_collisions(tx, table.month(), &colliding).await?;
 
     // 3. Insert; count what really went in. (The affected-rows count says
     //    nothing here: the connection reports found rows.) Message ids are
@@ -211,6 +222,65 @@ async fn write_in_tx(
         }
     }
     Ok(outcome)
+}
+
+/// A message that found its `(topic, seq)` held by another message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collision {
+    pub topic: String,
+    pub seq: i64,
+    pub message_id: i64,
+    pub event_id: String,
+    pub client_msg_id: Option<String>,
+    pub held_by_message_id: i64,
+}
+
+/// Keeps each colliding message whole in `im_seq_collisions` (once per
+/// message id: a redelivery changes nothing), for an operator to repair.
+async fn record_collisions(
+    tx: &mut Transaction<'_, MySql>,
+    month: ShardMonth,
+    colliding: &[(&StoredMessage<'_>, i64)],
+) -> Result<Vec<Collision>, StoreError> {
+    if colliding.is_empty() {
+        return Ok(Vec::new());
+    }
+    let month = month.to_string();
+    let now = Utc::now().naive_utc();
+    for chunk in colliding.chunks(INSERT_CHUNK) {
+        let mut q: QueryBuilder<MySql> = QueryBuilder::new(
+            "INSERT INTO im_seq_collisions (message_id, topic, seqid, shard_month, held_by_message_id, \
+             event_id, from_user, client_msg_id, msg_type, content, head, created_at, detected_at) ",
+        );
+        q.push_values(chunk, |mut b, (m, held)| {
+            b.push_bind(m.msg.message_id)
+                .push_bind(m.topic)
+                .push_bind(m.msg.seq)
+                .push_bind(&month)
+                .push_bind(*held)
+                .push_bind(m.event_id)
+                .push_bind(m.msg.from_user)
+                .push_bind(m.msg.client_msg_id.as_deref())
+                .push_bind(&m.msg.msg_type)
+                .push_bind(json_or_null(m.msg.content.as_deref()))
+                .push_bind(json_or_null(m.msg.head.as_deref()))
+                .push_bind(datetime(m.msg.created_at))
+                .push_bind(now);
+        });
+        q.push(" ON DUPLICATE KEY UPDATE message_id = message_id");
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(colliding
+        .iter()
+        .map(|(m, held)| Collision {
+            topic: m.topic.to_string(),
+            seq: m.msg.seq,
+            message_id: m.msg.message_id,
+            event_id: m.event_id.to_string(),
+            client_msg_id: m.msg.client_msg_id.clone(),
+            held_by_message_id: *held,
+        })
+        .collect())
 }
 
 /// One topic's mirror row for a month, if it has one.
