@@ -44,6 +44,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             let done = crate::tenant::migrate(&config, args.tenant.as_deref()).await?;
             crate::send::establish_generations(&config).await?;
+            first_checkpoints(&config, args.tenant.as_deref()).await?;
             for (tenant, report) in &done {
                 for (version, description) in &report.applied {
                     println!("{tenant}: applied migration {version} ({description})");
@@ -368,6 +369,7 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
         topics_ensure(config).await?;
         schemas_register(config).await?;
     }
+    first_checkpoints(config, None).await?;
     let manager = crate::store::shards::ShardManager::connect(
         config,
         crate::redis_util::Clock::from_override(&config.shards.clock_override),
@@ -437,6 +439,23 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
     let _ = registry.task.await;
     for t in tasks {
         let _ = t.await;
+    }
+    Ok(())
+}
+
+/// The first pipeline checkpoints of each tenant database that has none
+/// (see `pipeline::checkpoints::birth`).
+async fn first_checkpoints(config: &Config, only: Option<&str>) -> anyhow::Result<()> {
+    for t in &config.tenants {
+        if only.is_some_and(|o| o != t.id) {
+            continue;
+        }
+        let pool = crate::tenant::pool_of(config, t)?;
+        let n = crate::pipeline::checkpoints::birth(config, &pool).await?;
+        if n > 0 {
+            tracing::info!(tenant = %t.id, checkpoints = n, "first pipeline checkpoints written");
+        }
+        pool.close().await;
     }
     Ok(())
 }

@@ -112,6 +112,16 @@ pub const IDENTITY_COLUMNS: &[(&str, &str, &str)] = &[
     ("im_seq_collisions", "topic", "VARBINARY(64) NOT NULL"),
     ("im_seq_collisions", "event_id", "VARBINARY(64) NOT NULL"),
     ("im_seq_collisions", "client_msg_id", "VARBINARY(256) NULL"),
+    (
+        "im_pipeline_checkpoints",
+        "consumer_group",
+        "VARBINARY(255) NOT NULL",
+    ),
+    (
+        "im_pipeline_checkpoints",
+        "source_topic",
+        "VARBINARY(255) NOT NULL",
+    ),
 ];
 
 /// The identity columns of every month table, with the exact type each
@@ -414,7 +424,10 @@ mod tests {
             .map(|(t, c, d)| (t.to_string(), c.to_string(), d.to_string()))
             .collect();
         assert_eq!(listed[..from_sql.len()], from_sql[..]);
-        let later = [include_str!("../migrations/tenant/0024_seq_collisions.sql")];
+        let later = [
+            include_str!("../migrations/tenant/0024_seq_collisions.sql"),
+            include_str!("../migrations/tenant/0025_pipeline_checkpoints.sql"),
+        ];
         for (table, column, definition) in &listed[from_sql.len()..] {
             assert!(
                 later.iter().any(

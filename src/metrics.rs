@@ -23,6 +23,9 @@ pub const SEQ_COLLISIONS_TOTAL: &str = "imstream_store_seq_collisions_total";
 /// Topics whose seq state was found written by another incarnation of Redis
 /// (a restart or a failover) and re-derived from the log.
 pub const SEQ_FENCES_TOTAL: &str = "imstream_send_seq_fences_total";
+/// Partitions a pipeline handled again because a tenant database held less
+/// than its checkpoint said (a restore, a lagging replica promoted).
+pub const PIPELINE_REWINDS_TOTAL: &str = "imstream_pipeline_rewinds_total";
 pub const ROUTE_MISS_TOTAL: &str = "group_message_route_miss_total";
 pub const ROUTE_REBUILD_TOTAL: &str = "group_message_route_rebuild_total";
 pub const ROUTE_REPAIR_BACKLOG: &str = "group_message_route_repair_backlog";
@@ -112,6 +115,7 @@ pub const ALL: &[&str] = &[
     DEAD_LETTER_TOTAL,
     SEQ_COLLISIONS_TOTAL,
     SEQ_FENCES_TOTAL,
+    PIPELINE_REWINDS_TOTAL,
     SEND_ACK_LATENCY,
     SEND_TOTAL,
     EVENTS_PRODUCED_TOTAL,
@@ -177,6 +181,10 @@ pub fn describe_all() {
     describe_counter!(
         SEQ_FENCES_TOTAL,
         "Topics whose seq state another incarnation of Redis wrote (a restart or failover), re-derived from the log"
+    );
+    describe_counter!(
+        PIPELINE_REWINDS_TOTAL,
+        "Partitions handled again because a tenant database held less than its checkpoint"
     );
     describe_counter!(ROUTE_MISS_TOTAL, "Reads that found no Redis route");
     describe_counter!(

@@ -2,6 +2,7 @@
 //! groups that turn the event log into read models. The runner
 //! ([`runner`]) is shared; each pipeline brings its handler.
 
+pub mod checkpoints;
 pub mod commands;
 pub mod control;
 pub mod conversations;
@@ -243,6 +244,16 @@ impl WithHandler for RunOn<'_> {
     type Output = Result<(), runner::PipelineError>;
     async fn with<H: runner::Handler>(self, handler: H) -> Self::Output {
         let r = self.route;
+        // Only the pipeline's own route keeps checkpoints in the tenant
+        // databases (a DLQ replay is not where the projection stands).
+        let own = Route::main(self.config, self.topology).ok().as_ref() == Some(r);
+        let checkpoints = match (
+            self.topology.checkpoints && own,
+            TenantPools::connect_lazy(self.config),
+        ) {
+            (true, Ok(pools)) => Some(checkpoints::Checkpoints::new(pools, &r.group, &r.source)),
+            _ => None,
+        };
         runner::run_on(
             self.config,
             self.topology,
@@ -252,6 +263,7 @@ impl WithHandler for RunOn<'_> {
             handler,
             self.producer,
             self.shutdown,
+            checkpoints,
         )
         .await
     }

@@ -286,11 +286,14 @@ pub async fn run<H: Handler>(
         handler,
         producer,
         shutdown,
+        None,
     )
     .await
 }
 
-/// Like [`run`] with explicit topic, group and DLQ (DLQ replays use it).
+/// Like [`run`] with explicit topic, group and DLQ (DLQ replays use it),
+/// and the projection's checkpoints in the tenant databases, if it keeps
+/// them (a partition a database is behind on is handled again from there).
 #[allow(clippy::too_many_arguments)]
 pub async fn run_on<H: Handler>(
     config: &Config,
@@ -301,6 +304,7 @@ pub async fn run_on<H: Handler>(
     handler: H,
     producer: EventProducer,
     shutdown: Shutdown,
+    mut checkpoints: Option<super::checkpoints::Checkpoints>,
 ) -> Result<(), PipelineError> {
     let consumer: StreamConsumer = crate::kafka::client_config(&config.kafka)
         .set("group.id", group)
@@ -356,9 +360,23 @@ pub async fn run_on<H: Handler>(
     // handler already takes (idempotent by key).
     let mut pending: HashMap<(String, i32), i64> = HashMap::new();
     let mut last_commit = tokio::time::Instant::now();
+    // Checkpoints are checked soon after the start (the partitions are
+    // assigned by then), then whenever no record comes for a while.
+    let mut checkpoint_tick = tokio::time::Instant::now() + Duration::from_secs(1);
     loop {
         let first = tokio::select! {
             _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep_until(checkpoint_tick), if checkpoints.is_some() => {
+                checkpoint_tick = tokio::time::Instant::now() + super::checkpoints::ALL_TENANTS_EVERY;
+                if let Some(cp) = checkpoints.as_mut() {
+                    for (partition, next) in assigned_positions(&consumer, source) {
+                        cp.assigned(partition, next);
+                    }
+                    let rewinds = cp.flush().await;
+                    rewind(&consumer, source, &mut pending, &rewinds);
+                }
+                continue;
+            }
             m = consumer.recv() => m,
             _ = tokio::time::sleep_until(last_commit + COMMIT_INTERVAL), if !pending.is_empty() => {
                 commit_offsets(&consumer, &mut pending, CommitMode::Async);
@@ -391,12 +409,21 @@ pub async fn run_on<H: Handler>(
             break;
         }
         handled(&mut pending, &batch);
+        if let Some(cp) = checkpoints.as_mut() {
+            let rewinds = cp.after_batch(&batch).await;
+            rewind(&consumer, source, &mut pending, &rewinds);
+        }
         if last_commit.elapsed() >= COMMIT_INTERVAL {
             commit_offsets(&consumer, &mut pending, CommitMode::Async);
             last_commit = tokio::time::Instant::now();
         }
     }
-    // What was handled is committed before the consumer leaves.
+    // What was handled is committed before the consumer leaves, and every
+    // tenant's checkpoint written.
+    if let Some(cp) = checkpoints.as_mut() {
+        let rewinds = cp.flush().await;
+        rewind(&consumer, source, &mut pending, &rewinds);
+    }
     if !pending.is_empty() {
         commit_offsets(&consumer, &mut pending, CommitMode::Sync);
     }
@@ -425,6 +452,53 @@ pub(crate) fn detach<M: Message>(msg: &M) -> Record {
         payload: msg.payload().map(<[u8]>::to_vec),
         traceparent,
         timestamp_ms: msg.timestamp().to_millis(),
+    }
+}
+
+/// The partitions of `source` assigned to this consumer, each with its
+/// group's committed offset (where records resume); none on a failure.
+fn assigned_positions<C: Consumer>(consumer: &C, source: &str) -> Vec<(i32, i64)> {
+    let Ok(assignment) = consumer.assignment() else {
+        return Vec::new();
+    };
+    let Ok(committed) = consumer.committed_offsets(assignment, Duration::from_secs(5)) else {
+        return Vec::new();
+    };
+    committed
+        .elements()
+        .iter()
+        .filter(|e| e.topic() == source)
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Moves each rewound partition back to its checkpoint; nothing past it is
+/// committed (the records from there are handled again).
+fn rewind<C: Consumer>(
+    consumer: &C,
+    source: &str,
+    pending: &mut HashMap<(String, i32), i64>,
+    rewinds: &[super::checkpoints::Rewind],
+) {
+    for r in rewinds {
+        pending.remove(&(source.to_string(), r.partition));
+        if let Err(e) = consumer.seek(
+            source,
+            r.partition,
+            Offset::Offset(r.offset),
+            Duration::from_secs(10),
+        ) {
+            tracing::error!(partition = r.partition, offset = r.offset, error = %e, "rewind failed; the checkpoint stays behind and is found again");
+        } else {
+            tracing::warn!(
+                partition = r.partition,
+                offset = r.offset,
+                "partition rewound to a tenant database's checkpoint"
+            );
+        }
     }
 }
 

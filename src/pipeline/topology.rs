@@ -36,6 +36,11 @@ pub struct Topology {
     pub backoff_initial_ms: u64,
     #[serde(default = "defaults::backoff_max_ms")]
     pub backoff_max_ms: u64,
+    /// Whether the pipeline keeps checkpoints in the tenant databases it
+    /// writes (`pipeline::checkpoints`): a MySQL projection that must notice
+    /// a database that came back older. Off for Redis, Kafka and index sinks.
+    #[serde(default)]
+    pub checkpoints: bool,
 }
 
 mod defaults {
