@@ -39,8 +39,12 @@ impl FailureKind {
 
 /// Redis: a lost or refused connection, a timeout, a server loading its
 /// data, a cluster or replica without a master, a read-only replica, an
-/// out-of-memory or flushed script cache are outages; a script error,
-/// `WRONGTYPE` or a reply of an unexpected type is poison.
+/// out-of-memory or flushed script cache are outages; so is a pipeline the
+/// cluster client reports as crossing slots, which happens while the slot
+/// map changes during a failover (imstream's pipelines keep to one slot or
+/// are split per slot, so outside a failover it cannot happen; were it a
+/// bug, the pipeline would show degraded rather than fill its DLQ). A script
+/// error, `WRONGTYPE` or a reply of an unexpected type is poison.
 pub fn redis_failure(e: &redis::RedisError) -> FailureKind {
     use redis::ErrorKind as K;
     if e.is_io_error()
@@ -63,6 +67,7 @@ pub fn redis_failure(e: &redis::RedisError) -> FailureKind {
             | K::AuthenticationFailed
             | K::Moved
             | K::Ask
+            | K::CrossSlot
             | K::ClusterConnectionNotFound
             | K::MasterNameNotFoundBySentinel
             | K::NoValidReplicasFoundBySentinel
@@ -84,4 +89,26 @@ pub fn redis_failure(e: &redis::RedisError) -> FailureKind {
         )
     );
     FailureKind::from_transient(transient_kind || transient_code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_map_in_flux_is_an_outage_a_wrong_type_is_poison() {
+        use redis::ErrorKind as K;
+        for kind in [
+            K::CrossSlot,
+            K::ClusterDown,
+            K::TryAgain,
+            K::Moved,
+            K::MasterDown,
+        ] {
+            let e = redis::RedisError::from((kind, "during a failover"));
+            assert_eq!(redis_failure(&e), FailureKind::Outage, "{kind:?}");
+        }
+        let e = redis::RedisError::from((K::TypeError, "WRONGTYPE"));
+        assert_eq!(redis_failure(&e), FailureKind::Poison);
+    }
 }

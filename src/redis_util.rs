@@ -119,7 +119,9 @@ fn hash_tag(cmd: &redis::Cmd) -> Option<&[u8]> {
 /// A pipeline whose keys span slots, as one sub-pipeline per hash tag
 /// (commands of one tag keep their order), sent concurrently; the replies
 /// in the pipeline's order. Every imstream key carries its hash tag, so a
-/// sub-pipeline never crosses a slot.
+/// sub-pipeline never crosses a slot. A command without one (a `PUBLISH`,
+/// which the cluster client routes to a primary of a random slot, so two of
+/// them "cross slots") goes alone.
 async fn per_slot(
     c: &ClusterConnection,
     pipeline: &redis::Pipeline,
@@ -127,7 +129,10 @@ async fn per_slot(
     let mut groups: Vec<(Option<&[u8]>, redis::Pipeline, Vec<usize>)> = Vec::new();
     for (i, cmd) in pipeline.cmd_iter().enumerate() {
         let tag = hash_tag(cmd);
-        let at = match groups.iter().position(|(t, _, _)| *t == tag) {
+        let at = match groups
+            .iter()
+            .position(|(t, _, _)| tag.is_some() && *t == tag)
+        {
             Some(at) => at,
             None => {
                 groups.push((tag, redis::pipe(), Vec::new()));

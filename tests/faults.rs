@@ -22,7 +22,12 @@
 //!
 //! One fault runs on three brokers of their own (`docker/local/stack
 //! kafka-cluster`, replication factor 3, `min.insync.replicas` 2) and kills
-//! the leader of the partition taking the sends.
+//! the leader of the partition taking the sends. Three bring engines back
+//! with less than they acknowledged (`faults/rollback.rs`): Redis restored
+//! from an older AOF, a Redis Cluster replica promoted while it lagged (on a
+//! cluster of its own, `docker/local/stack redis-ha`), and the tenant's
+//! MariaDB replaced by its lagging replica (`docker/local/stack
+//! mysql-failover`, reached through a forwarder that moves like a VIP).
 //!
 //! The faults kill and stop the services of `docker/local/stack` (`kill`,
 //! `stop`, `start`), so they run one after another (a global lock), every
@@ -33,6 +38,8 @@
 
 mod common;
 mod realtime_support;
+#[path = "faults/rollback.rs"]
+mod rollback;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -998,6 +1005,11 @@ struct Load {
 }
 
 impl Load {
+    /// Messages acked so far.
+    fn acked_now(&self) -> usize {
+        self.shared.acked()
+    }
+
     /// Waits until at least `n` more messages than now were acked.
     async fn wait_acked(&self, n: usize) {
         let target = self.shared.acked() + n;

@@ -309,12 +309,11 @@ impl Stack {
         self.world.tenant()
     }
 
+    /// The first tenant's database, on its own server when it has one.
     pub fn pool(&self) -> sqlx::MySqlPool {
-        imstream::tenant::database_pool(
-            &self.world.config.mysql,
-            &self.world.config.tenants[0].database,
-        )
-        .expect("pool")
+        let tenant = &self.world.config.tenants[0];
+        imstream::tenant::database_pool(&tenant.mysql(&self.world.config.mysql), &tenant.database)
+            .expect("pool")
     }
 
     pub async fn redis(&self) -> imstream::redis_util::Redis {
