@@ -654,6 +654,7 @@ pub async fn announce_to_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str)
             dedup_key: String::new(),
             occurred_at: now_ms(),
             payload: crate::realtime::frames::pres_me_frame(&tinode::user_id(uid), what),
+            exclude: Vec::new(),
         };
         if let Err(e) = crate::realtime::bus::publish(&mut redis, None, &envelope).await {
             tracing::warn!(error = %e, "presence to a peer not published");

@@ -1,0 +1,555 @@
+//! The group write model (issue 30) against the real services: commands
+//! are checked against one consistent state per group, not against the
+//! projections the pipelines write later. Every race here runs with every
+//! projector stopped, and the projections are caught up afterwards:
+//!
+//! - two concurrent ownership transfers: one 202, one 409, one owner;
+//! - a user who blocked the adder is never added, and a create naming
+//!   20,001 users is a clear 400;
+//! - a removed (kicked or left) member's `{pub}`, HTTP sends, `{get}` and
+//!   `{note}` are refused right after the removal's ack, on every gateway,
+//!   and no `{data}` of a later seq reaches them once the fan-out runs;
+//! - a dissolved group accepts nothing;
+//! - per-user caps (favorites, history clears) hold under 50 concurrent
+//!   requests;
+//! - the write model survives a Redis that lost it and one that comes back
+//!   older (another incarnation): it is re-derived from MySQL and the log.
+
+mod common;
+mod realtime_support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use common::{call, send_http, wait_for, Stack};
+use realtime_support::{usr, Client, DELIVERY};
+
+/// Every pipeline and `gateways` gateways; heartbeats a minute apart, so
+/// no heartbeat re-check can hide what a command did or did not do.
+async fn everything(gateways: usize) -> Stack {
+    let mut stack = Stack::prepared(None).await;
+    stack.world.config.gateway.heartbeat_secs = 60;
+    start_projectors(&mut stack).await;
+    for i in 0..gateways {
+        stack.start_gateway(&format!("gw{i}")).await;
+    }
+    stack
+}
+
+async fn start_projectors(stack: &mut Stack) {
+    for p in imstream::pipeline::PIPELINES {
+        stack.start_pipeline(p).await;
+    }
+}
+
+async fn stop_projectors(stack: &mut Stack) {
+    for p in imstream::pipeline::PIPELINES {
+        stack.stop_pipeline(p).await;
+    }
+}
+
+async fn members(pool: &sqlx::MySqlPool, topic: &str) -> Vec<(i64, String)> {
+    sqlx::query_as("SELECT uid, role FROM im_group_members WHERE topic = ? ORDER BY uid")
+        .bind(topic)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// Waits until the members projection of `topic` is `expected`.
+async fn members_become(stack: &Stack, topic: &str, expected: Vec<(i64, &str)>) {
+    let pool = stack.pool();
+    let expected: Vec<(i64, String)> = expected
+        .into_iter()
+        .map(|(u, r)| (u, r.to_string()))
+        .collect();
+    wait_for(
+        &format!("members of {topic} to be {expected:?}"),
+        DELIVERY,
+        || {
+            let (pool, expected) = (pool.clone(), expected.clone());
+            async move {
+                let got = members(&pool, topic).await;
+                if got == expected {
+                    Ok(())
+                } else {
+                    Err(format!("{got:?}"))
+                }
+            }
+        },
+    )
+    .await;
+}
+
+/// An HTTP send as `uid` that is not answered 503 (a rebuild in progress
+/// answers "retry"); its status and body.
+async fn send_settled(stack: &Stack, uid: i64, topic: &str, text: &str) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let token = stack.token(uid, "http");
+    let addr = stack.gateway_addr(0);
+    wait_for(&format!("a settled answer to {uid}'s send"), DELIVERY, || {
+        let (client, token) = (client.clone(), token.clone());
+        async move {
+            let cmid = common::unique_id();
+            match send_http(&client, addr, &token, topic, &cmid, text).await {
+                (503, body) => Err(format!("503 {body}")),
+                other => Ok(other),
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_concurrent_owner_transfers_leave_exactly_one_owner() {
+    let mut stack = everything(1).await;
+    let gw = stack.gateway_addr(0);
+    const TOPIC: &str = "grpRace1";
+    stack.create_group(TOPIC, 1001, &[1002, 1003]).await;
+    stop_projectors(&mut stack).await;
+
+    let path = format!("/v1/groups/{TOPIC}/owner");
+    let (a, b) = tokio::join!(
+        call(&stack, gw, 1001, "PUT", &path, json!({"uid": 1002})),
+        call(&stack, gw, 1001, "PUT", &path, json!({"uid": 1003})),
+    );
+    let mut codes = [a.0, b.0];
+    codes.sort();
+    assert_eq!(codes, [202, 409], "one transfer wins: {a:?} {b:?}");
+    let (winner, loser) = if a.0 == 202 {
+        (1002, 1003)
+    } else {
+        (1003, 1002)
+    };
+    // Inside the projection's lag, a sequential transfer by the old owner
+    // is refused as well: ownership already moved.
+    let (status, body) = call(&stack, gw, 1001, "PUT", &path, json!({"uid": loser})).await;
+    assert_eq!(status, 409, "{body}");
+    // The new owner may govern at once; the old owner is an admin now.
+    let (status, body) = call(
+        &stack,
+        gw,
+        winner,
+        "PUT",
+        &format!("/v1/groups/{TOPIC}/members/{loser}/role"),
+        json!({"role": "admin"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+
+    start_projectors(&mut stack).await;
+    let mut expected = vec![(1001, "admin"), (winner, "owner"), (loser, "admin")];
+    expected.sort();
+    members_become(&stack, TOPIC, expected).await;
+    let owner: i64 = sqlx::query_scalar("SELECT owner_uid FROM im_groups WHERE topic = ?")
+        .bind(TOPIC)
+        .fetch_one(&stack.pool())
+        .await
+        .unwrap();
+    assert_eq!(owner, winner);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_blocked_adder_adds_nobody_and_a_20001_user_create_is_refused() {
+    let stack = everything(1).await;
+    let gw = stack.gateway_addr(0);
+    let (status, body) = call(&stack, gw, 1002, "POST", "/v1/blocks", json!({"uid": 1001})).await;
+    assert!(status < 300, "block: {status} {body}");
+    // The block is in force: 1001's direct message is refused.
+    let client = reqwest::Client::new();
+    wait_for("the block in force", DELIVERY, || {
+        let client = client.clone();
+        let token = stack.token(1001, "http");
+        async move {
+            let resp = client
+                .post(format!("http://{gw}/v1/users/usr1002/messages"))
+                .bearer_auth(token)
+                .json(&json!({"content": {"txt": "hi"}}))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = resp.status().as_u16();
+            let body: Value = resp.json().await.unwrap_or(Value::Null);
+            if status == 403 && body.to_string().contains("BLOCKED") {
+                Ok(())
+            } else {
+                Err(format!("{status} {body}"))
+            }
+        }
+    })
+    .await;
+
+    // One request naming 1002 and 20,000 others.
+    let mut huge: Vec<i64> = vec![1002];
+    huge.extend(100_000..120_000);
+    let (status, body) = call(
+        &stack,
+        gw,
+        1001,
+        "POST",
+        "/v1/groups",
+        json!({"topic": "grpHuge", "name": "huge", "members": huge}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"].as_str().unwrap_or("").contains("500"),
+        "the answer names the limit: {body}"
+    );
+
+    // A create naming the blocker: refused, nothing created.
+    let (status, body) = call(
+        &stack,
+        gw,
+        1001,
+        "POST",
+        "/v1/groups",
+        json!({"topic": "grpBlocked", "name": "b", "members": [1002, 1003]}),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    // An add of the blocker to a group of the adder: refused.
+    let (status, body) = call(
+        &stack,
+        gw,
+        1001,
+        "POST",
+        "/v1/groups",
+        json!({"topic": "grpAdder", "name": "a", "members": [1003]}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = call(
+        &stack,
+        gw,
+        1001,
+        "POST",
+        "/v1/groups/grpAdder/members",
+        json!({"uid": 1002}),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    members_become(&stack, "grpAdder", vec![(1001, "owner"), (1003, "member")]).await;
+    let (status, body) = send_settled(&stack, 1002, "grpAdder", "am I in?").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(members(&stack.pool(), "grpHuge").await.is_empty());
+    assert!(members(&stack.pool(), "grpBlocked").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_removed_member_is_refused_from_the_ack_on_with_every_projector_stopped() {
+    let mut stack = everything(2).await;
+    let (gw0, gw1) = (stack.gateway_addr(0), stack.gateway_addr(1));
+    const TOPIC: &str = "grpGone";
+    const OWNER: i64 = 1;
+    const KICKED: i64 = 2;
+    const STAYS: i64 = 3;
+    const LEAVER: i64 = 4;
+    stack
+        .create_group(TOPIC, OWNER, &[KICKED, STAYS, LEAVER])
+        .await;
+    let mut owner = Client::open_sub(gw0, &stack.token(OWNER, "o"), TOPIC, "owner@gw0").await;
+    let mut kicked = [
+        Client::open_sub(gw0, &stack.token(KICKED, "a"), TOPIC, "kicked@gw0").await,
+        Client::open_sub(gw1, &stack.token(KICKED, "b"), TOPIC, "kicked@gw1").await,
+    ];
+    let stays = [
+        Client::open_sub(gw0, &stack.token(STAYS, "c"), TOPIC, "stays@gw0").await,
+        Client::open_sub(gw1, &stack.token(STAYS, "d"), TOPIC, "stays@gw1").await,
+    ];
+    let before = owner.send_text(TOPIC, "before").await;
+    for c in kicked.iter().chain(&stays) {
+        c.expect_data(TOPIC, before).await;
+    }
+
+    stop_projectors(&mut stack).await;
+    let (status, body) = call(
+        &stack,
+        gw0,
+        OWNER,
+        "DELETE",
+        &format!("/v1/groups/{TOPIC}/members/{KICKED}"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = call(
+        &stack,
+        gw1,
+        LEAVER,
+        "DELETE",
+        &format!("/v1/groups/{TOPIC}/members/{LEAVER}"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+
+    // Right after the acks, no projector running, on both gateways.
+    let refused = |ctrl: &Value| [json!(403), json!(409)].contains(&ctrl["code"]);
+    for c in kicked.iter_mut() {
+        let label = c.label.clone();
+        let ctrl = c.publish(TOPIC, "still here?", None).await;
+        assert!(refused(&ctrl), "{label} pub: {ctrl}");
+        let ctrl = c
+            .request(json!({"get": {"topic": TOPIC, "what": "data"}}))
+            .await;
+        assert!(refused(&ctrl), "{label} get: {ctrl}");
+        c.note(TOPIC, "kp", None).await;
+    }
+    for (uid, addr) in [(KICKED, gw0), (KICKED, gw1), (LEAVER, gw0), (LEAVER, gw1)] {
+        let (status, body) = send_http(
+            &reqwest::Client::new(),
+            addr,
+            &stack.token(uid, "http"),
+            TOPIC,
+            &common::unique_id(),
+            "intruder",
+        )
+        .await;
+        assert_eq!(status, 403, "usr{uid} HTTP send via {addr}: {body}");
+    }
+    // Typing of the member who stays reaches the owner; the kicked one's
+    // never does.
+    let mut stays = stays;
+    stays[0].note(TOPIC, "kp", None).await;
+    let from = |uid: i64| {
+        move |f: &Value| f["info"]["topic"] == json!(TOPIC) && f["info"]["from"] == json!(usr(uid))
+    };
+    owner
+        .expect("the member's {info kp}", DELIVERY, from(STAYS))
+        .await;
+    let after = owner.send_text(TOPIC, "after").await;
+
+    // The projectors catch up: the later message reaches the members who
+    // stay on both gateways, never the removed ones.
+    start_projectors(&mut stack).await;
+    for c in &stays {
+        c.expect_data(TOPIC, after).await;
+    }
+    members_become(
+        &stack,
+        TOPIC,
+        vec![(OWNER, "owner"), (STAYS, "member")],
+    )
+    .await;
+    assert_eq!(owner.count(from(KICKED)), 0, "{:?}", owner.frames());
+    for c in &kicked {
+        assert_eq!(c.data_seqs(TOPIC), vec![before], "{}", c.label);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dissolved_group_accepts_nothing() {
+    let mut stack = everything(1).await;
+    let gw = stack.gateway_addr(0);
+    const TOPIC: &str = "grpDissolved";
+    stack.create_group(TOPIC, 1, &[2, 3]).await;
+    stop_projectors(&mut stack).await;
+    let (status, body) = call(&stack, gw, 1, "DELETE", &format!("/v1/groups/{TOPIC}"), json!(null)).await;
+    assert_eq!(status, 202, "{body}");
+
+    for uid in [1, 2] {
+        let (status, body) = send_http(
+            &reqwest::Client::new(),
+            gw,
+            &stack.token(uid, "http"),
+            TOPIC,
+            &common::unique_id(),
+            "anyone?",
+        )
+        .await;
+        assert_eq!(status, 404, "usr{uid} send: {body}");
+    }
+    for (uid, method, path, body) in [
+        (1, "POST", format!("/v1/groups/{TOPIC}/members"), json!({"uid": 9})),
+        (1, "PUT", format!("/v1/groups/{TOPIC}/owner"), json!({"uid": 2})),
+        (1, "PUT", format!("/v1/groups/{TOPIC}/members/2/role"), json!({"role": "admin"})),
+        (1, "PUT", format!("/v1/groups/{TOPIC}/mute"), json!({"mute_all": true})),
+        (1, "DELETE", format!("/v1/groups/{TOPIC}/members/2"), json!(null)),
+        (2, "DELETE", format!("/v1/groups/{TOPIC}/members/2"), json!(null)),
+        (1, "DELETE", format!("/v1/groups/{TOPIC}"), json!(null)),
+    ] {
+        let (status, reply) = call(&stack, gw, uid, method, &path, body).await;
+        assert_eq!(status, 404, "{method} {path}: {reply}");
+    }
+    let mut c = Client::open(gw, &stack.token(3, "web"), "member").await;
+    let ctrl = c.request(json!({"sub": {"topic": TOPIC}})).await;
+    assert_eq!(ctrl["code"], json!(404), "{ctrl}");
+    start_projectors(&mut stack).await;
+}
+
+/// Sends `n` messages as `uid` and waits until all are stored; their seqs.
+async fn stored_messages(stack: &Stack, uid: i64, topic: &str, n: usize) -> Vec<i64> {
+    let client = reqwest::Client::new();
+    let mut seqs = Vec::new();
+    for i in 0..n {
+        let (status, body) = send_http(
+            &client,
+            stack.gateway_addr(0),
+            &stack.token(uid, "http"),
+            topic,
+            &format!("m{i}"),
+            &format!("message {i}"),
+        )
+        .await;
+        assert_eq!(status, 202, "{body}");
+        seqs.push(body["seq"].as_i64().unwrap());
+    }
+    let last = *seqs.last().unwrap();
+    realtime_support::wait_stored(&stack.pool(), topic, last).await;
+    seqs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn per_user_caps_hold_under_50_concurrent_requests() {
+    let mut stack = Stack::prepared_with(None, |c| {
+        c.limits.favorites_per_user = 5;
+        c.limits.dellog_per_user = 5;
+        c.limits.clears = imstream::config::BucketConfig::new(1000, 1000);
+    })
+    .await;
+    stack.world.config.gateway.heartbeat_secs = 60;
+    start_projectors(&mut stack).await;
+    let gw = stack.start_gateway("gw0").await;
+    const TOPIC: &str = "grpCaps";
+    stack.create_group(TOPIC, 1, &[2]).await;
+    let seqs = stored_messages(&stack, 1, TOPIC, 50).await;
+    // No projection can catch up during the race.
+    stop_projectors(&mut stack).await;
+
+    let favorites = futures::future::join_all(seqs.iter().map(|seq| {
+        let path = format!("/v1/me/favorites/{TOPIC}/{seq}");
+        let stack = &stack;
+        async move { call(stack, gw, 2, "PUT", &path, json!(null)).await }
+    }))
+    .await;
+    let accepted = favorites.iter().filter(|(s, _)| *s == 202).count();
+    let refused = favorites.iter().filter(|(s, _)| *s == 409).count();
+    assert_eq!(
+        (accepted, refused),
+        (5, 45),
+        "favorites: {:?}",
+        favorites.iter().map(|(s, _)| *s).collect::<Vec<_>>()
+    );
+
+    let clears = futures::future::join_all(seqs.iter().map(|seq| {
+        let path = format!("/v1/groups/{TOPIC}/history/clear");
+        let stack = &stack;
+        let body = json!({"ranges": [{"low": seq}]});
+        async move { call(stack, gw, 2, "POST", &path, body).await }
+    }))
+    .await;
+    let accepted = clears.iter().filter(|(s, _)| *s < 300).count();
+    let refused = clears.iter().filter(|(s, _)| *s == 409).count();
+    assert_eq!(
+        (accepted, refused),
+        (5, 45),
+        "clears: {:?}",
+        clears.iter().map(|(s, _)| *s).collect::<Vec<_>>()
+    );
+
+    // What the projections hold once caught up: the caps, not more.
+    start_projectors(&mut stack).await;
+    let pool = stack.pool();
+    for (what, sql) in [
+        ("favorites", "SELECT COUNT(*) FROM im_favorites WHERE uid = 2"),
+        (
+            "history-clear rows",
+            "SELECT COUNT(*) FROM im_dellog WHERE topic = 'grpCaps' AND deletedfor = 2",
+        ),
+    ] {
+        wait_for(&format!("the {what} projected"), DELIVERY, || {
+            let pool = pool.clone();
+            async move {
+                let n: i64 = sqlx::query_scalar(sql)
+                    .fetch_one(&pool)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if n == 5 {
+                    Ok(())
+                } else {
+                    Err(format!("{n} {what}"))
+                }
+            }
+        })
+        .await;
+    }
+    // Once caught up, a refused favorite is still refused.
+    let refused_seq = seqs
+        .iter()
+        .zip(&favorites)
+        .find(|(_, (status, _))| *status == 409)
+        .map(|(seq, _)| *seq)
+        .unwrap();
+    let path = format!("/v1/me/favorites/{TOPIC}/{refused_seq}");
+    let (status, body) = call(&stack, gw, 2, "PUT", &path, json!(null)).await;
+    assert_eq!(status, 409, "{body}");
+}
+
+/// Every key of the group's state in Redis (its hash tag), and the
+/// tenant's generation marker: what a Redis that lost its data lacks.
+async fn forget_group(stack: &Stack, topic: &str) {
+    let mut redis = stack.redis().await;
+    let keys = common::tenant_keys(&mut redis, stack.tenant(), topic).await;
+    let base = imstream::keys::TopicKeys::new(stack.tenant(), topic);
+    let generation = imstream::keys::TenantKeys::new(stack.tenant()).generation();
+    for key in keys {
+        if key.starts_with(&format!("{}:", base.base())) || key == generation {
+            let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut redis).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_that_lost_the_group_rebuilds_it_from_mysql_and_the_log() {
+    let mut stack = everything(1).await;
+    let gw = stack.gateway_addr(0);
+    const TOPIC: &str = "grpLost";
+    stack.create_group(TOPIC, 1, &[2, 3]).await;
+    // The removal is acknowledged but not projected: only the log has it.
+    stack.stop_pipeline("members").await;
+    let (status, body) = call(&stack, gw, 1, "DELETE", &format!("/v1/groups/{TOPIC}/members/2"), json!(null)).await;
+    assert_eq!(status, 202, "{body}");
+    forget_group(&stack, TOPIC).await;
+
+    let (status, body) = send_settled(&stack, 2, TOPIC, "back?").await;
+    assert_eq!(status, 403, "the removed member after the loss: {body}");
+    let (status, body) = send_settled(&stack, 3, TOPIC, "still in").await;
+    assert_eq!(status, 202, "a member after the loss: {body}");
+    // Governance goes on from the rebuilt state.
+    let (status, body) = call(&stack, gw, 1, "PUT", &format!("/v1/groups/{TOPIC}/owner"), json!({"uid": 3})).await;
+    assert_eq!(status, 202, "{body}");
+    stack.start_pipeline("members").await;
+    members_become(&stack, TOPIC, vec![(1, "admin"), (3, "owner")]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_that_comes_back_older_is_fenced_and_rebuilt() {
+    let mut stack = everything(1).await;
+    let gw = stack.gateway_addr(0);
+    const TOPIC: &str = "grpStale";
+    stack.create_group(TOPIC, 1, &[2, 3]).await;
+    let (status, body) = send_settled(&stack, 2, TOPIC, "hello").await;
+    assert_eq!(status, 202, "{body}");
+    stack.stop_pipeline("members").await;
+    let (status, body) = call(&stack, gw, 1, "DELETE", &format!("/v1/groups/{TOPIC}/members/2"), json!(null)).await;
+    assert_eq!(status, 202, "{body}");
+    // An older incarnation of Redis: written by another server (run_id),
+    // from before the removal (2 still in the member set).
+    let keys = imstream::keys::TopicKeys::new(stack.tenant(), TOPIC);
+    let mut redis = stack.redis().await;
+    let _: () = redis::pipe()
+        .hset(keys.meta(), "inc", "0000000000000000000000000000000000000000")
+        .sadd(keys.members(), 2)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    let (status, body) = send_settled(&stack, 2, TOPIC, "back?").await;
+    assert_eq!(status, 403, "the removed member on the older Redis: {body}");
+    let (status, body) = send_settled(&stack, 3, TOPIC, "still in").await;
+    assert_eq!(status, 202, "{body}");
+    stack.start_pipeline("members").await;
+    members_become(&stack, TOPIC, vec![(1, "owner"), (3, "member")]).await;
+}
