@@ -18,8 +18,6 @@
 mod common;
 mod realtime_support;
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
 use common::{call, send_http, wait_for, Stack};
@@ -88,16 +86,20 @@ async fn send_settled(stack: &Stack, uid: i64, topic: &str, text: &str) -> (u16,
     let client = reqwest::Client::new();
     let token = stack.token(uid, "http");
     let addr = stack.gateway_addr(0);
-    wait_for(&format!("a settled answer to {uid}'s send"), DELIVERY, || {
-        let (client, token) = (client.clone(), token.clone());
-        async move {
-            let cmid = common::unique_id();
-            match send_http(&client, addr, &token, topic, &cmid, text).await {
-                (503, body) => Err(format!("503 {body}")),
-                other => Ok(other),
+    wait_for(
+        &format!("a settled answer to {uid}'s send"),
+        DELIVERY,
+        || {
+            let (client, token) = (client.clone(), token.clone());
+            async move {
+                let cmid = common::unique_id();
+                match send_http(&client, addr, &token, topic, &cmid, text).await {
+                    (503, body) => Err(format!("503 {body}")),
+                    other => Ok(other),
+                }
             }
-        }
-    })
+        },
+    )
     .await
 }
 
@@ -327,12 +329,7 @@ async fn a_removed_member_is_refused_from_the_ack_on_with_every_projector_stoppe
     for c in &stays {
         c.expect_data(TOPIC, after).await;
     }
-    members_become(
-        &stack,
-        TOPIC,
-        vec![(OWNER, "owner"), (STAYS, "member")],
-    )
-    .await;
+    members_become(&stack, TOPIC, vec![(OWNER, "owner"), (STAYS, "member")]).await;
     assert_eq!(owner.count(from(KICKED)), 0, "{:?}", owner.frames());
     for c in &kicked {
         assert_eq!(c.data_seqs(TOPIC), vec![before], "{}", c.label);
@@ -346,7 +343,15 @@ async fn a_dissolved_group_accepts_nothing() {
     const TOPIC: &str = "grpDissolved";
     stack.create_group(TOPIC, 1, &[2, 3]).await;
     stop_projectors(&mut stack).await;
-    let (status, body) = call(&stack, gw, 1, "DELETE", &format!("/v1/groups/{TOPIC}"), json!(null)).await;
+    let (status, body) = call(
+        &stack,
+        gw,
+        1,
+        "DELETE",
+        &format!("/v1/groups/{TOPIC}"),
+        json!(null),
+    )
+    .await;
     assert_eq!(status, 202, "{body}");
 
     for uid in [1, 2] {
@@ -362,12 +367,42 @@ async fn a_dissolved_group_accepts_nothing() {
         assert_eq!(status, 404, "usr{uid} send: {body}");
     }
     for (uid, method, path, body) in [
-        (1, "POST", format!("/v1/groups/{TOPIC}/members"), json!({"uid": 9})),
-        (1, "PUT", format!("/v1/groups/{TOPIC}/owner"), json!({"uid": 2})),
-        (1, "PUT", format!("/v1/groups/{TOPIC}/members/2/role"), json!({"role": "admin"})),
-        (1, "PUT", format!("/v1/groups/{TOPIC}/mute"), json!({"mute_all": true})),
-        (1, "DELETE", format!("/v1/groups/{TOPIC}/members/2"), json!(null)),
-        (2, "DELETE", format!("/v1/groups/{TOPIC}/members/2"), json!(null)),
+        (
+            1,
+            "POST",
+            format!("/v1/groups/{TOPIC}/members"),
+            json!({"uid": 9}),
+        ),
+        (
+            1,
+            "PUT",
+            format!("/v1/groups/{TOPIC}/owner"),
+            json!({"uid": 2}),
+        ),
+        (
+            1,
+            "PUT",
+            format!("/v1/groups/{TOPIC}/members/2/role"),
+            json!({"role": "admin"}),
+        ),
+        (
+            1,
+            "PUT",
+            format!("/v1/groups/{TOPIC}/mute"),
+            json!({"mute_all": true}),
+        ),
+        (
+            1,
+            "DELETE",
+            format!("/v1/groups/{TOPIC}/members/2"),
+            json!(null),
+        ),
+        (
+            2,
+            "DELETE",
+            format!("/v1/groups/{TOPIC}/members/2"),
+            json!(null),
+        ),
         (1, "DELETE", format!("/v1/groups/{TOPIC}"), json!(null)),
     ] {
         let (status, reply) = call(&stack, gw, uid, method, &path, body).await;
@@ -453,7 +488,10 @@ async fn per_user_caps_hold_under_50_concurrent_requests() {
     start_projectors(&mut stack).await;
     let pool = stack.pool();
     for (what, sql) in [
-        ("favorites", "SELECT COUNT(*) FROM im_favorites WHERE uid = 2"),
+        (
+            "favorites",
+            "SELECT COUNT(*) FROM im_favorites WHERE uid = 2",
+        ),
         (
             "history-clear rows",
             "SELECT COUNT(*) FROM im_dellog WHERE topic = 'grpCaps' AND deletedfor = 2",
@@ -475,11 +513,18 @@ async fn per_user_caps_hold_under_50_concurrent_requests() {
         })
         .await;
     }
-    // Once caught up, a refused favorite is still refused.
+    // Once caught up, a refused favorite (of a message still in view) is
+    // still refused.
+    let cleared: Vec<i64> = seqs
+        .iter()
+        .zip(&clears)
+        .filter(|(_, (status, _))| *status < 300)
+        .map(|(seq, _)| *seq)
+        .collect();
     let refused_seq = seqs
         .iter()
         .zip(&favorites)
-        .find(|(_, (status, _))| *status == 409)
+        .find(|(seq, (status, _))| *status == 409 && !cleared.contains(seq))
         .map(|(seq, _)| *seq)
         .unwrap();
     let path = format!("/v1/me/favorites/{TOPIC}/{refused_seq}");
@@ -496,7 +541,11 @@ async fn forget_group(stack: &Stack, topic: &str) {
     let generation = imstream::keys::TenantKeys::new(stack.tenant()).generation();
     for key in keys {
         if key.starts_with(&format!("{}:", base.base())) || key == generation {
-            let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut redis).await.unwrap();
+            let _: i64 = redis::cmd("DEL")
+                .arg(&key)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
         }
     }
 }
@@ -509,7 +558,15 @@ async fn a_redis_that_lost_the_group_rebuilds_it_from_mysql_and_the_log() {
     stack.create_group(TOPIC, 1, &[2, 3]).await;
     // The removal is acknowledged but not projected: only the log has it.
     stack.stop_pipeline("members").await;
-    let (status, body) = call(&stack, gw, 1, "DELETE", &format!("/v1/groups/{TOPIC}/members/2"), json!(null)).await;
+    let (status, body) = call(
+        &stack,
+        gw,
+        1,
+        "DELETE",
+        &format!("/v1/groups/{TOPIC}/members/2"),
+        json!(null),
+    )
+    .await;
     assert_eq!(status, 202, "{body}");
     forget_group(&stack, TOPIC).await;
 
@@ -518,7 +575,15 @@ async fn a_redis_that_lost_the_group_rebuilds_it_from_mysql_and_the_log() {
     let (status, body) = send_settled(&stack, 3, TOPIC, "still in").await;
     assert_eq!(status, 202, "a member after the loss: {body}");
     // Governance goes on from the rebuilt state.
-    let (status, body) = call(&stack, gw, 1, "PUT", &format!("/v1/groups/{TOPIC}/owner"), json!({"uid": 3})).await;
+    let (status, body) = call(
+        &stack,
+        gw,
+        1,
+        "PUT",
+        &format!("/v1/groups/{TOPIC}/owner"),
+        json!({"uid": 3}),
+    )
+    .await;
     assert_eq!(status, 202, "{body}");
     stack.start_pipeline("members").await;
     members_become(&stack, TOPIC, vec![(1, "admin"), (3, "owner")]).await;
@@ -533,14 +598,26 @@ async fn a_redis_that_comes_back_older_is_fenced_and_rebuilt() {
     let (status, body) = send_settled(&stack, 2, TOPIC, "hello").await;
     assert_eq!(status, 202, "{body}");
     stack.stop_pipeline("members").await;
-    let (status, body) = call(&stack, gw, 1, "DELETE", &format!("/v1/groups/{TOPIC}/members/2"), json!(null)).await;
+    let (status, body) = call(
+        &stack,
+        gw,
+        1,
+        "DELETE",
+        &format!("/v1/groups/{TOPIC}/members/2"),
+        json!(null),
+    )
+    .await;
     assert_eq!(status, 202, "{body}");
     // An older incarnation of Redis: written by another server (run_id),
     // from before the removal (2 still in the member set).
     let keys = imstream::keys::TopicKeys::new(stack.tenant(), TOPIC);
     let mut redis = stack.redis().await;
     let _: () = redis::pipe()
-        .hset(keys.meta(), "inc", "0000000000000000000000000000000000000000")
+        .hset(
+            keys.meta(),
+            "inc",
+            "0000000000000000000000000000000000000000",
+        )
         .sadd(keys.members(), 2)
         .query_async(&mut redis)
         .await
@@ -551,5 +628,284 @@ async fn a_redis_that_comes_back_older_is_fenced_and_rebuilt() {
     let (status, body) = send_settled(&stack, 3, TOPIC, "still in").await;
     assert_eq!(status, 202, "{body}");
     stack.start_pipeline("members").await;
+    members_become(&stack, TOPIC, vec![(1, "owner"), (3, "member")]).await;
+}
+
+/// `PUT /v1/me/settings` as `uid`.
+async fn set_policy(stack: &Stack, uid: i64, policy: &str) {
+    let (status, body) = call(
+        stack,
+        stack.gateway_addr(0),
+        uid,
+        "PUT",
+        "/v1/me/settings",
+        json!({"add_policy": policy}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_user_who_may_not_be_added_is_invited_and_answers() {
+    let mut stack = everything(1).await;
+    let gw = stack.gateway_addr(0);
+    const OWNER: i64 = 2001;
+    const PRIVATE: i64 = 2002; // nobody adds them
+    const CAREFUL: i64 = 2003; // contacts only; OWNER is not one
+    const FRIEND: i64 = 2004; // contacts only; OWNER is one
+    const OPEN: i64 = 2005;
+    set_policy(&stack, PRIVATE, "nobody").await;
+    set_policy(&stack, CAREFUL, "contacts").await;
+    set_policy(&stack, FRIEND, "contacts").await;
+    let (status, body) = call(
+        &stack,
+        gw,
+        1,
+        "PUT",
+        "/v1/me/settings",
+        json!({"add_policy": "everyone"}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    // OWNER and FRIEND become friends.
+    let (status, body) = call(
+        &stack,
+        gw,
+        OWNER,
+        "POST",
+        "/v1/friends/requests",
+        json!({"uid": FRIEND}),
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
+    let (status, body) = call(
+        &stack,
+        gw,
+        FRIEND,
+        "POST",
+        &format!("/v1/friends/requests/{OWNER}/accept"),
+        json!(null),
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
+    let pool = stack.pool();
+    wait_for("the friendship projected", DELIVERY, || {
+        let pool = pool.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM im_friends WHERE uid = ? AND friend_uid = ?",
+            )
+            .bind(FRIEND)
+            .bind(OWNER)
+            .fetch_one(&pool)
+            .await
+            .map_err(|e| e.to_string())?;
+            if n == 1 {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        }
+    })
+    .await;
+
+    const TOPIC: &str = "grpConsent";
+    let (status, body) = call(
+        &stack,
+        gw,
+        OWNER,
+        "POST",
+        "/v1/groups",
+        json!({"topic": TOPIC, "name": "consent", "members": [PRIVATE, CAREFUL, FRIEND, OPEN]}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["invited"], json!([PRIVATE, CAREFUL]), "{body}");
+    // Invited is not a member: no send, no read; the invitation shows.
+    let (status, body) = send_settled(&stack, PRIVATE, TOPIC, "in?").await;
+    assert_eq!(status, 403, "{body}");
+    for uid in [FRIEND, OPEN] {
+        let (status, body) = send_settled(&stack, uid, TOPIC, "in").await;
+        assert_eq!(status, 202, "usr{uid}: {body}");
+    }
+    let mut private = Client::open(gw, &stack.token(PRIVATE, "web"), "private").await;
+    let ctrl = private.request(json!({"sub": {"topic": TOPIC}})).await;
+    assert_eq!(ctrl["code"], json!(200), "{ctrl}");
+    assert_eq!(ctrl["params"]["acs"]["want"], json!("N"), "{ctrl}");
+    assert!(
+        ctrl["params"]["acs"]["given"]
+            .as_str()
+            .unwrap()
+            .contains('J'),
+        "{ctrl}"
+    );
+    let ctrl = private
+        .request(json!({"get": {"topic": TOPIC, "what": "data"}}))
+        .await;
+    assert!([json!(403), json!(409)].contains(&ctrl["code"]), "{ctrl}");
+    // The chat list shows it as an invitation once projected.
+    wait_for("the invitation in the chat list", DELIVERY, || {
+        let addr = gw;
+        let token = stack.token(PRIVATE, "me");
+        async move {
+            let mut c = Client::open(addr, &token, "private-me").await;
+            c.send(json!({"sub": {"id": "m1", "topic": "me", "get": {"what": "sub"}}}))
+                .await;
+            let meta = c
+                .expect("the chat list", realtime_support::REPLY, |f| {
+                    f["meta"]["topic"] == json!("me")
+                        || f["ctrl"]["id"] == json!("m1") && f["ctrl"]["code"] == json!(204)
+                })
+                .await;
+            let subs = meta["meta"]["sub"].as_array().cloned().unwrap_or_default();
+            match subs.iter().find(|s| s["topic"] == json!(TOPIC)) {
+                Some(s) if s["acs"]["want"] == json!("N") => Ok(()),
+                other => Err(format!("{other:?} in {meta}")),
+            }
+        }
+    })
+    .await;
+
+    // Accept on the WebSocket (the web app's Accept), decline over HTTP.
+    let ctrl = private
+        .request(json!({"set": {"topic": TOPIC, "sub": {"mode": "JRWPS"}}}))
+        .await;
+    assert_eq!(ctrl["code"], json!(200), "{ctrl}");
+    let seq = private.send_text(TOPIC, "joined").await;
+    assert!(seq > 0);
+    let (status, body) = call(
+        &stack,
+        gw,
+        CAREFUL,
+        "DELETE",
+        &format!("/v1/groups/{TOPIC}/invitation"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = call(
+        &stack,
+        gw,
+        CAREFUL,
+        "POST",
+        &format!("/v1/groups/{TOPIC}/invitation"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(status, 404, "the invitation is gone: {body}");
+    stop_projectors(&mut stack).await;
+    start_projectors(&mut stack).await;
+    members_become(
+        &stack,
+        TOPIC,
+        vec![
+            (OWNER, "owner"),
+            (PRIVATE, "member"),
+            (FRIEND, "member"),
+            (OPEN, "member"),
+        ],
+    )
+    .await;
+    let invites: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_group_invites WHERE topic = ?")
+        .bind(TOPIC)
+        .fetch_one(&stack.pool())
+        .await
+        .unwrap();
+    assert_eq!(invites, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_are_bounded_and_operators_add_in_bulk() {
+    let stack = everything(1).await;
+    let gw = stack.gateway_addr(0);
+    const TOPIC: &str = "grpBulk";
+    let (status, body) = call(
+        &stack,
+        gw,
+        1,
+        "POST",
+        "/v1/groups",
+        json!({"topic": TOPIC, "name": "bulk", "members": (2..=500).collect::<Vec<i64>>()}),
+    )
+    .await;
+    assert_eq!(status, 201, "500 members are fine: {body}");
+    let (status, body) = call(
+        &stack,
+        gw,
+        1,
+        "POST",
+        &format!("/v1/groups/{TOPIC}/members"),
+        json!({"uids": (1000..1501).collect::<Vec<i64>>()}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    // An operator adds 1,200 at once.
+    let resp = reqwest::Client::new()
+        .post(format!("http://{gw}/v1/admin/commands"))
+        .bearer_auth(&stack.config().auth.admin_token)
+        .json(&json!({"command_id": "bulk-1", "tenant": stack.tenant(), "operator": "ops",
+            "kind": "group.member.add", "topic": TOPIC, "uids": (5000..6200).collect::<Vec<i64>>()}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        202,
+        "{}",
+        resp.text().await.unwrap_or_default()
+    );
+    let pool = stack.pool();
+    wait_for("the bulk add projected", DELIVERY, || {
+        let pool = pool.clone();
+        async move {
+            let n: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM im_group_members WHERE topic = ?")
+                    .bind(TOPIC)
+                    .fetch_one(&pool)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            if n == 500 + 1200 {
+                Ok(())
+            } else {
+                Err(format!("{n} members"))
+            }
+        }
+    })
+    .await;
+    let (status, body) = send_settled(&stack, 6199, TOPIC, "hello").await;
+    assert_eq!(status, 202, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retried_command_gets_the_same_answer_and_the_same_events() {
+    let mut stack = everything(1).await;
+    let gw = stack.gateway_addr(0);
+    const TOPIC: &str = "grpRetry";
+    stack.create_group(TOPIC, 1, &[2, 3]).await;
+    stop_projectors(&mut stack).await;
+    let kick = |key: &'static str| {
+        let token = stack.token(1, "http");
+        async move {
+            let resp = reqwest::Client::new()
+                .delete(format!("http://{gw}/v1/groups/{TOPIC}/members/2"))
+                .bearer_auth(token)
+                .header("Idempotency-Key", key)
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (s1, first) = kick("kick-2").await;
+    assert_eq!(s1, 202, "{first}");
+    let (s2, again) = kick("kick-2").await;
+    assert_eq!(s2, 202, "{again}");
+    assert_eq!(first["events"], again["events"]);
+    assert_eq!(again["replayed"], json!(true));
+    // Another command id is another command: 2 is no member now.
+    let (s3, other) = kick("kick-2b").await;
+    assert_eq!(s3, 404, "{other}");
+    start_projectors(&mut stack).await;
     members_become(&stack, TOPIC, vec![(1, "owner"), (3, "member")]).await;
 }

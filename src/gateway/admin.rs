@@ -21,8 +21,8 @@ use serde_json::json;
 
 use crate::events::{
     new_event_id, now_ms, AdminCommand, AdminCommandBody, AuthVersion, DeviceRevoked, Empty,
-    SessionControlBody, SessionControlEvent, TopicMember, TopicMemberMute, TopicMembers, TopicRef, TopicSeq,
-    UserDevice, UserRef,
+    SessionControlBody, SessionControlEvent, TopicMember, TopicMemberMute, TopicMembers, TopicRef,
+    TopicSeq, UserDevice, UserRef,
 };
 use crate::kafka::topics::TopicKind;
 use crate::session_control::UserControl;

@@ -103,11 +103,8 @@ pub async fn start(
     );
     // Governance decides on the same group write model the send path
     // checks senders against.
-    let governance = crate::governance::Executor::new(
-        sender.groups().clone(),
-        producer,
-        node_id.clone(),
-    );
+    let governance =
+        crate::governance::Executor::new(sender.groups().clone(), producer, node_id.clone());
     let gateway = Arc::new(Gateway {
         config: config.clone(),
         node_id: node_id.clone(),

@@ -310,8 +310,14 @@ pub async fn remove_favorite(
 ) -> Result<Response, ApiError> {
     let seq = seq_of(&seq)?;
     let (claims, topic) = conversation_of(&gw, &headers, &topic).await?;
-    let response = favorite_event(&gw, &claims, topic.clone(), seq, UserEventBody::FavoriteRemoved)
-        .await?;
+    let response = favorite_event(
+        &gw,
+        &claims,
+        topic.clone(),
+        seq,
+        UserEventBody::FavoriteRemoved,
+    )
+    .await?;
     // Its place under the cap is free once the removal is in the log.
     let mut redis = gw.sender.redis();
     crate::caps::give(

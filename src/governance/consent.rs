@@ -87,7 +87,7 @@ pub async fn admissions(
     }
     let blockers = uids_where(
         pool,
-        "SELECT uid FROM im_blocks WHERE blocked_uid = ? AND uid IN ",
+        "SELECT uid FROM im_blocks WHERE blocked_uid = ",
         adder,
         &others,
     )
@@ -98,15 +98,12 @@ pub async fn admissions(
         let names: Vec<String> = named.iter().map(|u| format!("usr{u}")).collect();
         return Err(Refused(
             403,
-            format!(
-                "{} cannot be added by you (blocked)",
-                names.join(", ")
-            ),
+            format!("{} cannot be added by you (blocked)", names.join(", ")),
         ));
     }
     let contacts = uids_where(
         pool,
-        "SELECT uid FROM im_friends WHERE friend_uid = ? AND uid IN ",
+        "SELECT uid FROM im_friends WHERE friend_uid = ",
         adder,
         &others,
     )
@@ -147,10 +144,10 @@ async fn uids_where(
 ) -> Result<HashSet<i64>, Refused> {
     let mut out = HashSet::new();
     for chunk in uids.chunks(1000) {
+        // `sql` ends where the adder's uid goes; the list follows it.
         let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(sql);
         q.push_bind(adder);
-        // The bind above fills the `?` of `sql`; the list follows it.
-        q.push("(");
+        q.push(" AND uid IN (");
         let mut list = q.separated(", ");
         for uid in chunk {
             list.push_bind(*uid);

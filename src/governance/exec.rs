@@ -464,7 +464,8 @@ impl Executor {
             match applied {
                 Applied::Done(version) => {
                     tracing::debug!(tenant, topic, version, attempt, "governance change applied");
-                    self.produce_claim(&mut redis, &claim_key, &mut claim).await?;
+                    self.produce_claim(&mut redis, &claim_key, &mut claim)
+                        .await?;
                     let _: redis::RedisResult<()> = redis::cmd("ZREM")
                         .arg(&pending_key)
                         .arg(&pending)
@@ -515,7 +516,8 @@ impl Executor {
         }
         if !claim.done {
             let mut redis = self.model.redis();
-            self.produce_claim(&mut redis, claim_key, &mut claim).await?;
+            self.produce_claim(&mut redis, claim_key, &mut claim)
+                .await?;
             let _: redis::RedisResult<()> = redis::cmd("ZREM")
                 .arg(TenantKeys::new(tenant).governance_pending())
                 .arg(pending_entry(topic, claim_key))
@@ -602,7 +604,12 @@ impl Executor {
                 if pending {
                     self.replay(tenant, topic, claim_key, &text).await?;
                     produced += 1;
-                    tracing::warn!(tenant, topic, claim = claim_key, "swept a governance command whose events were not produced");
+                    tracing::warn!(
+                        tenant,
+                        topic,
+                        claim = claim_key,
+                        "swept a governance command whose events were not produced"
+                    );
                 }
             }
             let _: () = redis::cmd("ZREM")
@@ -880,7 +887,11 @@ fn decide(s: &Snapshot, actor: Actor, action: Action, reason: &str) -> Result<De
             }
         }
         Action::Mute(uid, until) => {
-            change.op("mute", uid, until.map(|u| u.to_string()).unwrap_or_default());
+            change.op(
+                "mute",
+                uid,
+                until.map(|u| u.to_string()).unwrap_or_default(),
+            );
         }
         Action::MuteAll(on) => {
             change.op("muteall", if on { "1" } else { "0" }, "");
@@ -889,14 +900,24 @@ fn decide(s: &Snapshot, actor: Actor, action: Action, reason: &str) -> Result<De
             change.op("dissolve", "", "");
         }
         Action::AddMember(_) | Action::Moderate | Action::EditProfile => {
-            return Err(Refused(400, format!("{} is not decided here", action.name())));
+            return Err(Refused(
+                400,
+                format!("{} is not decided here", action.name()),
+            ));
         }
     }
-    Ok(Decision::new(change, events(action, actor_uid, owner, reason)))
+    Ok(Decision::new(
+        change,
+        events(action, actor_uid, owner, reason),
+    ))
 }
 
 /// Keeps a refusal as the command's answer (a retry gets it again).
-async fn remember_refusal(redis: &mut crate::redis_util::Redis, claim_key: &str, refused: &Refused) {
+async fn remember_refusal(
+    redis: &mut crate::redis_util::Redis,
+    claim_key: &str,
+    refused: &Refused,
+) {
     if refused.0 == 503 {
         return;
     }

@@ -202,7 +202,8 @@ impl Change {
     }
 
     pub fn op(&mut self, op: &str, a: impl ToString, b: impl ToString) -> &mut Self {
-        self.ops.push([op.to_string(), a.to_string(), b.to_string()]);
+        self.ops
+            .push([op.to_string(), a.to_string(), b.to_string()]);
         self
     }
 
@@ -300,7 +301,9 @@ impl GroupModel {
                 }
             }
         }
-        Err(ModelError::Rebuild("the group's state kept changing".into()))
+        Err(ModelError::Rebuild(
+            "the group's state kept changing".into(),
+        ))
     }
 
     /// Applies `change` if its facts still hold, recording `claim` (key and
@@ -438,7 +441,9 @@ impl GroupModel {
                 left: parse_left(&left),
             });
         }
-        Err(ModelError::Rebuild("the group's state kept changing".into()))
+        Err(ModelError::Rebuild(
+            "the group's state kept changing".into(),
+        ))
     }
 
     /// Who left `topic` when (`uid → (left_seq, back_seq)`), without
@@ -479,7 +484,10 @@ fn parse_left(raw: &HashMap<String, String>) -> HashMap<i64, (i64, Option<i64>)>
             let (from, back) = v.split_once('|')?;
             Some((
                 uid.parse().ok()?,
-                (from.parse().ok()?, back.parse().ok().filter(|_| !back.is_empty())),
+                (
+                    from.parse().ok()?,
+                    back.parse().ok().filter(|_| !back.is_empty()),
+                ),
             ))
         })
         .collect()
@@ -520,7 +528,10 @@ mod tests {
         .collect();
         let s = snapshot(&reply, &[1001, 5, 6, 7]);
         assert_eq!(s.status, Status::Active);
-        assert_eq!((s.version, s.group_id, s.owner, s.prev_owner), (7, 42, Some(1001), None));
+        assert_eq!(
+            (s.version, s.group_id, s.owner, s.prev_owner),
+            (7, 42, Some(1001), None)
+        );
         assert_eq!(s.place(1001), Place::Member(Role::Owner));
         assert_eq!(s.place(5), Place::Out);
         assert_eq!(
@@ -540,10 +551,12 @@ mod tests {
         assert!(excluded(11, (10, None)));
         assert!(excluded(12, (10, Some(12))));
         assert!(!excluded(13, (10, Some(12))));
-        let raw: HashMap<String, String> =
-            [("5".to_string(), "10|".to_string()), ("6".to_string(), "3|8".to_string())]
-                .into_iter()
-                .collect();
+        let raw: HashMap<String, String> = [
+            ("5".to_string(), "10|".to_string()),
+            ("6".to_string(), "3|8".to_string()),
+        ]
+        .into_iter()
+        .collect();
         let left = parse_left(&raw);
         assert_eq!(left[&5], (10, None));
         assert_eq!(left[&6], (3, Some(8)));

@@ -333,12 +333,11 @@ fn scans(config: &crate::config::Config) -> &'static tokio::sync::Semaphore {
 
 /// What the members projection stored.
 async fn stored(pool: &sqlx::MySqlPool, topic: &str) -> Result<Derived, sqlx::Error> {
-    let Some(row) = sqlx::query(
-        "SELECT group_id, status, mute_all, owner_uid FROM im_groups WHERE topic = ?",
-    )
-    .bind(topic)
-    .fetch_optional(pool)
-    .await?
+    let Some(row) =
+        sqlx::query("SELECT group_id, status, mute_all, owner_uid FROM im_groups WHERE topic = ?")
+            .bind(topic)
+            .fetch_optional(pool)
+            .await?
     else {
         return Ok(Derived::default());
     };

@@ -278,7 +278,13 @@ impl CommandsHandler {
                                     ..origin.clone()
                                 };
                                 match gov
-                                    .add_members(tenant, &t.topic, Actor::Operator, &[*uid], &origin)
+                                    .add_members(
+                                        tenant,
+                                        &t.topic,
+                                        Actor::Operator,
+                                        &[*uid],
+                                        &origin,
+                                    )
                                     .await
                                 {
                                     Ok(outcome) => ids.extend(outcome.event_ids),

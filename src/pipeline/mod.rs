@@ -175,8 +175,12 @@ pub async fn with_handler<W: WithHandler>(
                 .await
         }
         "fanout" => {
-            let model =
-                crate::group_model::GroupModel::new(config.clone(), pools, redis.clone(), codec.clone());
+            let model = crate::group_model::GroupModel::new(
+                config.clone(),
+                pools,
+                redis.clone(),
+                codec.clone(),
+            );
             then.with(fanout::FanoutHandler::new(codec, redis, model))
                 .await
         }
@@ -225,8 +229,8 @@ pub async fn with_handler<W: WithHandler>(
                     producer,
                     crate::group_model::GroupModel::new(config.clone(), pools, redis, codec),
                 )
-                    .group_cap(cap)
-                    .horizon_secs(config.push.horizon_secs),
+                .group_cap(cap)
+                .horizon_secs(config.push.horizon_secs),
             )
             .await
         }

@@ -116,6 +116,24 @@ impl Session {
                 }
             }
             Ok(Membership::NotMember) => {
+                // An invited user sees the invitation (Tinode's `given`
+                // without `want`) and nothing of the group's messages: not
+                // attached until they accept.
+                if let Ok(crate::group_model::Read::State(s)) = self
+                    .gateway
+                    .sender
+                    .groups()
+                    .read(&who.tenant, topic, &[who.uid], None)
+                    .await
+                {
+                    if s.inviter(who.uid).is_some() {
+                        let given = crate::realtime::frames::INVITED_GIVEN;
+                        let acs = json!({"acs": {"want": "N", "given": given, "mode": "N"}});
+                        self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", Some(acs)))
+                            .await;
+                        return;
+                    }
+                }
                 self.reply(ctrl(
                     id,
                     Some(&self.shown(topic)),
