@@ -300,6 +300,11 @@ impl Executor {
         members.sort_unstable();
         members.dedup();
         let admissions = consent::admissions(pool, owner, &members).await?;
+        // The name's model is live (a `none` marker when no group has it).
+        self.model
+            .prepare_create(tenant, topic)
+            .await
+            .map_err(unavailable)?;
         self.run(tenant, topic, owner, &[owner], origin, move |s| {
             if s.status != Status::None {
                 return Err(Refused(409, "topic already exists".into()));

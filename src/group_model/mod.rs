@@ -133,6 +133,19 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// No such group.
+    fn absent() -> Snapshot {
+        Snapshot {
+            status: Status::None,
+            version: 0,
+            group_id: 0,
+            owner: None,
+            prev_owner: None,
+            mute_all: false,
+            places: HashMap::new(),
+        }
+    }
+
     /// The place of a uid that was read (`Out` for one that was not).
     pub fn place(&self, uid: i64) -> Place {
         self.places.get(&uid).map_or(Place::Out, |p| p.0)
@@ -237,8 +250,28 @@ pub(crate) struct Inner {
     pools: TenantPools,
     redis: Redis,
     codec: EventCodec,
-    rebuilds: Coalescer<(String, String), Result<(), String>>,
+    rebuilds: Coalescer<(String, String), Result<Existence, String>>,
+    /// Names found to be no group, in this process only (a refused request
+    /// leaves no state in Redis), for [`ABSENT_FOR`].
+    absent: std::sync::Mutex<HashMap<(String, String), std::time::Instant>>,
 }
+
+/// What a rebuild found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Existence {
+    /// A live model is in Redis (the group, or a `none` marker for a
+    /// create to decide on).
+    Live,
+    /// No such group, and nothing was written.
+    Absent,
+}
+
+/// How long a name found to be no group is answered from memory: a made-up
+/// name costs one rebuild (a MySQL lookup and a log-tail read) per this
+/// long per gateway, bounded further by the caller's rate limits.
+const ABSENT_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+/// Most names remembered as absent per process.
+const ABSENT_MAX: usize = 100_000;
 
 impl GroupModel {
     pub fn new(config: Config, pools: TenantPools, redis: Redis, codec: EventCodec) -> Self {
@@ -249,6 +282,7 @@ impl GroupModel {
                 redis,
                 codec,
                 rebuilds: Coalescer::default(),
+                absent: std::sync::Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -278,6 +312,9 @@ impl GroupModel {
         let keys = TopicKeys::new(tenant, topic);
         let mut redis = self.redis();
         for _ in 0..3 {
+            if self.known_absent(tenant, topic) {
+                return Ok(Read::State(Snapshot::absent()));
+            }
             let mut call = READ.prepare_invoke();
             call.key(keys.meta())
                 .key(keys.members())
@@ -293,7 +330,11 @@ impl GroupModel {
             match reply.first().map(String::as_str) {
                 Some("CLAIM") => return Ok(Read::Claim(reply.get(1).cloned().unwrap_or_default())),
                 Some("OK") => return Ok(Read::State(snapshot(&reply, uids))),
-                Some("MISSING") | Some("FENCED") => self.ensure(tenant, topic).await?,
+                Some("MISSING") | Some("FENCED") => {
+                    if self.ensure(tenant, topic).await? == Existence::Absent {
+                        return Ok(Read::State(Snapshot::absent()));
+                    }
+                }
                 other => {
                     return Err(ModelError::Redis(format!(
                         "unexpected group_read reply {other:?}"
@@ -345,7 +386,11 @@ impl GroupModel {
             Some("CLAIM") => Ok(Applied::Claim(reply.get(1).cloned().unwrap_or_default())),
             Some("CONFLICT") => Ok(Applied::Conflict),
             Some("MISSING") | Some("FENCED") => {
-                self.ensure(tenant, topic).await?;
+                if change.status == "none" {
+                    self.prepare_create(tenant, topic).await?;
+                } else {
+                    self.ensure(tenant, topic).await?;
+                }
                 Ok(Applied::Conflict)
             }
             other => Err(ModelError::Redis(format!(
@@ -355,21 +400,72 @@ impl GroupModel {
     }
 
     /// Makes sure `topic` has a live model: rebuilds it when it is missing
-    /// or was written by another incarnation of Redis. Concurrent calls in
-    /// this process share one rebuild; it runs to its end even if every
-    /// caller gives up.
-    pub async fn ensure(&self, tenant: &str, topic: &str) -> Result<(), ModelError> {
+    /// or was written by another incarnation of Redis. A name that is no
+    /// group is answered [`Existence::Absent`] and leaves nothing in Redis.
+    /// Concurrent calls in this process share one rebuild; it runs to its
+    /// end even if every caller gives up.
+    pub async fn ensure(&self, tenant: &str, topic: &str) -> Result<Existence, ModelError> {
+        if self.known_absent(tenant, topic) {
+            return Ok(Existence::Absent);
+        }
+        let found = self.rebuild(tenant, topic, false).await?;
+        if found == Existence::Absent {
+            let mut absent = self.inner.absent.lock().expect("absent lock");
+            if absent.len() >= ABSENT_MAX {
+                absent.retain(|_, at| at.elapsed() < ABSENT_FOR);
+                if absent.len() >= ABSENT_MAX {
+                    absent.clear();
+                }
+            }
+            absent.insert(
+                (tenant.to_string(), topic.to_string()),
+                std::time::Instant::now(),
+            );
+        }
+        Ok(found)
+    }
+
+    /// Before a create: the model of `topic` is live, a `none` marker when
+    /// no group has the name (what the create decides on and replaces).
+    pub async fn prepare_create(&self, tenant: &str, topic: &str) -> Result<(), ModelError> {
+        self.inner
+            .absent
+            .lock()
+            .expect("absent lock")
+            .remove(&(tenant.to_string(), topic.to_string()));
+        self.rebuild(tenant, topic, true).await.map(|_| ())
+    }
+
+    async fn rebuild(
+        &self,
+        tenant: &str,
+        topic: &str,
+        mark_none: bool,
+    ) -> Result<Existence, ModelError> {
         let inner = self.inner.clone();
         let (t, tp) = (tenant.to_string(), topic.to_string());
         self.inner
             .rebuilds
-            .run((t.clone(), tp.clone()), async move {
-                tokio::spawn(async move { rebuild::rebuild(&inner, &t, &tp).await })
+            .run((t.clone(), format!("{tp}\n{mark_none}")), async move {
+                tokio::spawn(async move { rebuild::rebuild(&inner, &t, &tp, mark_none).await })
                     .await
                     .unwrap_or_else(|e| Err(format!("rebuild task: {e}")))
             })
             .await
             .map_err(ModelError::Rebuild)
+    }
+
+    fn known_absent(&self, tenant: &str, topic: &str) -> bool {
+        let mut absent = self.inner.absent.lock().expect("absent lock");
+        let key = (tenant.to_string(), topic.to_string());
+        match absent.get(&key) {
+            Some(at) if at.elapsed() < ABSENT_FOR => true,
+            Some(_) => {
+                absent.remove(&key);
+                false
+            }
+            None => false,
+        }
     }
 
     /// Whether `uid` may read and attach to `topic`, from the model.
@@ -421,6 +517,9 @@ impl GroupModel {
             let Read::State(s) = self.read(tenant, topic, &[], None).await? else {
                 unreachable!("no claim asked for");
             };
+            if s.status == Status::None {
+                return Ok(Audience::default());
+            }
             let (members, left, version): (Vec<String>, HashMap<String, String>, Option<i64>) =
                 redis::pipe()
                     .smembers(keys.members())

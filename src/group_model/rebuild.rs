@@ -32,7 +32,7 @@ use crate::keys::TopicKeys;
 use crate::redis_util::RedisLock;
 use crate::send::IN_FLIGHT_WINDOW_MS;
 
-use super::Inner;
+use super::{Existence, Inner};
 
 static INSTALL: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../lua/group_install.lua")));
@@ -168,13 +168,20 @@ async fn run_id(redis: &mut crate::redis_util::Redis, keys: &TopicKeys) -> Resul
     Ok(v.get(3).cloned().unwrap_or_default())
 }
 
-/// Rebuilds `topic`'s model unless a live one is there (see the module docs).
-pub(super) async fn rebuild(inner: &Inner, tenant: &str, topic: &str) -> Result<(), String> {
+/// Rebuilds `topic`'s model unless a live one is there (see the module
+/// docs). No group of that name: nothing is written (`Absent`), unless
+/// `mark_none` (a create is about to decide) installs the `none` marker.
+pub(super) async fn rebuild(
+    inner: &Inner,
+    tenant: &str,
+    topic: &str,
+    mark_none: bool,
+) -> Result<Existence, String> {
     let keys = TopicKeys::new(tenant, topic);
     let mut redis = inner.redis.clone();
     let seen = Seen::read(&mut redis, &keys).await?;
     if seen.live() {
-        return Ok(());
+        return Ok(Existence::Live);
     }
     let Some(lock) = RedisLock::acquire(&mut redis, &keys.group_rebuild_lock(), 120_000)
         .await
@@ -185,12 +192,12 @@ pub(super) async fn rebuild(inner: &Inner, tenant: &str, topic: &str) -> Result<
         while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(200)).await;
             if Seen::read(&mut redis, &keys).await?.live() {
-                return Ok(());
+                return Ok(Existence::Live);
             }
         }
         return Err("another gateway is rebuilding this group".into());
     };
-    let result = rebuild_locked(inner, tenant, topic, &keys, &mut redis).await;
+    let result = rebuild_locked(inner, tenant, topic, &keys, &mut redis, mark_none).await;
     let _ = lock.release(&mut redis).await;
     result
 }
@@ -201,11 +208,12 @@ async fn rebuild_locked(
     topic: &str,
     keys: &TopicKeys,
     redis: &mut crate::redis_util::Redis,
-) -> Result<(), String> {
+    mark_none: bool,
+) -> Result<Existence, String> {
     // Another rebuild may have finished while this one waited for the lock.
     let seen = Seen::read(redis, keys).await?;
     if seen.live() {
-        return Ok(());
+        return Ok(Existence::Live);
     }
     let p2p = crate::tinode::parse_p2p_topic(topic);
     if p2p.is_none() {
@@ -250,6 +258,22 @@ async fn rebuild_locked(
         },
         None => derive(inner, tenant, topic).await?,
     };
+    if derived.status.is_none() && !mark_none {
+        // No group: a stale model (another incarnation's) of a name that is
+        // no group is dropped; nothing new is written.
+        if seen.present {
+            let _: () = redis::cmd("DEL")
+                .arg(keys.meta())
+                .arg(keys.members())
+                .arg(keys.roles())
+                .arg(keys.mutes())
+                .arg(keys.invites())
+                .query_async(redis)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        return Ok(Existence::Absent);
+    }
     let mut call = INSTALL.prepare_invoke();
     call.key(keys.meta())
         .key(keys.members())
@@ -300,7 +324,7 @@ async fn rebuild_locked(
             "group write model rebuilt from MySQL and the log"
         );
     }
-    Ok(())
+    Ok(Existence::Live)
 }
 
 /// The group from the members projection plus the uncommitted log tail.

@@ -496,11 +496,15 @@ impl Sender {
                 // The group's write model is missing or stale: rebuilt
                 // from MySQL and the log before anything is decided on it.
                 Some("NOGROUP") | Some("NOMEMBERS") | Some("GFENCED") => {
-                    self.inner
+                    let found = self
+                        .inner
                         .groups
                         .ensure(&req.tenant, &req.topic)
                         .await
                         .map_err(SendError::retry)?;
+                    if found == crate::group_model::Existence::Absent {
+                        return Err(SendError::NotMember);
+                    }
                 }
                 Some("NOTMEMBER") => return Err(SendError::NotMember),
                 Some("DISSOLVED") => return Err(SendError::Dissolved),
