@@ -678,16 +678,18 @@ async fn a_user_who_may_not_be_added_is_invited_and_answers() {
     )
     .await;
     assert!(status < 300, "{status} {body}");
-    let (status, body) = call(
-        &stack,
-        gw,
-        FRIEND,
-        "POST",
-        &format!("/v1/friends/requests/{OWNER}/accept"),
-        json!(null),
-    )
+    // Accepted once the request is projected.
+    let accept = format!("/v1/friends/requests/{OWNER}/accept");
+    wait_for("the friend request accepted", DELIVERY, || {
+        let (stack, accept) = (&stack, accept.clone());
+        async move {
+            match call(stack, gw, FRIEND, "POST", &accept, json!(null)).await {
+                (status, _) if status < 300 => Ok(()),
+                (status, body) => Err(format!("{status} {body}")),
+            }
+        }
+    })
     .await;
-    assert!(status < 300, "{status} {body}");
     let pool = stack.pool();
     wait_for("the friendship projected", DELIVERY, || {
         let pool = pool.clone();
