@@ -450,18 +450,32 @@ async fn recheck_members(gw: &Gateway, _redis: &mut crate::redis_util::Redis) {
         .into_iter()
         .filter(|(_, topic, _)| crate::tinode::is_group_topic(topic))
         .collect();
+    // One read of the model per group, for all its attached users.
+    let mut by_group: std::collections::BTreeMap<(String, String), Vec<i64>> =
+        std::collections::BTreeMap::new();
+    for (tenant, topic, uid) in attached {
+        by_group
+            .entry((tenant.to_string(), topic.to_string()))
+            .or_default()
+            .push(uid);
+    }
     let model = gw.sender.groups();
-    for (tenant, topic, uid) in &attached {
-        let gone = match model.membership(tenant, topic, *uid).await {
-            Ok(m) => m != crate::groups::Membership::Member,
+    for ((tenant, topic), uids) in by_group {
+        let snapshot = match model.read(&tenant, &topic, &uids, None).await {
+            Ok(crate::group_model::Read::State(s)) => s,
+            Ok(_) => continue,
             Err(e) => {
                 tracing::warn!(error = %e, "membership re-check failed");
                 continue;
             }
         };
-        if gone {
-            let n = crate::realtime::bus::evict(&gw.hub, tenant, topic, Some(*uid));
-            tracing::info!(%tenant, %topic, uid, sessions = n, "evicted on heartbeat: no longer a member");
+        for uid in uids {
+            let member = snapshot.status == crate::group_model::Status::Active
+                && matches!(snapshot.place(uid), crate::group_model::Place::Member(_));
+            if !member {
+                let n = crate::realtime::bus::evict(&gw.hub, &tenant, &topic, Some(uid));
+                tracing::info!(%tenant, %topic, uid, sessions = n, "evicted on heartbeat: no longer a member");
+            }
         }
     }
 }
