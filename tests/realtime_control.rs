@@ -56,7 +56,7 @@ async fn revoking_a_device_closes_it_on_every_gateway_and_nothing_else() {
     // The admin endpoint wants the admin token and a known tenant.
     assert_eq!(
         admin(
-            stack.gateway_addr(1),
+            stack.admin_addr(1),
             "wrong",
             &format!("{A}/devices/device-1/revoke"),
             &tenant
@@ -66,7 +66,7 @@ async fn revoking_a_device_closes_it_on_every_gateway_and_nothing_else() {
     );
     assert_eq!(
         admin(
-            stack.gateway_addr(1),
+            stack.admin_addr(1),
             &admin_token,
             &format!("{A}/devices/device-1/revoke"),
             "nosuchtenant"
@@ -78,7 +78,7 @@ async fn revoking_a_device_closes_it_on_every_gateway_and_nothing_else() {
 
     assert_eq!(
         admin(
-            stack.gateway_addr(1),
+            stack.admin_addr(1),
             &admin_token,
             &format!("{A}/devices/device-1/revoke"),
             &tenant
@@ -158,7 +158,7 @@ async fn signing_out_everywhere_closes_every_session_and_refuses_the_old_token()
 
     assert_eq!(
         admin(
-            stack.gateway_addr(0),
+            stack.admin_addr(0),
             &admin_token,
             &format!("{A}/signout"),
             &tenant
@@ -229,7 +229,7 @@ async fn signing_out_everywhere_closes_every_session_and_refuses_the_old_token()
     // the user is enabled again.
     assert_eq!(
         admin(
-            stack.gateway_addr(2),
+            stack.admin_addr(2),
             &admin_token,
             &format!("{A}/disable"),
             &tenant
@@ -258,7 +258,7 @@ async fn signing_out_everywhere_closes_every_session_and_refuses_the_old_token()
     );
     assert_eq!(
         admin(
-            stack.gateway_addr(2),
+            stack.admin_addr(2),
             &admin_token,
             &format!("{A}/enable"),
             &tenant
@@ -642,7 +642,7 @@ async fn a_revoked_device_is_closed_even_when_its_client_stopped_reading() {
 
     assert_eq!(
         admin(
-            stack.gateway_addr(0),
+            stack.admin_addr(0),
             &admin_token,
             &format!("{B}/devices/stuck/revoke"),
             &tenant

@@ -70,7 +70,7 @@ async fn revocations_outlive_the_loss_of_their_redis_keys() {
     // The phone is revoked; B is disabled.
     assert_eq!(
         admin(
-            addr,
+            stack.admin_addr(0),
             &admin_token,
             &format!("{A}/devices/phone/revoke"),
             &tenant
@@ -79,7 +79,13 @@ async fn revocations_outlive_the_loss_of_their_redis_keys() {
         202
     );
     assert_eq!(
-        admin(addr, &admin_token, &format!("{B}/disable"), &tenant).await,
+        admin(
+            stack.admin_addr(0),
+            &admin_token,
+            &format!("{B}/disable"),
+            &tenant
+        )
+        .await,
         202
     );
     wait_for("the revocations applied", Duration::from_secs(30), || {
@@ -151,7 +157,13 @@ async fn revocations_outlive_the_loss_of_their_redis_keys() {
             .unwrap();
     let fresh = token_for(stack.config(), &tenant, B, "web", av);
     assert_eq!(
-        admin(addr, &admin_token, &format!("{B}/enable"), &tenant).await,
+        admin(
+            stack.admin_addr(0),
+            &admin_token,
+            &format!("{B}/enable"),
+            &tenant
+        )
+        .await,
         202
     );
     wait_for("B enabled", Duration::from_secs(30), || {

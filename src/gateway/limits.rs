@@ -208,6 +208,69 @@ impl LoginSubjects {
     }
 }
 
+/// Failed admin tokens per client address on this gateway's operator
+/// port (in process: the port is loopback, and a shared Redis count would
+/// let one host's mistakes lock out another's). Beyond
+/// `limits.admin_failures` the address is refused every admin call, the
+/// right token included, for a lockout that doubles with each further
+/// failure; the count is forgotten a while after the longest lockout.
+#[derive(Clone, Default)]
+pub struct AdminFailures(Arc<Mutex<HashMap<IpAddr, AdminRecord>>>);
+
+#[derive(Debug, Clone, Copy)]
+struct AdminRecord {
+    failures: u32,
+    last: std::time::Instant,
+    locked_until: Option<std::time::Instant>,
+}
+
+/// Addresses remembered at most (expired ones are dropped first).
+const ADMIN_FAILURES_MAX_ADDRESSES: usize = 10_000;
+
+impl AdminFailures {
+    /// Judges one admin call from `ip` whose token is `valid` or not, under
+    /// one lock: `Err(retry_after_ms)` while the address is locked out
+    /// (the token is not even looked at then); else a failure is counted,
+    /// the one that uses up the free failures starting the lockout.
+    pub fn attempt(&self, ip: IpAddr, valid: bool, limits: &LimitsConfig) -> Result<(), u64> {
+        let now = std::time::Instant::now();
+        let first = limits.login_lockout_ms.max(1);
+        let longest = limits.login_lockout_max_ms.max(first);
+        let forget = std::time::Duration::from_millis(longest.saturating_mul(2));
+        let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = t.get(&ip) {
+            if let Some(until) = r.locked_until.filter(|u| *u > now) {
+                let ms = until.duration_since(now).as_millis() as u64;
+                return Err(ms.max(1));
+            }
+            if now.duration_since(r.last) > forget {
+                t.remove(&ip);
+            }
+        }
+        if valid {
+            return Ok(());
+        }
+        if t.len() >= ADMIN_FAILURES_MAX_ADDRESSES && !t.contains_key(&ip) {
+            t.retain(|_, r| now.duration_since(r.last) <= forget);
+        }
+        let r = t.entry(ip).or_insert(AdminRecord {
+            failures: 0,
+            last: now,
+            locked_until: None,
+        });
+        r.failures += 1;
+        r.last = now;
+        let free = limits.admin_failures.max(1);
+        if r.failures >= free {
+            let ms = first
+                .saturating_mul(1u64 << (r.failures - free).min(30))
+                .min(longest);
+            r.locked_until = Some(now + std::time::Duration::from_millis(ms));
+        }
+        Ok(())
+    }
+}
+
 /// Open connections per client address on this gateway.
 #[derive(Clone, Default)]
 pub struct Connections(Arc<Mutex<HashMap<IpAddr, usize>>>);
@@ -263,6 +326,33 @@ mod tests {
     #[test]
     fn bucket_keys_use_the_users_hash_tag() {
         assert_eq!(bucket_key("acme", 7, Action::Send), "im:{acme:u:7}:rl:send");
+    }
+
+    #[test]
+    fn failed_admin_tokens_lock_the_address_out() {
+        let limits = LimitsConfig {
+            admin_failures: 3,
+            login_lockout_ms: 60_000,
+            ..LimitsConfig::default()
+        };
+        let f = AdminFailures::default();
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        // A valid token costs nothing.
+        for _ in 0..10 {
+            assert_eq!(f.attempt(ip, true, &limits), Ok(()));
+        }
+        for _ in 0..3 {
+            assert_eq!(f.attempt(ip, false, &limits), Ok(()));
+        }
+        // Locked: everything from that address, the right token included.
+        let wait = f.attempt(ip, false, &limits).unwrap_err();
+        assert!(wait > 59_000 && wait <= 60_000, "{wait}");
+        assert!(f.attempt(ip, true, &limits).is_err());
+        // Another address is not concerned.
+        assert_eq!(
+            f.attempt("127.0.0.2".parse().unwrap(), true, &limits),
+            Ok(())
+        );
     }
 
     #[test]
