@@ -445,14 +445,14 @@ async fn heartbeat(gw: Arc<Gateway>) {
             tracing::warn!(error = %e, "presence refresh failed");
         }
         recheck_members(&gw, &mut redis).await;
-        match control::recheck(&mut redis, gw.sender.pools(), &gw.hub.all_sessions()).await {
-            Ok(refused) => {
-                for (session, why) in refused {
-                    tracing::info!(sid = %session.sid, uid = session.uid, why, "closing session on heartbeat");
-                    session.offer(crate::realtime::hub::Outbound::Close(Arc::from(why)));
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "session control check failed"),
+        let checked = control::recheck(&mut redis, gw.sender.pools(), &gw.hub.all_sessions()).await;
+        for (session, why) in checked.refused {
+            tracing::info!(sid = %session.sid, uid = session.uid, why, "closing session on heartbeat");
+            session.offer(crate::realtime::hub::Outbound::Close(Arc::from(why)));
+        }
+        if let Some((_, e)) = checked.unknown.first() {
+            // Their next command is refused until their state can be read.
+            tracing::warn!(sessions = checked.unknown.len(), error = %e, "session control check failed");
         }
     }
 }
