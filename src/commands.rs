@@ -53,6 +53,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                         "{tenant}: {table}.{column} converted from {was} to VARBINARY (exact)"
                     );
                 }
+                if report.logins_normalized > 0 {
+                    println!(
+                        "{tenant}: {} stored login(s) normalized (NFKC + case folding)",
+                        report.logins_normalized
+                    );
+                }
             }
             println!("migrated {} tenant database(s)", done.len());
             Ok(())

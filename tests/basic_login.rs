@@ -121,3 +121,125 @@ async fn a_user_added_with_the_cli_logs_in_with_a_password() {
         "second add of {LOGIN}: {out}"
     );
 }
+
+/// A stack whose tenant takes password logins; the gateway not started.
+async fn basic_stack(tweak: impl FnOnce(&mut imstream::config::Config)) -> Stack {
+    let mut stack = Stack::prepared(None).await;
+    let tenant = stack.tenant().to_string();
+    stack.world.config.auth.basic.tenants = vec![tenant];
+    tweak(&mut stack.world.config);
+    stack
+}
+
+/// The stored login of `uid`, as bytes.
+async fn stored_login(stack: &Stack, uid: i64) -> Option<Vec<u8>> {
+    sqlx::query_scalar("SELECT CAST(login AS BINARY) FROM im_basic_logins WHERE uid = ?")
+        .bind(uid)
+        .fetch_optional(&stack.pool())
+        .await
+        .unwrap()
+}
+
+async fn basic_login(addr: std::net::SocketAddr, login: &str, password: &str) -> serde_json::Value {
+    let mut c = Client::connect(addr, "basic").await;
+    c.request(json!({"login": {"scheme": "basic", "secret": basic(login, password)}}))
+        .await
+}
+
+/// One login however it is spelled in letter case or compatibility forms:
+/// stored once normalized (NFKC + case folding), found from any spelling,
+/// refused with a trailing space, and an accented spelling is another login.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_is_one_normalized_form() {
+    let mut stack = basic_stack(|_| {}).await;
+    let pool = stack.pool();
+    imstream::users::add(&pool, stack.tenant(), 501, "Dana@Example.COM", PASSWORD)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored_login(&stack, 501).await.as_deref(),
+        Some(b"dana@example.com".as_slice()),
+        "stored normalized"
+    );
+    let taken = imstream::users::add(&pool, stack.tenant(), 502, "DANA@example.com", PASSWORD)
+        .await
+        .unwrap_err();
+    assert!(taken.to_string().contains("already exists"), "{taken}");
+    let addr = stack.start_gateway("node-a").await;
+    for spelling in [
+        "dana@example.com",
+        "DANA@EXAMPLE.COM",
+        "Ｄａｎａ@example.com",
+    ] {
+        let ctrl = basic_login(addr, spelling, PASSWORD).await;
+        assert_eq!(ctrl["code"], json!(200), "{spelling}: {ctrl}");
+        assert_eq!(
+            ctrl["params"]["user"],
+            json!(usr(501)),
+            "{spelling}: {ctrl}"
+        );
+    }
+    for other in ["dana@example.com ", "dána@example.com"] {
+        let ctrl = basic_login(addr, other, PASSWORD).await;
+        assert_eq!(ctrl["code"], json!(401), "{other:?}: {ctrl}");
+    }
+}
+
+/// Logins stored before normalization are rewritten by `imstream migrate`;
+/// two rows that would become one login stop it, naming both, and nothing
+/// changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_normalizes_stored_logins_and_refuses_clashes() {
+    let stack = basic_stack(|_| {}).await;
+    let pool = stack.pool();
+    // Rows written before normalization (the column compares bytes: Erin
+    // and erin are two rows).
+    let hash = imstream::users::hash_password(PASSWORD).unwrap();
+    let insert = |login: &'static str, uid: i64| {
+        let (pool, hash) = (pool.clone(), hash.clone());
+        async move {
+            sqlx::query(
+                "INSERT INTO im_basic_logins (login, uid, password_hash, created_at, updated_at) \
+                 VALUES (?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+            )
+            .bind(login)
+            .bind(uid)
+            .bind(hash)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    };
+    insert("Erin", 601).await;
+    insert("erin", 602).await;
+    insert("Frank", 603).await;
+    let tenant = stack.tenant().to_string();
+    let (ok, out) = stack.imstream(&["migrate", "--tenant", &tenant]);
+    assert!(!ok, "migrate went through a clash: {out}");
+    assert!(
+        out.contains("\"Erin\"")
+            && out.contains("\"erin\"")
+            && out.contains("601")
+            && out.contains("602"),
+        "the clash is named: {out}"
+    );
+    assert_eq!(
+        stored_login(&stack, 603).await.as_deref(),
+        Some(b"Frank".as_slice()),
+        "nothing changed"
+    );
+    sqlx::query("DELETE FROM im_basic_logins WHERE uid = 602")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (ok, out) = stack.imstream(&["migrate", "--tenant", &tenant]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        stored_login(&stack, 601).await.as_deref(),
+        Some(b"erin".as_slice())
+    );
+    assert_eq!(
+        stored_login(&stack, 603).await.as_deref(),
+        Some(b"frank".as_slice())
+    );
+}

@@ -110,19 +110,9 @@ pub async fn take(
     }
 }
 
-/// The login name of a `basic` secret (`base64(login:password)`), if it
-/// has one; failed logins are counted against it.
-pub fn basic_login_name(secret_b64: &str) -> Option<String> {
-    use base64::Engine;
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(secret_b64)
-        .ok()?;
-    let text = String::from_utf8(raw).ok()?;
-    text.split_once(':').map(|(login, _)| login.to_string())
-}
-
-/// The subjects a login attempt is counted against: the login name of a
-/// `basic` login (any tenant) and the client address.
+/// The subjects a login attempt is counted against: the normalized login
+/// name of a `basic` login (any tenant, [`super::auth::basic_login_name`])
+/// and the client address.
 pub struct LoginSubjects {
     /// (failure counter, lock, free failures) per subject.
     keys: Vec<(String, String, u32)>,

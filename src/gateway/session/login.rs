@@ -49,7 +49,7 @@ impl Session {
         // Failed logins lock out the login name and the address for a while
         // (doubling); a locked-out attempt is not even verified.
         let basic_name = (login.scheme == "basic")
-            .then(|| crate::gateway::limits::basic_login_name(&login.secret))
+            .then(|| auth::basic_login_name(&login.secret))
             .flatten();
         let subjects = LoginSubjects::new(basic_name.as_deref(), self.peer, &gw.config.limits);
         let mut redis = gw.sender.redis();
