@@ -378,12 +378,14 @@ pub struct LimitsConfig {
     /// Favorites one user may keep (`PUT /v1/me/favorites/…` beyond it is
     /// refused with 409).
     pub favorites_per_user: usize,
-    /// Failed logins per login name (`basic`) allowed before a lockout;
-    /// each further failure doubles the lockout.
+    /// Passwords checked per login name (`basic`, normalized) before a
+    /// lockout, however many attempts arrive at once: the attempt that
+    /// takes the last one starts the lockout (a success lifts it); each
+    /// attempt after a lockout ends doubles it.
     pub login_failures: u32,
-    /// Failed logins per client address (any scheme) before its lockout;
-    /// 0 turns the per-address lockout off (behind a proxy every client
-    /// has the proxy's address).
+    /// Failed logins per client address (any scheme) before its lockout,
+    /// counted the same way; 0 turns the per-address lockout off (behind a
+    /// proxy every client has the proxy's address).
     pub login_address_failures: u32,
     /// Loopback clients (a local proxy, `imstream bench`, tests) are not
     /// counted per address (connections, failed logins).

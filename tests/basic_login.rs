@@ -243,3 +243,62 @@ async fn migrate_normalizes_stored_logins_and_refuses_clashes() {
         Some(b"frank".as_slice())
     );
 }
+
+/// 50 wrong passwords for one login at once, in different spellings: at
+/// most `limits.login_failures` of them are checked, the rest get the
+/// lockout answer; the right password is locked out too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_wrong_logins_check_at_most_the_free_attempts() {
+    const FREE: u32 = 3;
+    let name = format!("grace{}", common::unique_id());
+    let mut stack = basic_stack(|c| {
+        c.limits.login_failures = FREE;
+        c.limits.login_lockout_ms = 120_000;
+    })
+    .await;
+    imstream::users::add(&stack.pool(), stack.tenant(), 701, &name, PASSWORD)
+        .await
+        .unwrap();
+    let addr = stack.start_gateway("node-a").await;
+    let spellings = [
+        name.clone(),
+        name.to_uppercase(),
+        format!("G{}", &name[1..]),
+        name.chars()
+            .map(|c| {
+                char::from_u32(c as u32 + 0xFEE0)
+                    .filter(|_| c.is_ascii_alphanumeric())
+                    .unwrap_or(c)
+            })
+            .collect::<String>(),
+    ];
+    let mut clients = Vec::new();
+    for i in 0..50 {
+        clients.push(Client::connect(addr, &format!("guess{i}")).await);
+    }
+    let attempts = clients.into_iter().enumerate().map(|(i, mut c)| {
+        let login = spellings[i % spellings.len()].clone();
+        tokio::spawn(async move {
+            c.request(json!({"login": {"scheme": "basic", "secret": basic(&login, "wrong guess")}}))
+                .await
+        })
+    });
+    let answers: Vec<serde_json::Value> = futures::future::join_all(attempts)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let checked = answers
+        .iter()
+        .filter(|c| c["code"] == json!(401) && c["text"] == json!("authentication failed"))
+        .count();
+    let locked = answers.iter().filter(|c| c["code"] == json!(429)).count();
+    println!("50 parallel wrong logins: {checked} checked (401), {locked} locked out (429)");
+    assert_eq!(checked + locked, 50, "{answers:?}");
+    assert!(
+        checked >= 1 && checked <= FREE as usize,
+        "{checked} passwords checked, at most {FREE} allowed"
+    );
+    let ctrl = basic_login(addr, &name, PASSWORD).await;
+    assert_eq!(ctrl["code"], json!(429), "locked out: {ctrl}");
+}

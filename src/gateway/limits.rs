@@ -1,6 +1,6 @@
 //! What one user or one client address may make the gateway do (issue 13):
 //! per-user token buckets in Redis (`lua/rate_limit.lua`), failed-login
-//! lockouts with exponential backoff (`lua/login_failed.lua`) and the
+//! lockouts with exponential backoff (`lua/login_attempt.lua`) and the
 //! per-address connection count of this gateway. Over a limit a request is
 //! refused with a retry-after (HTTP `429` + `Retry-After`, WebSocket
 //! `{ctrl 429 params.retry_after_ms}`); nothing else about the connection
@@ -112,13 +112,20 @@ pub async fn take(
 
 /// The subjects a login attempt is counted against: the normalized login
 /// name of a `basic` login (any tenant, [`super::auth::basic_login_name`])
-/// and the client address.
+/// and the client address. Each attempt is reserved before its
+/// credentials are checked (`lua/login_attempt.lua`), so attempts racing
+/// each other are counted one by one: at most the free ones are checked
+/// before a lockout, however many arrive at once.
 pub struct LoginSubjects {
-    /// (failure counter, lock, free failures) per subject.
+    /// (attempt counter, lock, free attempts) per subject.
     keys: Vec<(String, String, u32)>,
     /// Whether the first subject is a login name.
     named: bool,
 }
+
+/// Gives one reserved attempt back (never below zero).
+const GIVE_BACK: &str = "local n = redis.call('DECR', KEYS[1]) \
+    if n <= 0 then redis.call('DEL', KEYS[1]) end return n";
 
 impl LoginSubjects {
     pub fn new(login_name: Option<&str>, ip: Option<IpAddr>, limits: &LimitsConfig) -> Self {
@@ -148,31 +155,14 @@ impl LoginSubjects {
         }
     }
 
-    /// Refuses the attempt while any subject is locked out.
-    pub async fn check(&self, redis: &mut Redis) -> Result<(), Limited> {
-        for (_, lock, _) in &self.keys {
-            let ttl: i64 = redis::cmd("PTTL")
-                .arg(lock)
-                .query_async(redis)
-                .await
-                .map_err(|e| {
-                    tracing::warn!(error = %e, "login lockout check unavailable; refusing");
-                    Limited::Unavailable
-                })?;
-            if ttl > 0 {
-                metrics::counter!(crate::metrics::RATE_LIMITED_TOTAL, "what" => "login")
-                    .increment(1);
-                return Err(Limited::Over(ttl as u64));
-            }
-        }
-        Ok(())
-    }
-
-    /// Counts a failed attempt against every subject.
-    pub async fn failed(&self, redis: &mut Redis, limits: &LimitsConfig) {
-        for (fail, lock, free) in &self.keys {
-            let r: redis::RedisResult<i64> =
-                redis::Script::new(include_str!("../../lua/login_failed.lua"))
+    /// Reserves this attempt against every subject, or refuses it while
+    /// any subject is locked out (nothing stays reserved then). A reserved
+    /// attempt counts as a failure until [`Self::succeeded`] or
+    /// [`Self::give_back`]: a failed one needs nothing more.
+    pub async fn reserve(&self, redis: &mut Redis, limits: &LimitsConfig) -> Result<(), Limited> {
+        for (i, (fail, lock, free)) in self.keys.iter().enumerate() {
+            let r: redis::RedisResult<u64> =
+                redis::Script::new(include_str!("../../lua/login_attempt.lua"))
                     .key(fail)
                     .key(lock)
                     .arg(*free)
@@ -180,21 +170,59 @@ impl LoginSubjects {
                     .arg(limits.login_lockout_max_ms.max(1))
                     .invoke_async(redis)
                     .await;
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "failed login not counted");
+            let refused = match r {
+                Ok(0) => continue,
+                Ok(ms) => {
+                    metrics::counter!(crate::metrics::RATE_LIMITED_TOTAL, "what" => "login")
+                        .increment(1);
+                    Limited::Over(ms)
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "login lockout check unavailable; refusing");
+                    Limited::Unavailable
+                }
+            };
+            for (fail, _, _) in &self.keys[..i] {
+                give_back(redis, fail).await;
+            }
+            return Err(refused);
+        }
+        Ok(())
+    }
+
+    /// The credentials were right: the login name's count and lockout are
+    /// forgotten, the address gets its attempt back (one valid account
+    /// must not unlock guessing others from that address).
+    pub async fn succeeded(&self, redis: &mut Redis) {
+        for (i, (fail, lock, _)) in self.keys.iter().enumerate() {
+            if i == 0 && self.named {
+                let _: redis::RedisResult<i64> = redis::cmd("DEL")
+                    .arg(fail)
+                    .arg(lock)
+                    .query_async(redis)
+                    .await;
+            } else {
+                give_back(redis, fail).await;
             }
         }
     }
 
-    /// A successful login forgets the login name's failures (not the
-    /// address's: one valid account must not unlock guessing others).
-    pub async fn succeeded(&self, redis: &mut Redis) {
-        if self.named {
-            if let Some((fail, _, _)) = self.keys.first() {
-                let _: redis::RedisResult<i64> =
-                    redis::cmd("DEL").arg(fail).query_async(redis).await;
-            }
+    /// The attempt was not decided (the logins table could not be read):
+    /// it does not count.
+    pub async fn give_back(&self, redis: &mut Redis) {
+        for (fail, _, _) in &self.keys {
+            give_back(redis, fail).await;
         }
+    }
+}
+
+async fn give_back(redis: &mut Redis, counter: &str) {
+    let r: redis::RedisResult<i64> = redis::Script::new(GIVE_BACK)
+        .key(counter)
+        .invoke_async(redis)
+        .await;
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "a login attempt was not given back");
     }
 }
 
