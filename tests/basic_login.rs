@@ -302,3 +302,55 @@ async fn parallel_wrong_logins_check_at_most_the_free_attempts() {
     let ctrl = basic_login(addr, &name, PASSWORD).await;
     assert_eq!(ctrl["code"], json!(429), "locked out: {ctrl}");
 }
+
+/// Every password login gets a device of its own: revoking the device of
+/// one session leaves the user's other password session open and usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn revoking_one_password_login_leaves_the_other() {
+    let mut stack = basic_stack(|_| {}).await;
+    stack.start_pipeline("control").await;
+    imstream::users::add(&stack.pool(), stack.tenant(), 801, "heidi", PASSWORD)
+        .await
+        .unwrap();
+    let addr = stack.start_gateway("node-a").await;
+    let admin_addr = stack.admin_addr(0);
+    let device_of = |ctrl: &serde_json::Value| -> String {
+        let token = ctrl["params"]["token"].as_str().expect("a token");
+        imstream::gateway::auth::Tokens::new(stack.config())
+            .verify(token)
+            .expect("a valid token")
+            .dev
+    };
+    let mut first = Client::connect(addr, "first").await;
+    let one = first
+        .request(json!({"login": {"scheme": "basic", "secret": basic("heidi", PASSWORD)}}))
+        .await;
+    let mut second = Client::connect(addr, "second").await;
+    let two = second
+        .request(json!({"login": {"scheme": "basic", "secret": basic("heidi", PASSWORD)}}))
+        .await;
+    assert_eq!(
+        (one["code"].clone(), two["code"].clone()),
+        (json!(200), json!(200))
+    );
+    let (d1, d2) = (device_of(&one), device_of(&two));
+    assert_ne!(d1, d2, "two password logins share a device");
+    let status = realtime_support::admin(
+        admin_addr,
+        &stack.config().auth.admin_token,
+        &format!("801/devices/{d1}/revoke"),
+        stack.tenant(),
+    )
+    .await;
+    assert_eq!(status, 202);
+    first.expect_closed(realtime_support::DELIVERY).await;
+    // The second is open and usable.
+    assert!(!second.is_closed(), "{:?}", second.frames());
+    let me = second.request(json!({"sub": {"topic": "me"}})).await;
+    assert_eq!(me["code"], json!(200), "{me}");
+    assert!(!second.is_closed());
+    // Its token still logs in.
+    let mut again = Client::connect(addr, "again").await;
+    let token = two["params"]["token"].as_str().unwrap().to_string();
+    assert_eq!(again.login(&token).await["code"], json!(200));
+}

@@ -84,7 +84,9 @@ impl Session {
             "basic" => auth::check_basic_login(&gw.config.auth, gw.sender.pools(), &login.secret)
                 .await
                 .map(|(tenant, uid)| {
-                    let device = format!("basic-{}", &self.sid[..8]);
+                    // A device of its own for every password login, so
+                    // revoking one never closes another.
+                    let device = format!("basic-{}", uuid::Uuid::new_v4().simple());
                     (
                         Identity {
                             tenant,
