@@ -385,8 +385,11 @@ impl Session {
     }
 
     /// Closes the session if session control says so (checked at most every
-    /// few seconds on uplink). Returns false when the session is closing.
-    pub(super) async fn still_allowed(&mut self) -> bool {
+    /// few seconds on uplink). Returns false when the command must not run:
+    /// the session is closing, or its state could be read from neither
+    /// Redis nor MySQL (the command is refused with 503 and the next one
+    /// checks again: fail closed, without dropping the connection).
+    pub(super) async fn still_allowed(&mut self, msg: &ClientMsg) -> bool {
         if self.closing.is_triggered() {
             return false;
         }
@@ -399,19 +402,31 @@ impl Session {
         }
         self.checked_at = now;
         let mut redis = self.gateway.sender.redis();
-        match control::recheck(
+        let checked = control::recheck(
             &mut redis,
             self.gateway.sender.pools(),
             std::slice::from_ref(handle),
         )
-        .await
-        {
-            Ok(refused) if !refused.is_empty() => {
-                self.close(refused[0].1);
-                false
-            }
-            _ => true,
+        .await;
+        if let Some((_, why)) = checked.refused.first() {
+            self.close(why);
+            return false;
         }
+        if let Some((_, e)) = checked.unknown.first() {
+            tracing::warn!(error = %e, sid = %self.sid, "session control unavailable on uplink; refusing the command");
+            self.checked_at = 0;
+            let (id, topic) = (message_id(msg), message_topic(msg));
+            self.reply(ctrl(
+                id.as_deref(),
+                topic.as_deref(),
+                503,
+                "service unavailable, retry",
+                None,
+            ))
+            .await;
+            return false;
+        }
+        true
     }
 
     pub(super) async fn dispatch(&mut self, text: &str) {
@@ -464,7 +479,7 @@ impl Session {
             .await;
             return;
         }
-        if !self.still_allowed().await {
+        if !self.still_allowed(&msg).await {
             return;
         }
         // Clients name a one-to-one topic by the peer (`usr<peer>`); every
