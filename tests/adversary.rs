@@ -182,6 +182,8 @@ struct Run {
     refused_names: BTreeMap<(String, String), BTreeSet<String>>,
     reported_keys: BTreeSet<String>,
     n: u64,
+    /// Each entry's listener address (HTTP entries; the WebSocket's else).
+    entry_addr: Vec<std::net::SocketAddr>,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,6 +221,18 @@ async fn generated_attackers_reach_nothing_of_the_victims() {
         missing.join("\n")
     );
     let settle = settle::Settle::new(scene.stack.config(), scene::PIPELINES);
+    let served: BTreeSet<(&str, &str)> = routes
+        .iter()
+        .filter(|r| r.served)
+        .flat_map(|r| r.methods.iter().map(move |m| (*m, r.path)))
+        .collect();
+    let entry_addr = table
+        .iter()
+        .map(|e| match e.http {
+            Some((m, p)) if served.contains(&(m, p)) && m != "ANY" => scene.addr_of(m, p),
+            _ => scene.addr,
+        })
+        .collect();
     let mut run = Run {
         scene,
         rng,
@@ -234,6 +248,7 @@ async fn generated_attackers_reach_nothing_of_the_victims() {
         refused_names: BTreeMap::new(),
         reported_keys: BTreeSet::new(),
         n: 0,
+        entry_addr,
     };
     run.enlist().await;
     run.listen().await;
@@ -601,6 +616,10 @@ impl Run {
                 let k = &self.attackers[*i].kind;
                 match entry.names {
                     _ if *k == Kind::Operator => entry.admin,
+                    // A user's token on an operator route: one attacker is
+                    // enough (each refusal counts against the caller's
+                    // address where failed admin tokens are throttled).
+                    _ if entry.admin => *k == Kind::Stranger,
                     // The user search is judged for users who share no
                     // conversation with the victims or whom they blocked.
                     Names::Fnd => matches!(k, Kind::Searcher | Kind::Blocked | Kind::OtherTenant),
@@ -726,7 +745,7 @@ impl Run {
                     let attacker = &self.attackers[a];
                     let ans = client::http(
                         &self.scene.http,
-                        self.scene.addr,
+                        self.entry_addr[i],
                         method,
                         path,
                         &attacker.bearer,
@@ -804,6 +823,15 @@ impl Run {
                 attacker: self.attackers[a].label.clone(),
                 target: target.into(),
                 what: format!("served a file outside the web app: {}", clip(text)),
+            });
+        }
+        let lower = text.to_lowercase();
+        if let Some(m) = INTERNAL.iter().find(|m| lower.contains(*m)) {
+            self.tally.violations.push(Violation {
+                entry: entry.label(),
+                attacker: self.attackers[a].label.clone(),
+                target: target.into(),
+                what: format!("internal detail ({m:?}) in the answer: {}", clip(text)),
             });
         }
         if !found.is_empty() {
@@ -1020,12 +1048,20 @@ impl Run {
                         .iter()
                         .cloned()
                         .collect();
+                    // The entry after which it showed, if it refused the name.
+                    let entry = if by.iter().any(|e| e == label) {
+                        label.to_string()
+                    } else {
+                        by[0].clone()
+                    };
                     self.tally.violations.push(Violation {
-                        entry: by.join(", "),
-                        attacker: "(those entries' attackers)".into(),
+                        entry,
+                        attacker: "(that entry's attackers)".into(),
                         target: format!("{name:?}"),
                         what: format!(
-                            "refused or failed, yet it left sequence state {key} (seen after {label})"
+                            "refused or failed, yet it left sequence state {key} (seen after {label}; refused by {} entries: {})",
+                            by.len(),
+                            by.join(", ")
                         ),
                     });
                 }
@@ -1095,7 +1131,7 @@ impl Run {
                     same.len()
                 ),
                 what: format!(
-                    "{checked} wrong passwords were checked for one login; the lockout allows {limit}"
+                    "wrong passwords were checked {checked} times for one login; the lockout allows {limit}"
                 ),
             });
         }
@@ -1173,11 +1209,13 @@ impl Run {
     fn print_summary(&self, seed: u64, cases: usize, took: Duration) {
         let t = &self.tally;
         let mut by_entry: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut by_class: BTreeMap<&str, usize> = BTreeMap::new();
         for v in &t.violations {
             *by_entry.entry(v.entry.as_str()).or_default() += 1;
+            *by_class.entry(class_of(&v.what)).or_default() += 1;
         }
         eprintln!(
-            "adversary: seed {seed}, cases {cases}, {:.0?}\n  routes covered: {} of {} in the router ({} not served here: {})\n  WebSocket kinds covered: {} ({})\n  attackers: {} ({})\n  variant kinds: {}\n  attacks: {}, requests sent: {}\n  answers by code: {:?}\n  violations: {}{}",
+            "adversary: seed {seed}, cases {cases}, {:.0?}\n  routes covered: {} of {} in the router ({} not served here: {})\n  WebSocket kinds covered: {} ({})\n  attackers: {} ({})\n  variant kinds: {}\n  attacks: {}, requests sent: {}\n  answers by code: {:?}\n  violations: {}{}{}",
             took,
             t.routes.len(),
             self.table.iter().filter(|e| e.http.is_some()).count(),
@@ -1192,11 +1230,23 @@ impl Run {
             t.requests,
             t.codes,
             t.violations.len(),
+            if by_class.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "\n    by kind: {}",
+                    by_class
+                        .iter()
+                        .map(|(c, n)| format!("{c}: {n}"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )
+            },
             if by_entry.is_empty() {
                 String::new()
             } else {
                 format!(
-                    " ({})",
+                    "\n    by entry: {}",
                     by_entry
                         .iter()
                         .map(|(e, n)| format!("{e}: {n}"))
@@ -1206,6 +1256,71 @@ impl Run {
             }
         );
     }
+}
+
+/// Text of an internal failure that must never reach a client (lower case).
+const INTERNAL: &[&str] = &[
+    "sqlx",
+    "sqlstate",
+    "mysql",
+    "mariadb",
+    "rdkafka",
+    "kafkaerror",
+    "broker",
+    "redis",
+    "panicked",
+    "backtrace",
+    "/work/",
+    "/root/",
+    "/home/",
+    "s3://",
+    "object store",
+];
+
+/// The kind of a violation, for the summary.
+fn class_of(what: &str) -> &'static str {
+    const KINDS: &[(&str, &str)] = &[
+        ("leaked", "a victim's secret in an answer"),
+        ("accepted", "accepted on someone else's conversation"),
+        (
+            "created a group under",
+            "accepted on someone else's conversation",
+        ),
+        ("operator route accepted", "operator route accepted"),
+        (
+            "a blocked user reached",
+            "a blocked user reached the blocker",
+        ),
+        ("server error", "server error instead of a refusal"),
+        ("no answer", "no answer"),
+        ("the victims' data changed", "the victims' data changed"),
+        (
+            "the victim heard it",
+            "the victims' live session heard an attacker",
+        ),
+        (
+            "the victim's session was closed",
+            "the victims' live session closed",
+        ),
+        (
+            "refused or failed, yet it left",
+            "a refused name left sequence state",
+        ),
+        ("internal detail", "internal detail in an answer"),
+        ("served a file", "a file outside the web app served"),
+        ("wrong passwords were checked", "login lockout per spelling"),
+        ("answered", "password login not refused"),
+        (
+            "the victim's",
+            "the victims' next message not stored as theirs",
+        ),
+        ("attack event", "dead letters"),
+        ("pipelines still behind", "pipelines did not catch up"),
+    ];
+    KINDS
+        .iter()
+        .find(|(prefix, _)| what.starts_with(prefix))
+        .map_or("other", |(_, kind)| kind)
 }
 
 /// A server error (not a refusal: 501 and 505 say "not supported").

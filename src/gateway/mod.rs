@@ -69,6 +69,9 @@ pub struct RunningGateway {
     pub task: tokio::task::JoinHandle<()>,
     /// Every route its listeners serve, as the router was built.
     pub routes: Vec<RouteInfo>,
+    /// Each listener's address, by the name its routes give
+    /// ([`RouteInfo::listener`]).
+    pub listeners: Vec<(&'static str, SocketAddr)>,
 }
 
 /// Connects to Redis, MySQL and Kafka, then serves on `addr` (port 0 picks
@@ -193,6 +196,7 @@ pub async fn start(
         admin_addr: admin_bound,
         task,
         routes,
+        listeners: vec![(routes::PUBLIC, bound), (routes::ADMIN, admin_bound)],
     })
 }
 

@@ -36,7 +36,10 @@ pub const PIPELINES: &[&str] = &[
 
 pub struct Scene {
     pub stack: Stack,
+    /// The gateway's public address (the WebSocket's too).
     pub addr: SocketAddr,
+    /// Each listener of the gateway by name (`public`, ...).
+    pub listeners: BTreeMap<String, SocketAddr>,
     pub http: reqwest::Client,
     pub tenant: String,
     /// A second tenant, with the same uids as the victims'.
@@ -114,6 +117,21 @@ impl Scene {
         serde_json::from_str(&a.body).unwrap_or(Value::Null)
     }
 
+    /// The address of the listener that serves `method path`.
+    pub fn addr_of(&self, method: &str, path: &str) -> SocketAddr {
+        let route = self.stack.gateways[0]
+            .routes
+            .iter()
+            .find(|r| r.path == path && r.methods.contains(&method))
+            .unwrap_or_else(|| panic!("the gateway does not serve {method} {path}"));
+        *self.listeners.get(route.listener).unwrap_or_else(|| {
+            panic!(
+                "{method} {path} is on listener {:?}, whose address RunningGateway::listeners does not give",
+                route.listener
+            )
+        })
+    }
+
     /// A fresh uid in `lo..hi`.
     pub fn fresh_uid(&mut self, rng: &mut Rng, lo: i64, hi: i64) -> i64 {
         loop {
@@ -183,16 +201,31 @@ impl Scene {
             });
             c.auth.basic.tenants = vec![a.id.clone()];
             c.tenants.push(b);
+            // The web app's routes too, where it is installed (`npm ci
+            // --prefix webapp`, as docker/local/test does).
+            let webapp = crate::common::repo_root().join("webapp");
+            if webapp
+                .join("node_modules/tinode-webapp/index.html")
+                .is_file()
+            {
+                c.gateway.webapp_dir = webapp.display().to_string();
+            }
         })
         .await;
         for p in PIPELINES {
             stack.start_pipeline(p).await;
         }
         let addr = stack.start_gateway("adversary").await;
+        let listeners = stack.gateways[0]
+            .listeners
+            .iter()
+            .map(|(name, addr)| (name.to_string(), *addr))
+            .collect();
         let tenant = stack.tenant().to_string();
         let mut scene = Scene {
             stack,
             addr,
+            listeners,
             http: reqwest::Client::new(),
             tenant,
             tenant_b: tenant_b_id.into_inner(),
@@ -548,7 +581,7 @@ impl Scene {
         }
         let reports = http(
             &self.http,
-            self.addr,
+            self.addr_of("GET", "/v1/admin/reports"),
             "GET",
             &format!("/v1/admin/reports?tenant={}&limit=100", self.tenant),
             &self.stack.config().auth.admin_token,
