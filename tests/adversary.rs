@@ -221,16 +221,11 @@ async fn generated_attackers_reach_nothing_of_the_victims() {
         missing.join("\n")
     );
     let settle = settle::Settle::new(scene.stack.config(), scene::PIPELINES);
-    let served: BTreeSet<(&str, &str)> = routes
-        .iter()
-        .filter(|r| r.served)
-        .flat_map(|r| r.methods.iter().map(move |m| (*m, r.path)))
-        .collect();
     let entry_addr = table
         .iter()
         .map(|e| match e.http {
-            Some((m, p)) if served.contains(&(m, p)) && m != "ANY" => scene.addr_of(m, p),
-            _ => scene.addr,
+            Some((m, p)) => scene.addr_of(m, p).unwrap_or(scene.addr),
+            None => scene.addr,
         })
         .collect();
     let mut run = Run {
@@ -980,16 +975,26 @@ impl Run {
         .map(|u| format!("usr{u}"))
         .collect();
         for (who, topic, ws) in self.listeners.iter_mut() {
-            if let Err(e) = ws.ready().await {
+            // A request of its own keeps the session active (not idle) and
+            // flushes what the server still had for it.
+            let mut heard = ws.drain();
+            let trouble = if ws.is_open() {
+                let sync = ws.sync().await;
+                heard.extend(sync.frames);
+                sync.trouble
+            } else {
+                Some("closed by the server".into())
+            };
+            if let Some(e) = trouble {
                 self.tally.violations.push(Violation {
                     entry: label.into(),
                     attacker: "(this entry's attackers)".into(),
                     target: format!("{who}'s live session"),
                     what: format!("the victim's session was closed: {e}"),
                 });
-                continue;
+                let _ = ws.request(json!({"sub": {"topic": topic.as_str()}})).await;
             }
-            for f in ws.drain() {
+            for f in heard {
                 let about = ["data", "info", "pres", "ctrl", "meta"]
                     .iter()
                     .find_map(|k| f.get(*k).map(|b| (*k, b.clone())));

@@ -258,6 +258,11 @@ impl WsSession {
         sync
     }
 
+    /// Whether the connection is still open.
+    pub fn is_open(&self) -> bool {
+        self.conn.as_ref().is_some_and(|c| !c.reader.is_finished())
+    }
+
     /// Frames that arrived unasked since the last call.
     pub fn drain(&mut self) -> Vec<Value> {
         let mut out = Vec::new();
