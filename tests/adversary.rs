@@ -27,7 +27,9 @@
 //!   At the end the victims' next messages must be stored as theirs.
 //!
 //! `ADVERSARY_SEED=<n>` replays a run; `ADVERSARY_CASES=<n>` (default 3)
-//! is the number of generated variants per attacker, entry and target.
+//! is the number of generated variants per attacker, entry and target;
+//! `ADVERSARY_TRACE=<text>` prints every answer of the entries whose label
+//! contains the text.
 
 #[path = "adversary/client.rs"]
 mod client;
@@ -96,8 +98,10 @@ enum Base {
         name: String,
         own: bool,
     },
-    /// A user, by uid (in paths: the number; as a topic: `usr<uid>`).
+    /// A user, by uid (in paths and bodies: the number).
     User(i64),
+    /// A user as a WebSocket topic: `usr<uid>`.
+    UserTopic(i64),
     Message {
         topic: String,
         seq: i64,
@@ -115,6 +119,7 @@ impl Base {
         match self {
             Base::Topic { name, own } => format!("topic {name}{}", own_tag(*own)),
             Base::User(u) => format!("user {u}"),
+            Base::UserTopic(u) => format!("topic usr{u}"),
             Base::Message { topic, seq, own } => format!("message {topic}/{seq}{}", own_tag(*own)),
             Base::Report(r) => format!("report {r}"),
             Base::Tenant(t) => format!("tenant {t}"),
@@ -272,7 +277,12 @@ async fn generated_attackers_reach_nothing_of_the_victims() {
                 .map(move |m| ((m.to_string(), r.path.to_string()), r.served))
         })
         .collect();
-    for i in 0..run.table.len() {
+    // Entries that clear or dissolve what an attacker could read run last.
+    let order: Vec<usize> = (0..run.table.len())
+        .filter(|i| !run.table[*i].late)
+        .chain((0..run.table.len()).filter(|i| run.table[*i].late))
+        .collect();
+    for i in order {
         let entry = &run.table[i];
         if let Some((m, p)) = entry.http {
             if !routes_served[&(m.to_string(), p.to_string())] {
@@ -489,6 +499,19 @@ impl Run {
                     Box::new(move |r| names::uid_variants(u, r)),
                 )
             }
+            Base::UserTopic(uid) => {
+                let u = *uid;
+                (
+                    format!("usertopic:{uid}"),
+                    format!("usr{uid}"),
+                    Box::new(move |r| {
+                        names::uid_variants(u, r)
+                            .into_iter()
+                            .filter(|v| v.name != format!("usr{u}"))
+                            .collect()
+                    }),
+                )
+            }
             Base::Query(q) => return vec![Variant::raw("exact", q.clone())],
             Base::File(f) => return vec![Variant::encoded("exact", f.clone())],
             Base::Nothing => return vec![Variant::raw("exact", String::new())],
@@ -536,9 +559,9 @@ impl Run {
                     }
                     if entry.ws.is_some() {
                         // One-to-one topics as clients name them: usr<peer>.
-                        out.push(Base::User(s.p));
+                        out.push(Base::UserTopic(s.p));
                         if let Kind::CaseTwin { peer } = attacker.kind {
-                            out.push(Base::User(peer));
+                            out.push(Base::UserTopic(peer));
                         }
                     }
                 }
@@ -781,6 +804,17 @@ impl Run {
                 }
             };
             self.scan(i, a, target, &text);
+            if let Ok(filter) = std::env::var("ADVERSARY_TRACE") {
+                let label = self.table[i].label();
+                if label.contains(&filter) {
+                    eprintln!(
+                        "trace: {label} | {} | {target} | {code} {} {}",
+                        self.attackers[a].label,
+                        clip(&text),
+                        trouble.as_deref().unwrap_or("")
+                    );
+                }
+            }
             if !judged {
                 return;
             }
@@ -1336,7 +1370,7 @@ fn server_error(code: i64) -> bool {
 fn base_kind(b: &Base) -> &'static str {
     match b {
         Base::Topic { .. } => "topic",
-        Base::User(_) => "user",
+        Base::User(_) | Base::UserTopic(_) => "user",
         Base::Message { .. } => "message",
         Base::Report(_) => "report",
         Base::Tenant(_) => "tenant",

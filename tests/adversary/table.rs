@@ -113,6 +113,9 @@ pub struct Entry {
     pub creates: bool,
     /// The answer may show users' profiles: notes are secrets here too.
     pub notes_secret: bool,
+    /// Runs after the others: it hides or removes what an attacker could
+    /// still read (its own view cleared, its own group dissolved).
+    pub late: bool,
     pub build: fn(&Ask) -> Vec<Step>,
 }
 
@@ -171,6 +174,7 @@ const E: Entry = Entry {
     blocked_refused: false,
     creates: false,
     notes_secret: false,
+    late: false,
     build: |_| Vec::new(),
 };
 
@@ -247,6 +251,7 @@ pub fn table() -> Vec<Entry> {
         },
         Entry {
             http: route!("DELETE", "/v1/groups/{topic}"),
+            late: true,
             names: Names::Topic,
             about: "dissolve",
             build: |a| http("DELETE", topic_path(a, "/v1/groups/{topic}"), None),
@@ -267,6 +272,7 @@ pub fn table() -> Vec<Entry> {
         },
         Entry {
             http: route!("DELETE", "/v1/groups/{topic}/members/{uid}"),
+            late: true,
             names: Names::Topic,
             about: "kick a member",
             build: |a| {
@@ -389,6 +395,7 @@ pub fn table() -> Vec<Entry> {
         },
         Entry {
             http: route!("DELETE", "/v1/groups/{topic}/messages/{seq}"),
+            late: true,
             names: Names::Message,
             about: "recall or delete a message for everyone",
             build: |a| {
@@ -538,6 +545,7 @@ pub fn table() -> Vec<Entry> {
         },
         Entry {
             http: route!("POST", "/v1/groups/{topic}/history/clear"),
+            late: true,
             names: Names::Topic,
             about: "clear history from one's view",
             build: |a| {
@@ -920,6 +928,7 @@ pub fn table() -> Vec<Entry> {
         },
         Entry {
             ws: Some("leave"),
+            late: true,
             names: Names::Topic,
             about: "leave for good (unsub)",
             build: |a| {
@@ -951,6 +960,7 @@ pub fn table() -> Vec<Entry> {
         },
         Entry {
             ws: Some("del"),
+            late: true,
             names: Names::Topic,
             about: "delete messages (own view, then for everyone)",
             build: |a| {
