@@ -302,7 +302,7 @@ async fn generated_attackers_reach_nothing_of_the_victims() {
                 attacker: "(all)".into(),
                 target: format!("pipeline {p}"),
                 what: format!(
-                    "{} attack event(s) went to the {p} pipeline's dead-letter topic",
+                    "attack events went to the {p} pipeline's dead-letter topic: {}",
                     after - before
                 ),
             });
