@@ -1161,7 +1161,9 @@ impl Run {
                 }
             }
         }
-        if checked > limit {
+        // The failure past the free ones is checked and sets the lock
+        // (limits.login_failures + 1); the suite's lock lasts the run.
+        if checked > limit + 1 {
             self.tally.violations.push(Violation {
                 entry: entry.clone(),
                 attacker: "an anonymous client".into(),
@@ -1170,7 +1172,29 @@ impl Run {
                     same.len()
                 ),
                 what: format!(
-                    "wrong passwords were checked {checked} times for one login; the lockout allows {limit}"
+                    "wrong passwords were checked {checked} times for one login; the lockout allows {} ({limit} free, one that locks)",
+                    limit + 1
+                ),
+            });
+        }
+        // After that many wrong passwords, the right one is locked out too.
+        let secret = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("{login}:{}", scene::PASSWORD),
+        );
+        let ans = ws
+            .request(json!({"login": {"scheme": "basic", "secret": secret}}))
+            .await;
+        self.tally.requests += 1;
+        if ans.code().is_some_and(|c| (200..300).contains(&c)) {
+            self.tally.violations.push(Violation {
+                entry: entry.clone(),
+                attacker: "an anonymous client".into(),
+                target: format!("login {login:?} with its right password"),
+                what: format!(
+                    "wrong passwords were checked in {} spellings of one login, yet the right password was not locked out: {:?}",
+                    same.len(),
+                    ans.reply
                 ),
             });
         }

@@ -200,6 +200,9 @@ impl Scene {
                 tenant: Some(b.id.clone()),
             });
             c.auth.basic.tenants = vec![a.id.clone()];
+            // A lockout that outlasts the run (the login attack checks it).
+            c.limits.login_lockout_ms = 600_000;
+            c.limits.login_lockout_max_ms = 600_000;
             c.tenants.push(b);
             // The web app's routes too, where it is installed (`npm ci
             // --prefix webapp`, as docker/local/test does).
