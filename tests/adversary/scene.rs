@@ -203,6 +203,11 @@ impl Scene {
             // A lockout that outlasts the run (the login attack checks it).
             c.limits.login_lockout_ms = 600_000;
             c.limits.login_lockout_max_ms = 600_000;
+            // The operator listener's throttle of failed admin tokens (per
+            // address, loopback too) shares that lockout: out of the way,
+            // or the victims' report queue could not be read after the
+            // first attacks (tests/security_admin.rs tests the throttle).
+            c.limits.admin_failures = 1_000_000;
             c.tenants.push(b);
             // The web app's routes too, where it is installed (`npm ci
             // --prefix webapp`, as docker/local/test does).
