@@ -54,6 +54,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                         "{tenant}: {table}.{column} converted from {was} to VARBINARY (exact)"
                     );
                 }
+                if report.logins_normalized > 0 {
+                    println!(
+                        "{tenant}: {} stored login(s) normalized (NFKC + case folding)",
+                        report.logins_normalized
+                    );
+                }
             }
             println!("migrated {} tenant database(s)", done.len());
             Ok(())
@@ -73,6 +79,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             .await?;
             let running = crate::gateway::start(&config, addr, readiness, shutdown).await?;
             println!("gateway listening on ws://{}/v0/channels", running.addr);
+            println!(
+                "operator endpoints (/v1/admin/...) on http://{}",
+                running.admin_addr
+            );
             running.task.await?;
             Ok(())
         }
@@ -418,6 +428,10 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
     println!(
         "  HTTP                http://{}/v1/groups/grpDemo/messages",
         gateway.addr
+    );
+    println!(
+        "  operator endpoints  http://{}/v1/admin/... (admin token)",
+        gateway.admin_addr
     );
     println!("  schema registry     http://{}", registry.addr);
     println!(

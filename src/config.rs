@@ -298,6 +298,10 @@ impl Default for TelemetryConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayConfig {
     pub listen: SocketAddr,
+    /// Where the operator endpoints (`/v1/admin/…`) listen, apart from the
+    /// public port (which answers 404 for them). Loopback by default; port
+    /// 0 picks a free one (the gateway logs it).
+    pub admin_addr: SocketAddr,
     /// Largest accepted message content, in bytes (Tinode's maxMessageSize).
     pub max_message_size: usize,
     /// Seconds between presence refreshes and session control re-checks.
@@ -324,6 +328,7 @@ impl Default for GatewayConfig {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:6060".parse().expect("static address"),
+            admin_addr: "127.0.0.1:0".parse().expect("static address"),
             max_message_size: 256 * 1024,
             heartbeat_secs: 20,
             recall_window_secs: 600,
@@ -382,17 +387,23 @@ pub struct LimitsConfig {
     /// Favorites one user may keep (`PUT /v1/me/favorites/…` beyond it is
     /// refused with 409).
     pub favorites_per_user: usize,
-    /// Failed logins per login name (`basic`) allowed before a lockout;
-    /// each further failure doubles the lockout.
+    /// Passwords checked per login name (`basic`, normalized) before a
+    /// lockout, however many attempts arrive at once: the attempt that
+    /// takes the last one starts the lockout (a success lifts it); each
+    /// attempt after a lockout ends doubles it.
     pub login_failures: u32,
-    /// Failed logins per client address (any scheme) before its lockout;
-    /// 0 turns the per-address lockout off (behind a proxy every client
-    /// has the proxy's address).
+    /// Failed logins per client address (any scheme) before its lockout,
+    /// counted the same way; 0 turns the per-address lockout off (behind a
+    /// proxy every client has the proxy's address).
     pub login_address_failures: u32,
     /// Loopback clients (a local proxy, `imstream bench`, tests) are not
     /// counted per address (connections, failed logins).
     pub exempt_loopback: bool,
-    /// First lockout after `login_failures` failures, in milliseconds.
+    /// Failed admin tokens per client address, on one gateway's operator
+    /// port, before it answers `429` to every admin call from that
+    /// address for a while (the lockouts below, doubling).
+    pub admin_failures: u32,
+    /// First lockout, in milliseconds.
     pub login_lockout_ms: u64,
     /// Longest lockout, in milliseconds.
     pub login_lockout_max_ms: u64,
@@ -456,6 +467,7 @@ impl Default for LimitsConfig {
             login_failures: 5,
             login_address_failures: 20,
             exempt_loopback: true,
+            admin_failures: 5,
             login_lockout_ms: 1_000,
             login_lockout_max_ms: 300_000,
             connections_per_ip: 256,

@@ -250,8 +250,7 @@ mod tests {
         assert_eq!(t.active_month(), "im:{acme}:groupmsg:active_month");
         // Per session and per message: the user's or the node's own slot.
         assert_eq!(t.presence_user(7), "im:{acme:u7}:presence");
-        assert_eq!(t.control_version(7), "im:{acme:u7}:control:version");
-        assert!(t.device_revoked(7, "d").starts_with("im:{acme:u7}:"));
+        assert_eq!(t.control(7), "im:{acme:u7}:control");
         assert!(t.presence_node_users("gw1").starts_with("im:{acme:n:gw1}:"));
     }
 }

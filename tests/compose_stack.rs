@@ -461,6 +461,22 @@ fn only_the_gateway_is_published_beyond_loopback() {
         services()["schema-registry"]["ports"].is_null(),
         "the registry is published"
     );
+    // The gateway's operator port (`/v1/admin/…`) only on the host's loopback.
+    let gateway = &services()["gateway"];
+    assert_eq!(
+        gateway["environment"]["IMSTREAM__GATEWAY__ADMIN_ADDR"], "0.0.0.0:6061",
+        "{gateway}"
+    );
+    let admin: Vec<&serde_json::Value> = gateway["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["target"].as_u64() == Some(6061))
+        .collect();
+    assert!(
+        admin.len() == 1 && admin[0]["host_ip"] == "127.0.0.1",
+        "operator port published as {admin:?}"
+    );
     let grafana = &services()["grafana"]["environment"];
     assert_eq!(grafana["GF_AUTH_ANONYMOUS_ENABLED"], "false");
 }

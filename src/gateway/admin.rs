@@ -8,7 +8,8 @@
 //! that tenant only, 403 elsewhere); `?tenant=` names the tenant. The
 //! operator recorded (audit row, event reason) is the token's, never a
 //! field of the request. The control pipeline applies the events (MySQL
-//! rows, Redis keys, closing live sessions).
+//! rows, Redis keys, closing live sessions). Every operator route is served
+//! on the operator port only (`gateway.admin_addr`), behind [`throttle`].
 
 use std::sync::Arc;
 
@@ -90,6 +91,33 @@ pub(super) fn check_admin(
         return Err((StatusCode::NOT_FOUND, "unknown tenant"));
     }
     Ok(op)
+}
+
+/// In front of every operator route: a call without a valid admin token
+/// is refused (401) and counted against its client address; an address
+/// with too many failures gets `429` + `Retry-After` for every call until
+/// its lockout ends ([`super::limits::AdminFailures`]).
+pub async fn throttle(
+    State((gw, failures)): State<(Arc<Gateway>, super::limits::AdminFailures)>,
+    info: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let ip = super::server::peer_of(info.map(|axum::Extension(i)| i))
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    let valid = operator(&gw, req.headers()).is_some();
+    match failures.attempt(ip, valid, &gw.config.limits) {
+        Err(ms) => {
+            metrics::counter!(crate::metrics::RATE_LIMITED_TOTAL, "what" => "admin").increment(1);
+            tracing::warn!(%ip, "admin call refused: too many failed admin tokens from this address");
+            super::http::limited(super::limits::Limited::Over(ms)).into_response()
+        }
+        Ok(()) if !valid => {
+            tracing::warn!(%ip, path = %req.uri().path(), "admin call with an invalid admin token");
+            refuse(StatusCode::UNAUTHORIZED, "admin authentication required")
+        }
+        Ok(()) => next.run(req).await,
+    }
 }
 
 fn admit(gw: &Gateway, headers: &HeaderMap, tenant: &str) -> Result<Operator, Response> {

@@ -18,6 +18,7 @@ pub mod origin;
 pub mod reads;
 pub mod references;
 pub mod relations;
+pub mod routes;
 pub mod search;
 mod server;
 pub mod session;
@@ -30,9 +31,8 @@ use std::sync::Arc;
 use axum::extract::{State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
-use axum::Router;
 
+use self::routes::{delete, get, post, put, RouteInfo, Routes};
 use crate::config::Config;
 use crate::events::EventCodec;
 use crate::kafka::producer::EventProducer;
@@ -62,12 +62,21 @@ pub struct Gateway {
 
 /// A started gateway.
 pub struct RunningGateway {
+    /// The public port: WebSocket and the users' HTTP API.
     pub addr: SocketAddr,
+    /// The operator port (`gateway.admin_addr`): `/v1/admin/…` only.
+    pub admin_addr: SocketAddr,
     pub task: tokio::task::JoinHandle<()>,
+    /// Every route its listeners serve, as the router was built.
+    pub routes: Vec<RouteInfo>,
+    /// Each listener's address, by the name its routes give
+    /// ([`RouteInfo::listener`]).
+    pub listeners: Vec<(&'static str, SocketAddr)>,
 }
 
 /// Connects to Redis, MySQL and Kafka, then serves on `addr` (port 0 picks
-/// one) until `shutdown`.
+/// one), and the operator endpoints on `gateway.admin_addr`, until
+/// `shutdown`.
 pub async fn start(
     config: &Config,
     addr: SocketAddr,
@@ -130,7 +139,77 @@ pub async fn start(
     tokio::spawn(heartbeat(gateway.clone()));
     tokio::spawn(sweep_governance(gateway.clone()));
     tokio::spawn(process_gauges(gateway.clone()));
-    let app = Router::new()
+    let app = public_router(gateway.clone())
+        // `/metrics` is served on the telemetry port only, never here.
+        .merge(crate::telemetry::health_routes(
+            routes::PUBLIC,
+            readiness.clone(),
+        ));
+    let web_routes = Routes::new(routes::PUBLIC)
+        .when("gateway.webapp_dir")
+        .route("/v0/file/u/", post(webapp::no_files))
+        .route("/v0/file/s/{*path}", get(webapp::no_files))
+        .fallback(webapp::serve);
+    let app = match webapp {
+        Some(web) => app.merge(
+            web_routes
+                .with_state(web)
+                .map_router(|r| r.layer(axum::middleware::map_response(webapp::harden))),
+        ),
+        None => app.not_served(web_routes),
+    };
+    let (app, mut routes) = app.into_parts();
+    let (admin_app, admin_routes) = admin_router(gateway.clone()).into_parts();
+    routes.extend(admin_routes);
+    let app = server::limited(app, &config.limits);
+    let admin_app = server::limited(admin_app, &config.limits);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let admin_listener = tokio::net::TcpListener::bind(config.gateway.admin_addr)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "binding gateway.admin_addr {}: {e}",
+                config.gateway.admin_addr
+            )
+        })?;
+    let admin_bound = admin_listener.local_addr()?;
+    if !admin_bound.ip().is_loopback() {
+        tracing::warn!(%admin_bound, "operator endpoints listen beyond loopback (gateway.admin_addr)");
+    }
+    readiness.set_ready(true);
+    tracing::info!(%bound, %admin_bound, node = %gateway.node_id, "gateway listening (operator endpoints on admin_bound)");
+    let (limits, connections) = (config.limits.clone(), gateway.connections.clone());
+    let task = tokio::spawn(async move {
+        tokio::join!(
+            server::serve(listener, app, limits.clone(), connections, shutdown.clone()),
+            server::serve(
+                admin_listener,
+                admin_app,
+                limits,
+                limits::Connections::default(),
+                shutdown
+            ),
+        );
+        gateway
+            .sender
+            .producer()
+            .flush(std::time::Duration::from_secs(5));
+    });
+    Ok(RunningGateway {
+        addr: bound,
+        admin_addr: admin_bound,
+        task,
+        routes,
+        listeners: vec![(routes::PUBLIC, bound), (routes::ADMIN, admin_bound)],
+    })
+}
+
+/// Every route of the public port: WebSocket and the users' HTTP API.
+/// Operator routes (`/v1/admin/…`) are not here: they answer 404 on this
+/// port ([`admin_router`]).
+fn public_router(gateway: Arc<Gateway>) -> Routes {
+    Routes::new(routes::PUBLIC)
         .route("/v0/channels", get(upgrade))
         .route("/v1/groups", post(http::create_group))
         .route("/v1/groups/{topic}", delete(governance::dissolve))
@@ -181,11 +260,6 @@ pub async fn start(
             "/v1/me/favorites/{topic}/{seq}",
             put(references::add_favorite).delete(references::remove_favorite),
         )
-        .route("/v1/admin/reports", get(references::list_reports))
-        .route(
-            "/v1/admin/reports/{report_id}/resolve",
-            post(references::resolve_report),
-        )
         .route("/v1/groups/{topic}/search", get(http::search))
         .route(
             "/v1/users/{peer}/messages",
@@ -195,20 +269,6 @@ pub async fn start(
             "/v1/groups/{topic}/history/clear",
             post(http::clear_history),
         )
-        .route(
-            "/v1/admin/users/{uid}/devices/{device}/revoke",
-            post(admin::revoke_device),
-        )
-        .route(
-            "/v1/admin/users/{uid}/signout",
-            post(admin::sign_out_everywhere),
-        )
-        .route("/v1/admin/users/{uid}/disable", post(admin::disable_user))
-        .route("/v1/admin/users/{uid}/enable", post(admin::enable_user))
-        .route("/v1/admin/commands", post(admin::submit_command))
-        .route("/v1/admin/stats", get(admin::stats))
-        .route("/v1/admin/notifications", post(relations::notify))
-        .route("/v1/admin/badges", post(relations::badge))
         .route("/v1/friends/requests", post(relations::request_friend))
         .route(
             "/v1/friends/requests/{uid}/accept",
@@ -228,34 +288,41 @@ pub async fn start(
         .route("/v1/groups/{topic}/subscribers", get(me_http::members))
         .route("/v1/me/push", put(relations::set_dnd))
         .route("/v1/me/push/topics/{topic}", put(relations::mute_topic))
-        .with_state(gateway.clone())
-        // `/metrics` is served on the telemetry port only, never here.
-        .merge(crate::telemetry::health_router(readiness.clone()));
-    let app = match webapp {
-        Some(web) => app.merge(
-            Router::new()
-                .route("/v0/file/u/", post(webapp::no_files))
-                .route("/v0/file/s/{*path}", get(webapp::no_files))
-                .fallback(webapp::serve)
-                .with_state(web)
-                .layer(axum::middleware::map_response(webapp::harden)),
-        ),
-        None => app,
-    };
-    let app = server::limited(app, &config.limits);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    readiness.set_ready(true);
-    tracing::info!(%bound, node = %gateway.node_id, "gateway listening");
-    let (limits, connections) = (config.limits.clone(), gateway.connections.clone());
-    let task = tokio::spawn(async move {
-        server::serve(listener, app, limits, connections, shutdown).await;
-        gateway
-            .sender
-            .producer()
-            .flush(std::time::Duration::from_secs(5));
-    });
-    Ok(RunningGateway { addr: bound, task })
+        .with_state(gateway)
+}
+
+/// The operator routes (`/v1/admin/…`, admin token), served on their own
+/// listener (`gateway.admin_addr`, loopback by default), behind the
+/// per-address throttle of failed admin tokens ([`admin::throttle`]).
+fn admin_router(gateway: Arc<Gateway>) -> Routes {
+    let throttle = (gateway.clone(), limits::AdminFailures::default());
+    Routes::new(routes::ADMIN)
+        .route("/v1/admin/reports", get(references::list_reports))
+        .route(
+            "/v1/admin/reports/{report_id}/resolve",
+            post(references::resolve_report),
+        )
+        .route(
+            "/v1/admin/users/{uid}/devices/{device}/revoke",
+            post(admin::revoke_device),
+        )
+        .route(
+            "/v1/admin/users/{uid}/signout",
+            post(admin::sign_out_everywhere),
+        )
+        .route("/v1/admin/users/{uid}/disable", post(admin::disable_user))
+        .route("/v1/admin/users/{uid}/enable", post(admin::enable_user))
+        .route("/v1/admin/commands", post(admin::submit_command))
+        .route("/v1/admin/stats", get(admin::stats))
+        .route("/v1/admin/notifications", post(relations::notify))
+        .route("/v1/admin/badges", post(relations::badge))
+        .with_state(gateway)
+        .map_router(|r| {
+            r.route_layer(axum::middleware::from_fn_with_state(
+                throttle,
+                admin::throttle,
+            ))
+        })
 }
 
 /// A second live gateway with the same node id would split its users'
@@ -409,14 +476,14 @@ async fn heartbeat(gw: Arc<Gateway>) {
             tracing::warn!(error = %e, "presence refresh failed");
         }
         recheck_members(&gw, &mut redis).await;
-        match control::recheck(&mut redis, gw.sender.pools(), &gw.hub.all_sessions()).await {
-            Ok(refused) => {
-                for (session, why) in refused {
-                    tracing::info!(sid = %session.sid, uid = session.uid, why, "closing session on heartbeat");
-                    session.offer(crate::realtime::hub::Outbound::Close(Arc::from(why)));
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "session control check failed"),
+        let checked = control::recheck(&mut redis, gw.sender.pools(), &gw.hub.all_sessions()).await;
+        for (session, why) in checked.refused {
+            tracing::info!(sid = %session.sid, uid = session.uid, why, "closing session on heartbeat");
+            session.offer(crate::realtime::hub::Outbound::Close(Arc::from(why)));
+        }
+        if let Some((_, e)) = checked.unknown.first() {
+            // Their next command is refused until their state can be read.
+            tracing::warn!(sessions = checked.unknown.len(), error = %e, "session control check failed");
         }
     }
 }
