@@ -415,7 +415,11 @@ impl Executor {
             let decision = match decide(&snapshot) {
                 Ok(d) => d,
                 Err(refused) => {
-                    remember_refusal(&mut redis, &claim_key, &refused).await;
+                    // Only a command the client named can be retried: a
+                    // refusal of an unnamed one leaves nothing behind.
+                    if origin.command_id.is_some() {
+                        remember_refusal(&mut redis, &claim_key, &refused).await;
+                    }
                     metrics::counter!(crate::metrics::GOVERNANCE_COMMANDS_TOTAL, "outcome" => "refused")
                         .increment(1);
                     return Err(refused);
