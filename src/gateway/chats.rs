@@ -405,9 +405,9 @@ pub fn invitation_entry(i: &Invitation) -> MeSub<'_> {
     MeSub {
         topic: i.topic.clone(),
         acs: Acs {
-            want: "N".into(),
+            want: crate::realtime::frames::INVITED_WANT.into(),
             given: crate::realtime::frames::INVITED_GIVEN.into(),
-            mode: "N".into(),
+            mode: crate::realtime::frames::INVITED_WANT.into(),
         },
         updated: when.clone(),
         touched: when,

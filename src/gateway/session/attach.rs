@@ -127,8 +127,8 @@ impl Session {
                     .await
                 {
                     if s.inviter(who.uid).is_some() {
-                        let given = crate::realtime::frames::INVITED_GIVEN;
-                        let acs = json!({"acs": {"want": "N", "given": given, "mode": "N"}});
+                        use crate::realtime::frames::{INVITED_GIVEN, INVITED_WANT};
+                        let acs = json!({"acs": {"want": INVITED_WANT, "given": INVITED_GIVEN, "mode": INVITED_WANT}});
                         self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", Some(acs)))
                             .await;
                         return;

@@ -54,9 +54,10 @@ impl Session {
     }
 
     /// `{set sub={mode}}` of the caller's own subscription: to an invited
-    /// user it answers the invitation (a mode with `J` accepts and joins,
-    /// one without declines: Tinode's web app Accept / Block). A member's
-    /// own mode (notification settings) is not kept here: `501`.
+    /// user it answers the invitation (a mode that joins and reads, `J` and
+    /// `R`, accepts; one without `J` declines: Tinode's web app Accept /
+    /// Block). A member's own mode (notification settings) is not kept
+    /// here: `501`.
     async fn set_own_mode(&mut self, id: Option<&str>, topic: &str, mode: &str) {
         let who = self.identity.clone().expect("logged in");
         let shown = self.shown(topic);
@@ -88,7 +89,18 @@ impl Session {
             .await;
             return;
         }
-        let accept = mode.contains('J');
+        let accept = mode.contains('J') && mode.contains('R');
+        if mode.contains('J') && !accept {
+            self.reply(ctrl(
+                id,
+                Some(&shown),
+                400,
+                "malformed: accept with a mode that reads (J and R), decline without J",
+                None,
+            ))
+            .await;
+            return;
+        }
         let origin = self.caller(&who).origin;
         match gov
             .answer_invitation(&who.tenant, topic, who.uid, accept, &origin)
