@@ -116,10 +116,9 @@ impl Derived {
                 self.status = Some("dissolved");
                 self.invites.clear();
             }
-            GroupEventBody::MemberInvited(i) => {
-                if !self.members.contains_key(&i.uid) {
-                    self.invites.insert(i.uid, i.invited_by);
-                }
+            // An invitation of a member is none.
+            GroupEventBody::MemberInvited(i) if !self.members.contains_key(&i.uid) => {
+                self.invites.insert(i.uid, i.invited_by);
             }
             GroupEventBody::MemberInviteDeclined(d) => {
                 self.invites.remove(&d.uid);
