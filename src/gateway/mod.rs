@@ -129,11 +129,29 @@ pub async fn start(
     });
     let tenants: std::collections::HashSet<String> =
         config.tenants.iter().map(|t| t.id.clone()).collect();
+    // After a lost subscription, the gap is filled from the newest stored
+    // messages (the hot copy, else the month tables).
+    let history = gateway.history.clone();
+    let refill: crate::realtime::bus::Refill = Arc::new(move |tenant, topic| {
+        let history = history.clone();
+        Box::pin(async move {
+            let newest = crate::history::PageQuery::new(None, None, Some(100), false);
+            match newest {
+                Ok(q) => history
+                    .page(&tenant, &topic, 0, q)
+                    .await
+                    .map(|p| p.messages)
+                    .unwrap_or_default(),
+                Err(_) => Vec::new(),
+            }
+        })
+    });
     tokio::spawn(crate::realtime::bus::run_subscriber(
         config.redis.url.clone(),
         node_id.clone(),
         gateway.hub.clone(),
         tenants,
+        Some(refill),
         shutdown.clone(),
     ));
     tokio::spawn(heartbeat(gateway.clone()));

@@ -334,3 +334,79 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
         | GroupEventBody::MessageReportResolved(_) => Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{GroupEvent, GroupEventBody, MessageSent};
+
+    fn sent(topic: &str) -> GroupEvent {
+        GroupEvent::new(
+            "acme",
+            topic,
+            1001,
+            GroupEventBody::MessageSent(MessageSent {
+                message_id: 1,
+                group_id: 1,
+                seq: 42,
+                shard_month: "202612".into(),
+                client_msg_id: None,
+                from_user: 1001,
+                msg_type: "text".into(),
+                head: None,
+                content: Some("\"hi\"".into()),
+                mentioned_user_ids: Vec::new(),
+                mention_all: false,
+                reply_seq: None,
+                root_seq: None,
+                file_count: 0,
+                content_size: 4,
+                has_risk: false,
+                audit_status: "pass".into(),
+                created_at: 1_700_000_000_000,
+                expires_at: None,
+            }),
+        )
+    }
+
+    /// A gateway filling a gap after a lost subscription hands over a
+    /// message under the identity the fan-out gave it: a session gets it
+    /// once, whichever way comes first.
+    #[test]
+    fn a_gap_fill_is_the_fan_outs_delivery_under_the_same_identity() {
+        for topic in ["grpX", &crate::tinode::p2p_topic(1001, 1002)] {
+            let event = sent(topic);
+            let GroupEventBody::MessageSent(m) = &event.body else {
+                unreachable!()
+            };
+            let stored = StoredMessage::sent(m);
+            let ours: Vec<(String, String, String, String)> = envelopes(&event)
+                .into_iter()
+                .map(|(e, _)| e)
+                .filter(|e| e.dedup_key.starts_with("msg:"))
+                .map(|e| {
+                    (
+                        format!("{:?}", e.target_type),
+                        e.target,
+                        e.dedup_key,
+                        e.payload,
+                    )
+                })
+                .collect();
+            let refilled: Vec<(String, String, String, String)> =
+                crate::realtime::bus::message_envelopes("acme", topic, &stored)
+                    .into_iter()
+                    .map(|e| {
+                        (
+                            format!("{:?}", e.target_type),
+                            e.target,
+                            e.dedup_key,
+                            e.payload,
+                        )
+                    })
+                    .collect();
+            assert!(!ours.is_empty());
+            assert_eq!(ours, refilled, "{topic}");
+        }
+    }
+}
