@@ -1,6 +1,7 @@
 -- allocate_seq.lua: one atomic step of the send path (ARCHITECTURE.md §3).
 --
--- Checks the sender against the cached group (status, membership, mutes),
+-- Checks the sender against the group's write model (status, membership,
+-- mutes: src/group_model, the same state every governance command changes),
 -- claims the client message id, allocates the next seq and picks the
 -- message's shard month, so that per-topic month segments never overlap and
 -- never go back. The sender is checked before the seq state is even looked
@@ -8,7 +9,7 @@
 -- leads to a re-seed, so it leaves no state behind and costs no log scan.
 --
 -- KEYS[1] seq hash     (last_seq, month_floor)
--- KEYS[2] meta hash    (group_id, status, mute_all)
+-- KEYS[2] meta hash    (group_id, status, mute_all, inc)
 -- KEYS[3] members set
 -- KEYS[4] roles hash   (uid -> owner|admin)
 -- KEYS[5] mutes hash   (uid -> muted-until epoch ms)
@@ -45,18 +46,30 @@
 --                     new topic or Redis lost data
 --   {'FENCED'}        the sender may send, but the seq state was written by
 --                     another incarnation of Redis
---   {'NOGROUP'}       group facts not cached: load them, then retry
---   {'NOMEMBERS'}     member set not cached: load it, then retry
+--   {'NOGROUP'}       no group model: rebuild it, then retry
+--   {'NOMEMBERS'}     no member set: rebuild the model, then retry
+--   {'GFENCED'}       the group model was written by another incarnation
+--                     of Redis: rebuild it, then retry
 --   {'NOTMEMBER'} | {'DISSOLVED'} | {'MUTED', until_ms} | {'MUTED_ALL'}
 
 local uid = ARGV[1]
 
-local meta = redis.call('HMGET', KEYS[2], 'group_id', 'status', 'mute_all')
-if not meta[1] then
+local info = redis.call('INFO', 'server')
+local at = string.find(info, 'run_id:', 1, true)
+local run_id = at and string.sub(info, at + 7, at + 46) or ''
+
+local meta = redis.call('HMGET', KEYS[2], 'group_id', 'status', 'mute_all', 'inc')
+if not meta[2] then
   return {'NOGROUP'}
+end
+if run_id == '' or meta[4] ~= run_id then
+  return {'GFENCED'}
 end
 if meta[2] == 'dissolved' then
   return {'DISSOLVED'}
+end
+if meta[2] ~= 'active' then
+  return {'NOTMEMBER'}
 end
 
 if redis.call('SISMEMBER', KEYS[3], uid) == 0 then
@@ -88,9 +101,7 @@ local state = redis.call('HMGET', KEYS[1], 'last_seq', 'inc')
 if not state[1] then
   return {'RESEED'}
 end
-local info = redis.call('INFO', 'server')
-local at = string.find(info, 'run_id:', 1, true)
-if not at or state[2] ~= string.sub(info, at + 7, at + 46) then
+if state[2] ~= run_id then
   return {'FENCED'}
 end
 

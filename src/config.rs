@@ -373,6 +373,13 @@ pub struct LimitsConfig {
     pub finds: BucketConfig,
     /// `POST /v1/groups` per user.
     pub group_creates: BucketConfig,
+    /// Users one user may add or invite to groups (creates and adds), per
+    /// minute; a request costs one token per named user. Operators' admin
+    /// commands are not counted.
+    pub member_adds: BucketConfig,
+    /// Most users one create or add may name (`400` beyond); operators add
+    /// more through the `group.member.add` admin command.
+    pub members_per_request: usize,
     /// `POST /v1/friends/requests` per user.
     pub friend_requests: BucketConfig,
     /// `POST …/messages/{seq}/report` per user.
@@ -452,6 +459,8 @@ impl Default for LimitsConfig {
             searches: BucketConfig::new(10, 60),
             finds: BucketConfig::new(20, 120),
             group_creates: BucketConfig::new(5, 30),
+            member_adds: BucketConfig::new(1_000, 1_000),
+            members_per_request: 500,
             friend_requests: BucketConfig::new(10, 60),
             reports: BucketConfig::new(10, 60),
             favorites_per_user: 5_000,

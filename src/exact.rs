@@ -108,6 +108,7 @@ pub const IDENTITY_COLUMNS: &[(&str, &str, &str)] = &[
     ("im_message_reports", "report_id", "VARBINARY(120) NOT NULL"),
     ("im_message_reports", "topic", "VARBINARY(64) NOT NULL"),
     ("im_favorites", "topic", "VARBINARY(64) NOT NULL"),
+    ("im_group_invites", "topic", "VARBINARY(64) NOT NULL"),
     ("im_group_files", "topic", "VARBINARY(64) NOT NULL"),
     ("im_seq_collisions", "topic", "VARBINARY(64) NOT NULL"),
     ("im_seq_collisions", "event_id", "VARBINARY(64) NOT NULL"),

@@ -23,6 +23,12 @@ pub const SEQ_COLLISIONS_TOTAL: &str = "imstream_store_seq_collisions_total";
 /// Topics whose seq state was found written by another incarnation of Redis
 /// (a restart or a failover) and re-derived from the log.
 pub const SEQ_FENCES_TOTAL: &str = "imstream_send_seq_fences_total";
+/// Group write models rebuilt from MySQL and the log (`why`: missing,
+/// lost, fenced).
+pub const GROUP_REBUILDS_TOTAL: &str = "imstream_group_rebuilds_total";
+/// Governance commands by outcome (`ok`, `replayed`, `refused`,
+/// `conflict_retried`, `unavailable`).
+pub const GOVERNANCE_COMMANDS_TOTAL: &str = "imstream_governance_commands_total";
 /// Partitions a pipeline handled again because a tenant database held less
 /// than its checkpoint said (a restore, a lagging replica promoted).
 pub const PIPELINE_REWINDS_TOTAL: &str = "imstream_pipeline_rewinds_total";
@@ -115,6 +121,8 @@ pub const ALL: &[&str] = &[
     DEAD_LETTER_TOTAL,
     SEQ_COLLISIONS_TOTAL,
     SEQ_FENCES_TOTAL,
+    GROUP_REBUILDS_TOTAL,
+    GOVERNANCE_COMMANDS_TOTAL,
     PIPELINE_REWINDS_TOTAL,
     SEND_ACK_LATENCY,
     SEND_TOTAL,
@@ -181,6 +189,14 @@ pub fn describe_all() {
     describe_counter!(
         SEQ_FENCES_TOTAL,
         "Topics whose seq state another incarnation of Redis wrote (a restart or failover), re-derived from the log"
+    );
+    describe_counter!(
+        GROUP_REBUILDS_TOTAL,
+        "Group write models rebuilt from MySQL and the log tail (why: missing, lost, fenced)"
+    );
+    describe_counter!(
+        GOVERNANCE_COMMANDS_TOTAL,
+        "Governance commands checked against the group write model, by outcome"
     );
     describe_counter!(
         PIPELINE_REWINDS_TOTAL,

@@ -26,6 +26,10 @@
 //!   from an attacker, and refused names must leave no sequence state.
 //!   At the end the victims' next messages must be stored as theirs.
 //!
+//! Beside the table: the group write model's races and consent cases
+//! (tests/adversary/governance.rs): two concurrent ownership transfers,
+//! adds past a block, an oversized create, invitations instead of adds.
+//!
 //! `ADVERSARY_SEED=<n>` replays a run; `ADVERSARY_CASES=<n>` (default 3)
 //! is the number of generated variants per attacker, entry and target;
 //! `ADVERSARY_TRACE=<text>` prints every answer of the entries whose label
@@ -34,8 +38,12 @@
 #[path = "adversary/client.rs"]
 mod client;
 mod common;
+#[path = "adversary/governance.rs"]
+mod governance;
+mod groups_support;
 #[path = "adversary/names.rs"]
 mod names;
+mod realtime_support;
 #[path = "adversary/rng.rs"]
 mod rng;
 #[path = "adversary/scene.rs"]

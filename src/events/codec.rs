@@ -327,6 +327,8 @@ mod tests {
             "GroupProfileChanged",
             "MessageReported",
             "MessageReportResolved",
+            "MemberInvited",
+            "MemberInviteDeclined",
         ]);
         assert_branches_match::<UserEvent>(&[
             "FriendRequestCreated",

@@ -54,6 +54,8 @@ pub enum GroupEventBody {
     GroupProfileChanged(GroupProfileChanged),
     MessageReported(MessageReported),
     MessageReportResolved(MessageReportResolved),
+    MemberInvited(MemberInvited),
+    MemberInviteDeclined(MemberInviteDeclined),
 }
 
 impl GroupEventBody {
@@ -74,6 +76,8 @@ impl GroupEventBody {
             GroupEventBody::GroupProfileChanged(_) => "GroupProfileChanged",
             GroupEventBody::MessageReported(_) => "MessageReported",
             GroupEventBody::MessageReportResolved(_) => "MessageReportResolved",
+            GroupEventBody::MemberInvited(_) => "MemberInvited",
+            GroupEventBody::MemberInviteDeclined(_) => "MemberInviteDeclined",
         }
     }
 }
@@ -245,6 +249,19 @@ pub struct GroupCreated {
     pub members: Vec<i64>,
 }
 
+/// A pending invitation of `uid` (who may not be added directly).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberInvited {
+    pub uid: i64,
+    pub invited_by: i64,
+}
+
+/// `uid`'s pending invitation is gone without their joining.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberInviteDeclined {
+    pub uid: i64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupDissolved {
     #[serde(default)]
@@ -398,6 +415,7 @@ pub enum AdminCommandBody {
     GroupAdminRemove(TopicMember),
     GroupMemberMute(TopicMemberMute),
     MessageModerate(TopicSeq),
+    GroupMemberAdd(TopicMembers),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -420,6 +438,13 @@ pub struct TopicRef {
 pub struct TopicMember {
     pub topic: String,
     pub uid: i64,
+}
+
+/// Many users of one group (an operator's bulk add).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicMembers {
+    pub topic: String,
+    pub uids: Vec<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -451,6 +476,7 @@ impl Event for AdminCommand {
             AdminCommandBody::GroupAdminRemove(_) => "GroupAdminRemove",
             AdminCommandBody::GroupMemberMute(_) => "GroupMemberMute",
             AdminCommandBody::MessageModerate(_) => "MessageModerate",
+            AdminCommandBody::GroupMemberAdd(_) => "GroupMemberAdd",
         }
     }
 }

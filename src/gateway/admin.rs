@@ -22,8 +22,8 @@ use serde_json::json;
 
 use crate::events::{
     new_event_id, now_ms, AdminCommand, AdminCommandBody, AuthVersion, DeviceRevoked, Empty,
-    SessionControlBody, SessionControlEvent, TopicMember, TopicMemberMute, TopicRef, TopicSeq,
-    UserDevice, UserRef,
+    SessionControlBody, SessionControlEvent, TopicMember, TopicMemberMute, TopicMembers, TopicRef,
+    TopicSeq, UserDevice, UserRef,
 };
 use crate::kafka::topics::TopicKind;
 use crate::session_control::UserControl;
@@ -263,6 +263,9 @@ pub struct CommandBody {
     pub topic: Option<String>,
     #[serde(default)]
     pub uid: Option<i64>,
+    /// For `group.member.add` (bulk membership, no add policy or limit).
+    #[serde(default)]
+    pub uids: Option<Vec<i64>>,
     #[serde(default)]
     pub device: Option<String>,
     #[serde(default)]
@@ -308,6 +311,14 @@ pub fn command_body(c: &CommandBody) -> Result<AdminCommandBody, String> {
                         .map_err(|_| "until must be RFC 3339")?
                         .timestamp_millis(),
                 ),
+            },
+        }),
+        "group.member.add" => AdminCommandBody::GroupMemberAdd(TopicMembers {
+            topic: topic()?,
+            uids: match (&c.uids, c.uid) {
+                (Some(uids), None) if !uids.is_empty() => uids.clone(),
+                (None, Some(uid)) => vec![uid],
+                _ => return Err("group.member.add needs uids (or one uid)".into()),
             },
         }),
         "message.moderate" => AdminCommandBody::MessageModerate(TopicSeq {

@@ -26,6 +26,8 @@ pub enum Action {
     /// `{get topic="fnd" what="sub"}`: one directory search.
     Find,
     GroupCreate,
+    /// Users added or invited to groups (one token each).
+    MemberAdd,
     FriendRequest,
     Report,
 }
@@ -39,6 +41,7 @@ impl Action {
             Action::Search => "search",
             Action::Find => "find",
             Action::GroupCreate => "group_create",
+            Action::MemberAdd => "member_add",
             Action::FriendRequest => "friend_request",
             Action::Report => "report",
         }
@@ -52,6 +55,7 @@ impl Action {
             Action::Search => limits.searches,
             Action::Find => limits.finds,
             Action::GroupCreate => limits.group_creates,
+            Action::MemberAdd => limits.member_adds,
             Action::FriendRequest => limits.friend_requests,
             Action::Report => limits.reports,
         }
@@ -92,12 +96,24 @@ pub async fn take(
     uid: i64,
     action: Action,
 ) -> Result<(), Limited> {
+    take_n(redis, limits, tenant, uid, action, 1).await
+}
+
+/// Takes `cost` tokens of `action` from the user's bucket at once.
+pub async fn take_n(
+    redis: &mut Redis,
+    limits: &LimitsConfig,
+    tenant: &str,
+    uid: i64,
+    action: Action,
+    cost: u32,
+) -> Result<(), Limited> {
     let bucket = action.bucket(limits);
     let wait: Result<u64, _> = redis::Script::new(include_str!("../../lua/rate_limit.lua"))
         .key(bucket_key(tenant, uid, action))
         .arg(bucket.burst.max(1))
         .arg(bucket.per_minute.max(1))
-        .arg(1)
+        .arg(cost.max(1))
         .invoke_async(redis)
         .await;
     match wait {

@@ -171,7 +171,7 @@ pub async fn set_group_profile(
             &topic,
             Actor::User(claims.uid, standing),
             change,
-            &origin(&claims, &headers),
+            &origin(&claims, &headers)?,
         )
         .await
         .map_err(|r| error(r.0, r.1))?;

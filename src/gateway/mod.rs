@@ -103,13 +103,17 @@ pub async fn start(
     let history = crate::history::History::new(pools.clone(), redis.clone()).with_archives(
         crate::history::archived::Archives::from_config(&config.shards),
     );
-    let governance = crate::governance::Executor::new(
-        pools.clone(),
-        redis.clone(),
+    let sender = Sender::new(
+        config.clone(),
+        redis,
+        pools,
         producer.clone(),
-        node_id.clone(),
+        snowflake.clone(),
     );
-    let sender = Sender::new(config.clone(), redis, pools, producer, snowflake.clone());
+    // Governance decides on the same group write model the send path
+    // checks senders against.
+    let governance =
+        crate::governance::Executor::new(sender.groups().clone(), producer, node_id.clone());
     let gateway = Arc::new(Gateway {
         config: config.clone(),
         node_id: node_id.clone(),
@@ -151,6 +155,7 @@ pub async fn start(
         shutdown.clone(),
     ));
     tokio::spawn(heartbeat(gateway.clone()));
+    tokio::spawn(sweep_governance(gateway.clone()));
     tokio::spawn(process_gauges(gateway.clone()));
     let app = public_router(gateway.clone())
         // `/metrics` is served on the telemetry port only, never here.
@@ -227,6 +232,14 @@ fn public_router(gateway: Arc<Gateway>) -> Routes {
         .route("/v1/groups", post(http::create_group))
         .route("/v1/groups/{topic}", delete(governance::dissolve))
         .route("/v1/groups/{topic}/members", post(governance::add_member))
+        .route(
+            "/v1/groups/{topic}/invitation",
+            post(governance::accept_invitation).delete(governance::decline_invitation),
+        )
+        .route(
+            "/v1/me/settings",
+            get(governance::settings).put(governance::set_settings),
+        )
         .route(
             "/v1/groups/{topic}/members/{uid}",
             delete(governance::remove_member),
@@ -493,56 +506,61 @@ async fn heartbeat(gw: Arc<Gateway>) {
     }
 }
 
+/// Every few seconds, produces the events of governance commands whose
+/// gateway died between the change in the group write model and the
+/// produce (see `governance::exec`); every gateway sweeps, and an event
+/// produced twice changes nothing.
+async fn sweep_governance(gw: Arc<Gateway>) {
+    let every = std::time::Duration::from_secs(10);
+    loop {
+        tokio::select! {
+            _ = gw.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        for tenant in &gw.config.tenants {
+            if let Err(e) = gw.governance.sweep(&tenant.id).await {
+                tracing::warn!(tenant = %tenant.id, error = %e, "governance sweep failed");
+            }
+        }
+    }
+}
+
 /// Evicts local sessions from groups their user no longer belongs to (or
 /// that were dissolved): the Pub/Sub eviction may have been lost, so each
-/// heartbeat checks every attachment against the membership cache.
-async fn recheck_members(gw: &Gateway, redis: &mut crate::redis_util::Redis) {
+/// heartbeat checks every attachment against the group write model.
+async fn recheck_members(gw: &Gateway, _redis: &mut crate::redis_util::Redis) {
     let attached: Vec<_> = gw
         .hub
         .attached_members()
         .into_iter()
         .filter(|(_, topic, _)| crate::tinode::is_group_topic(topic))
         .collect();
-    if attached.is_empty() {
-        return;
+    // One read of the model per group, for all its attached users.
+    let mut by_group: std::collections::BTreeMap<(String, String), Vec<i64>> =
+        std::collections::BTreeMap::new();
+    for (tenant, topic, uid) in attached {
+        by_group
+            .entry((tenant.to_string(), topic.to_string()))
+            .or_default()
+            .push(uid);
     }
-    // One round trip for every cached answer; a group not cached is loaded.
-    let mut pipe = redis::pipe();
-    for (tenant, topic, uid) in &attached {
-        let keys = crate::keys::TopicKeys::new(tenant, topic);
-        pipe.sismember(keys.members(), uid)
-            .exists(keys.members())
-            .hget(keys.meta(), "status");
-    }
-    type Cached = (bool, bool, Option<String>);
-    let cached: Vec<Cached> = match pipe.query_async::<Vec<redis::Value>>(redis).await {
-        Ok(values) => values
-            .chunks(3)
-            .map(|c| redis::from_redis_value(&redis::Value::Array(c.to_vec())).unwrap_or_default())
-            .collect(),
-        Err(e) => {
-            tracing::warn!(error = %e, "membership re-check failed");
-            return;
-        }
-    };
-    for ((tenant, topic, uid), (is_member, members_cached, status)) in attached.iter().zip(cached) {
-        let gone = if members_cached && status.is_some() {
-            status.as_deref() == Some("dissolved") || !is_member
-        } else {
-            let Ok(pool) = gw.sender.pools().get(tenant) else {
+    let model = gw.sender.groups();
+    for ((tenant, topic), uids) in by_group {
+        let snapshot = match model.read(&tenant, &topic, &uids, None).await {
+            Ok(crate::group_model::Read::State(s)) => s,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "membership re-check failed");
                 continue;
-            };
-            match crate::groups::membership(pool, redis, tenant, topic, *uid).await {
-                Ok(m) => m != crate::groups::Membership::Member,
-                Err(e) => {
-                    tracing::warn!(error = %e, "membership re-check failed");
-                    continue;
-                }
             }
         };
-        if gone {
-            let n = crate::realtime::bus::evict(&gw.hub, tenant, topic, Some(*uid));
-            tracing::info!(%tenant, %topic, uid, sessions = n, "evicted on heartbeat: no longer a member");
+        for uid in uids {
+            let member = snapshot.status == crate::group_model::Status::Active
+                && matches!(snapshot.place(uid), crate::group_model::Place::Member(_));
+            if !member {
+                let n = crate::realtime::bus::evict(&gw.hub, &tenant, &topic, Some(uid));
+                tracing::info!(%tenant, %topic, uid, sessions = n, "evicted on heartbeat: no longer a member");
+            }
         }
     }
 }

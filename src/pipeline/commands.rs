@@ -12,7 +12,6 @@
 //! crash between producing the result and recording it can repeat a
 //! result; consumers key results by command id.
 
-use crate::redis_util::Redis;
 use chrono::{TimeZone, Utc};
 use serde_json::json;
 
@@ -41,11 +40,11 @@ impl CommandsHandler {
     pub fn new(
         codec: EventCodec,
         pools: TenantPools,
-        redis: Redis,
+        model: crate::group_model::GroupModel,
         producer: EventProducer,
         node: String,
     ) -> Self {
-        let governance = Executor::new(pools.clone(), redis, producer.clone(), node);
+        let governance = Executor::new(model, producer.clone(), node);
         Self {
             codec,
             pools,
@@ -68,6 +67,7 @@ pub fn kind_name(body: &AdminCommandBody) -> &'static str {
         AdminCommandBody::GroupAdminRemove(_) => "group.admin.remove",
         AdminCommandBody::GroupMemberMute(_) => "group.member.mute",
         AdminCommandBody::MessageModerate(_) => "message.moderate",
+        AdminCommandBody::GroupMemberAdd(_) => "group.member.add",
     }
 }
 
@@ -255,6 +255,49 @@ impl CommandsHandler {
             AdminCommandBody::GroupAdminSet(t) => (&t.topic, Action::SetAdmin(t.uid)),
             AdminCommandBody::GroupAdminRemove(t) => (&t.topic, Action::RemoveAdmin(t.uid)),
             AdminCommandBody::GroupMemberMute(t) => (&t.topic, Action::Mute(t.uid, t.until)),
+            AdminCommandBody::GroupMemberAdd(t) => {
+                // Bulk membership: no add policy, no limit; in slices so
+                // one script never carries an unbounded list.
+                let mut ids = Vec::new();
+                for (n, chunk) in t.uids.chunks(1_000).enumerate() {
+                    let origin = Origin {
+                        command_id: Some(format!("{}#{n}", cmd.command_id)),
+                        ..origin.clone()
+                    };
+                    match gov
+                        .add_members(tenant, &t.topic, Actor::Operator, chunk, &origin)
+                        .await
+                    {
+                        Ok(outcome) => ids.extend(outcome.event_ids),
+                        // Members already there stay; the rest go on.
+                        Err(Refused(409, _)) if chunk.len() == 1 => {}
+                        Err(Refused(409, _)) => {
+                            for uid in chunk {
+                                let origin = Origin {
+                                    command_id: Some(format!("{}#{n}:{uid}", cmd.command_id)),
+                                    ..origin.clone()
+                                };
+                                match gov
+                                    .add_members(
+                                        tenant,
+                                        &t.topic,
+                                        Actor::Operator,
+                                        &[*uid],
+                                        &origin,
+                                    )
+                                    .await
+                                {
+                                    Ok(outcome) => ids.extend(outcome.event_ids),
+                                    Err(Refused(409, _)) => {}
+                                    Err(e) => return Err(e),
+                                }
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                return Ok(ids);
+            }
             AdminCommandBody::MessageModerate(t) => {
                 let range = [SeqRange {
                     low: t.seq,

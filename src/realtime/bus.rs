@@ -159,7 +159,18 @@ pub fn dispatch(
     let delivered = match envelope.target_type {
         TargetType::Topic => match &out {
             Outbound::Frame(frame) => {
-                hub.to_topic(tenant, &envelope.target, &envelope.skip_sid, frame)
+                // Removed members still attached here (their eviction is
+                // on its way): skipped, and evicted now.
+                for uid in &envelope.exclude {
+                    evict(hub, tenant, &envelope.target, Some(*uid));
+                }
+                hub.to_topic(
+                    tenant,
+                    &envelope.target,
+                    &envelope.skip_sid,
+                    &envelope.exclude,
+                    frame,
+                )
             }
             Outbound::Close(_) => 0,
         },
@@ -177,7 +188,9 @@ pub fn dispatch(
                 .count()
         }
         TargetType::Watchers => match &out {
-            Outbound::Frame(frame) => hub.to_watchers(tenant, &envelope.target, frame),
+            Outbound::Frame(frame) => {
+                hub.to_watchers_except(tenant, &envelope.target, frame, &envelope.exclude)
+            }
             Outbound::Close(_) => 0,
         },
         TargetType::UserOutside => {
@@ -431,6 +444,7 @@ mod tests {
             dedup_key: String::new(),
             occurred_at: 0,
             payload: "{\"data\":{}}".into(),
+            exclude: Vec::new(),
         };
         assert_eq!(
             dispatch(&hub, &tenants, &mut seen, env("e1", "b")),

@@ -12,7 +12,7 @@
 //! hole only when no event for it ever reaches the log.
 
 mod content;
-mod reseed;
+pub(crate) mod reseed;
 
 pub use content::{ContentError, MAX_JSON_DEPTH};
 
@@ -269,6 +269,8 @@ struct Inner {
     node: String,
     active_months: Mutex<HashMap<String, (ShardMonth, Instant)>>,
     reseeds: reseed::Reseeds,
+    /// The group write model the allocator checks the sender against.
+    groups: crate::group_model::GroupModel,
     /// Sends admitted and not yet answered (see `limits.sends_in_flight`).
     in_flight: Arc<AtomicUsize>,
 }
@@ -282,10 +284,17 @@ impl Sender {
         snowflake: Snowflake,
     ) -> Self {
         let node = config.node.resolved_id();
+        let groups = crate::group_model::GroupModel::new(
+            config.clone(),
+            pools.clone(),
+            redis.clone(),
+            producer.codec().clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 config,
                 redis,
+                groups,
                 pools,
                 producer,
                 snowflake,
@@ -311,6 +320,11 @@ impl Sender {
 
     pub fn producer(&self) -> &EventProducer {
         &self.inner.producer
+    }
+
+    /// The group write model (membership checks, governance).
+    pub fn groups(&self) -> &crate::group_model::GroupModel {
+        &self.inner.groups
     }
 
     /// Sends one message; see the module docs for the steps.
@@ -479,13 +493,17 @@ impl Sender {
                         .reseed(self, &req.tenant, &req.topic)
                         .await?;
                 }
-                Some("NOGROUP") | Some("NOMEMBERS") => {
-                    match crate::groups::load(pool, &mut redis, &req.tenant, &req.topic).await {
-                        Ok(_) => {}
-                        Err(crate::groups::GroupError::NotFound(_)) => {
-                            return Err(SendError::NotMember)
-                        }
-                        Err(e) => return Err(SendError::retry(e)),
+                // The group's write model is missing or stale: rebuilt
+                // from MySQL and the log before anything is decided on it.
+                Some("NOGROUP") | Some("NOMEMBERS") | Some("GFENCED") => {
+                    let found = self
+                        .inner
+                        .groups
+                        .ensure(&req.tenant, &req.topic)
+                        .await
+                        .map_err(SendError::retry)?;
+                    if found == crate::group_model::Existence::Absent {
+                        return Err(SendError::NotMember);
                     }
                 }
                 Some("NOTMEMBER") => return Err(SendError::NotMember),

@@ -769,6 +769,45 @@ pub fn table() -> Vec<Entry> {
             ..E
         },
         Entry {
+            http: route!("GET", "/v1/me/settings"),
+            about: "the caller's own add policy",
+            build: |_| http("GET", "/v1/me/settings".into(), None),
+            ..E
+        },
+        Entry {
+            http: route!("PUT", "/v1/me/settings"),
+            about: "set the caller's own add policy",
+            always_own: true,
+            build: |_| {
+                http(
+                    "PUT",
+                    "/v1/me/settings".into(),
+                    Some(json!({"add_policy": "contacts"})),
+                )
+            },
+            ..E
+        },
+        Entry {
+            http: route!("POST", "/v1/groups/{topic}/invitation"),
+            names: Names::Topic,
+            about: "accept an invitation one was never given (join uninvited)",
+            build: |a| http("POST", topic_path(a, "/v1/groups/{topic}/invitation"), None),
+            ..E
+        },
+        Entry {
+            http: route!("DELETE", "/v1/groups/{topic}/invitation"),
+            names: Names::Topic,
+            about: "decline an invitation one was never given",
+            build: |a| {
+                http(
+                    "DELETE",
+                    topic_path(a, "/v1/groups/{topic}/invitation"),
+                    None,
+                )
+            },
+            ..E
+        },
+        Entry {
             http: route!("GET", "/v1/search"),
             names: Names::Topic,
             about: "search the caller's conversations, or one named",
