@@ -327,6 +327,7 @@ mod tests {
             "GroupProfileChanged",
             "MessageReported",
             "MessageReportResolved",
+            "FileAuditUpdated",
         ]);
         assert_branches_match::<UserEvent>(&[
             "FriendRequestCreated",

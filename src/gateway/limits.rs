@@ -28,6 +28,8 @@ pub enum Action {
     GroupCreate,
     FriendRequest,
     Report,
+    /// `PUT /v1/me/password`.
+    PasswordChange,
 }
 
 impl Action {
@@ -41,6 +43,7 @@ impl Action {
             Action::GroupCreate => "group_create",
             Action::FriendRequest => "friend_request",
             Action::Report => "report",
+            Action::PasswordChange => "password_change",
         }
     }
 
@@ -54,6 +57,7 @@ impl Action {
             Action::GroupCreate => limits.group_creates,
             Action::FriendRequest => limits.friend_requests,
             Action::Report => limits.reports,
+            Action::PasswordChange => limits.password_changes,
         }
     }
 }

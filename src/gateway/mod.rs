@@ -253,6 +253,7 @@ fn public_router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/me/unread", get(me_http::unread))
         .route("/v1/search", get(search::search))
         .route("/v1/me/profile", put(me_http::set_profile))
+        .route("/v1/me/password", put(me_http::change_password))
         .route(
             "/v1/groups/{topic}/profile",
             put(me_http::set_group_profile),

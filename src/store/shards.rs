@@ -28,6 +28,8 @@ pub enum ShardError {
     Redis(#[from] redis::RedisError),
     #[error("sealing check: {0}")]
     Seal(#[from] SealError),
+    #[error("consistency check: {0}")]
+    Check(String),
 }
 
 /// What one pass did for one tenant.
@@ -286,6 +288,11 @@ pub struct ShardManager {
     interval: std::time::Duration,
     gate: SealGate,
     sealing_days: u32,
+    /// The consistency check's schedule (`None`: off), topics per run and
+    /// dedup rows purged per run.
+    check_every: Option<std::time::Duration>,
+    check_topics: usize,
+    purge_max: u64,
 }
 
 impl ShardManager {
@@ -306,7 +313,48 @@ impl ShardManager {
             interval: std::time::Duration::from_secs(config.shards.interval_secs.max(1)),
             gate: SealGate::new(config, topics)?,
             sealing_days: config.shards.sealing_days,
+            check_every: (config.shards.check_interval_secs > 0)
+                .then(|| std::time::Duration::from_secs(config.shards.check_interval_secs)),
+            check_topics: config.shards.check_topics_per_run.max(1),
+            purge_max: config.shards.dedup_purge_per_run,
         })
+    }
+
+    /// One consistency check of every tenant (`store::consistency`): each
+    /// goes on from `cursors` (the last topic the previous check compared)
+    /// and compares `check_topics` topics, then purges expired dedup rows.
+    /// A tenant whose check fails is logged and tried again next time.
+    pub async fn check(
+        &self,
+        cursors: &mut std::collections::HashMap<String, String>,
+    ) -> Vec<(String, super::consistency::Report)> {
+        let mut redis = self.redis.clone();
+        let mut out = Vec::new();
+        for (tenant, pool) in &self.tenants {
+            let after = cursors.get(tenant).cloned().unwrap_or_default();
+            match super::consistency::check_tenant(
+                tenant,
+                pool,
+                &mut redis,
+                &after,
+                self.check_topics,
+                self.purge_max,
+            )
+            .await
+            {
+                Ok(report) => {
+                    match &report.next_after {
+                        Some(t) => cursors.insert(tenant.clone(), t.clone()),
+                        None => cursors.remove(tenant),
+                    };
+                    tracing::info!(%tenant, topics = report.topics, mismatches = ?report.mismatches,
+                        repairs = ?report.repairs, dedup_purged = report.dedup_purged, "consistency check done");
+                    out.push((tenant.clone(), report));
+                }
+                Err(e) => tracing::error!(%tenant, error = %e, "consistency check failed"),
+            }
+        }
+        out
     }
 
     /// One pass over every tenant at the clock's "now".
@@ -331,6 +379,8 @@ impl ShardManager {
     /// retried at the next tick (the active month never moves without its
     /// table).
     pub async fn run(&self, shutdown: Shutdown) {
+        let mut cursors = std::collections::HashMap::new();
+        let mut checked: Option<std::time::Instant> = None;
         loop {
             match self.pass().await {
                 Ok(passes) => {
@@ -339,6 +389,12 @@ impl ShardManager {
                     }
                 }
                 Err(e) => tracing::error!(error = %e, "shard pass failed"),
+            }
+            if let Some(every) = self.check_every {
+                if checked.is_none_or(|at| at.elapsed() >= every) {
+                    self.check(&mut cursors).await;
+                    checked = Some(std::time::Instant::now());
+                }
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
