@@ -85,7 +85,16 @@ pub fn ops_router(readiness: Readiness) -> Router {
 /// `/healthz` and `/readyz` only: what a public port (the gateway's) may
 /// serve; its metrics stay on the telemetry port.
 pub fn health_router(readiness: Readiness) -> Router {
-    Router::new()
+    health_routes("telemetry", readiness).into_parts().0
+}
+
+/// [`health_router`] as recorded routes of `listener`.
+pub fn health_routes(
+    listener: &'static str,
+    readiness: Readiness,
+) -> crate::gateway::routes::Routes {
+    use crate::gateway::routes::{get, Routes};
+    Routes::new(listener)
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(readiness)

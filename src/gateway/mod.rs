@@ -18,6 +18,7 @@ pub mod origin;
 pub mod reads;
 pub mod references;
 pub mod relations;
+pub mod routes;
 pub mod search;
 mod server;
 pub mod session;
@@ -30,9 +31,8 @@ use std::sync::Arc;
 use axum::extract::{State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
-use axum::Router;
 
+use self::routes::{delete, get, post, put, RouteInfo, Routes};
 use crate::config::Config;
 use crate::events::EventCodec;
 use crate::kafka::producer::EventProducer;
@@ -67,6 +67,11 @@ pub struct RunningGateway {
     /// The operator port (`gateway.admin_addr`): `/v1/admin/…` only.
     pub admin_addr: SocketAddr,
     pub task: tokio::task::JoinHandle<()>,
+    /// Every route its listeners serve, as the router was built.
+    pub routes: Vec<RouteInfo>,
+    /// Each listener's address, by the name its routes give
+    /// ([`RouteInfo::listener`]).
+    pub listeners: Vec<(&'static str, SocketAddr)>,
 }
 
 /// Connects to Redis, MySQL and Kafka, then serves on `addr` (port 0 picks
@@ -131,20 +136,28 @@ pub async fn start(
     tokio::spawn(process_gauges(gateway.clone()));
     let app = public_router(gateway.clone())
         // `/metrics` is served on the telemetry port only, never here.
-        .merge(crate::telemetry::health_router(readiness.clone()));
+        .merge(crate::telemetry::health_routes(
+            routes::PUBLIC,
+            readiness.clone(),
+        ));
+    let web_routes = Routes::new(routes::PUBLIC)
+        .when("gateway.webapp_dir")
+        .route("/v0/file/u/", post(webapp::no_files))
+        .route("/v0/file/s/{*path}", get(webapp::no_files))
+        .fallback(webapp::serve);
     let app = match webapp {
         Some(web) => app.merge(
-            Router::new()
-                .route("/v0/file/u/", post(webapp::no_files))
-                .route("/v0/file/s/{*path}", get(webapp::no_files))
-                .fallback(webapp::serve)
+            web_routes
                 .with_state(web)
-                .layer(axum::middleware::map_response(webapp::harden)),
+                .map_router(|r| r.layer(axum::middleware::map_response(webapp::harden))),
         ),
-        None => app,
+        None => app.not_served(web_routes),
     };
+    let (app, mut routes) = app.into_parts();
+    let (admin_app, admin_routes) = admin_router(gateway.clone()).into_parts();
+    routes.extend(admin_routes);
     let app = server::limited(app, &config.limits);
-    let admin_app = server::limited(admin_router(gateway.clone()), &config.limits);
+    let admin_app = server::limited(admin_app, &config.limits);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let admin_listener = tokio::net::TcpListener::bind(config.gateway.admin_addr)
@@ -182,14 +195,16 @@ pub async fn start(
         addr: bound,
         admin_addr: admin_bound,
         task,
+        routes,
+        listeners: vec![(routes::PUBLIC, bound), (routes::ADMIN, admin_bound)],
     })
 }
 
 /// Every route of the public port: WebSocket and the users' HTTP API.
 /// Operator routes (`/v1/admin/…`) are not here: they answer 404 on this
 /// port ([`admin_router`]).
-fn public_router(gateway: Arc<Gateway>) -> Router {
-    Router::new()
+fn public_router(gateway: Arc<Gateway>) -> Routes {
+    Routes::new(routes::PUBLIC)
         .route("/v0/channels", get(upgrade))
         .route("/v1/groups", post(http::create_group))
         .route("/v1/groups/{topic}", delete(governance::dissolve))
@@ -267,9 +282,9 @@ fn public_router(gateway: Arc<Gateway>) -> Router {
 /// The operator routes (`/v1/admin/…`, admin token), served on their own
 /// listener (`gateway.admin_addr`, loopback by default), behind the
 /// per-address throttle of failed admin tokens ([`admin::throttle`]).
-fn admin_router(gateway: Arc<Gateway>) -> Router {
+fn admin_router(gateway: Arc<Gateway>) -> Routes {
     let throttle = (gateway.clone(), limits::AdminFailures::default());
-    Router::new()
+    Routes::new(routes::ADMIN)
         .route("/v1/admin/reports", get(references::list_reports))
         .route(
             "/v1/admin/reports/{report_id}/resolve",
@@ -290,10 +305,12 @@ fn admin_router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/admin/notifications", post(relations::notify))
         .route("/v1/admin/badges", post(relations::badge))
         .with_state(gateway)
-        .route_layer(axum::middleware::from_fn_with_state(
-            throttle,
-            admin::throttle,
-        ))
+        .map_router(|r| {
+            r.route_layer(axum::middleware::from_fn_with_state(
+                throttle,
+                admin::throttle,
+            ))
+        })
 }
 
 /// A second live gateway with the same node id would split its users'
