@@ -244,8 +244,8 @@ async fn record<'c, E: sqlx::Executor<'c, Database = sqlx::MySql>>(
     .bind(topic.as_bytes())
     .bind(month)
     .bind(kind)
-    .bind(&found.chars().take(512).collect::<String>())
-    .bind(&repaired_to.chars().take(512).collect::<String>())
+    .bind(found.chars().take(512).collect::<String>())
+    .bind(repaired_to.chars().take(512).collect::<String>())
     .bind(source)
     .execute(conn)
     .await?;
@@ -351,13 +351,16 @@ async fn repair_mirror(
     Ok(Some(kind))
 }
 
+/// One topic's Redis route: month → (first seq in the ZSET, `route_meta`).
+type RouteView = BTreeMap<String, (Option<i64>, Option<Range>)>;
+
 /// The Redis route of each topic as `month → range` (ZSET score as the
 /// first seq; `route_meta` for the rest), months of either key.
 async fn read_redis(
     redis: &mut Redis,
     tenant: &str,
     topics: &[String],
-) -> redis::RedisResult<BTreeMap<String, BTreeMap<String, (Option<i64>, Option<Range>)>>> {
+) -> redis::RedisResult<BTreeMap<String, RouteView>> {
     let mut pipe = redis::pipe();
     for t in topics {
         let keys = TopicKeys::new(tenant, t);
@@ -373,7 +376,7 @@ async fn read_redis(
     for (i, t) in topics.iter().enumerate() {
         let zset: Vec<(String, i64)> = redis::from_redis_value(&replies[2 * i])?;
         let meta: Vec<(String, String)> = redis::from_redis_value(&replies[2 * i + 1])?;
-        let mut months: BTreeMap<String, (Option<i64>, Option<Range>)> = BTreeMap::new();
+        let mut months = RouteView::new();
         for (month, first) in zset {
             months.entry(month).or_default().0 = Some(first);
         }
@@ -410,10 +413,7 @@ fn parse_meta(value: &str) -> Option<Range> {
 /// reads rebuild it from the mirror when they need it (seed 000 §3.4 item
 /// 3), and every topic's route would otherwise be "repaired" after a
 /// Redis loss in one sweep.
-fn route_difference(
-    route: &BTreeMap<String, (Option<i64>, Option<Range>)>,
-    mirror: &BTreeMap<String, Range>,
-) -> Option<String> {
+fn route_difference(route: &RouteView, mirror: &BTreeMap<String, Range>) -> Option<String> {
     if route.is_empty() {
         return None;
     }
@@ -534,21 +534,20 @@ pub async fn check_topics(
 
     // The Redis route against the (repaired) mirror; a difference still
     // there after the store had time to write Redis is repaired.
-    let differing =
-        |redis_view: &BTreeMap<String, BTreeMap<String, (Option<i64>, Option<Range>)>>,
-         mirror: &BTreeMap<String, BTreeMap<String, Range>>| {
-            topics
-                .iter()
-                .filter_map(|t| {
-                    let (no_route, no_rows) = (BTreeMap::new(), BTreeMap::new());
-                    route_difference(
-                        redis_view.get(t).unwrap_or(&no_route),
-                        mirror.get(t).unwrap_or(&no_rows),
-                    )
-                    .map(|d| (t.clone(), d))
-                })
-                .collect::<Vec<(String, String)>>()
-        };
+    let differing = |redis_view: &BTreeMap<String, RouteView>,
+                     mirror: &BTreeMap<String, BTreeMap<String, Range>>| {
+        topics
+            .iter()
+            .filter_map(|t| {
+                let (no_route, no_rows) = (BTreeMap::new(), BTreeMap::new());
+                route_difference(
+                    redis_view.get(t).unwrap_or(&no_route),
+                    mirror.get(t).unwrap_or(&no_rows),
+                )
+                .map(|d| (t.clone(), d))
+            })
+            .collect::<Vec<(String, String)>>()
+    };
     let first = differing(
         &read_redis(redis, tenant, &topics).await?,
         &mirror_of(pool, &topics).await?,
