@@ -14,8 +14,10 @@
 -- KEYS[4] roles hash   (uid -> owner|admin)
 -- KEYS[5] mutes hash   (uid -> muted-until epoch ms)
 -- KEYS[6] uniq claim   (only read/written when ARGV[5] ~= '')
+-- KEYS[7] the tenant's active month      (one Redis server only, see below)
+-- KEYS[8] the tenant's announced switch  (one Redis server only)
 -- ARGV[1] uid
--- ARGV[2] active month YYYYMM (tenant-wide, read by the gateway)
+-- ARGV[2] active month YYYYMM as the gateway read it ('' with KEYS[7])
 -- ARGV[3] now, epoch ms
 -- ARGV[4] pending claim TTL, ms
 -- ARGV[5] client message id ('' for none)
@@ -23,6 +25,20 @@
 -- ARGV[7] event id to record in the claim
 -- ARGV[8] created_at, epoch ms, to record in the claim
 -- ARGV[9] digest of the message (content, head, edit target)
+-- ARGV[10] announced switch 'YYYYMM@epoch_ms' as the gateway read it
+--          ('' for none, or with KEYS[8])
+--
+-- The month (seed 000 §2.1: the script decides it, one month for every
+-- node at once). The shard manager switches a tenant's month in two
+-- steps: it announces 'next@T' (T = Redis TIME + 2 s, more than the 1 s a
+-- gateway caches what it read), waits until T, then sets the active month
+-- and removes the announcement. The month of a message is the active month,
+-- or the announced one once this server's clock (Redis TIME, read here)
+-- has reached T. On one Redis server the script reads both keys itself
+-- (KEYS[7], KEYS[8]); on a Redis Cluster they live in the tenant's slot,
+-- not the topic's, so the gateway passes what it read (ARGV[2], ARGV[10]),
+-- which is the same before and after T: every node flips at the same
+-- instant of the Redis clock, whatever its cache.
 --
 -- A claim fixes the message's identity for good:
 --   status|seq|shard_month|message_id|event_id|created_at|digest
@@ -50,6 +66,8 @@
 --   {'NOMEMBERS'}     no member set: rebuild the model, then retry
 --   {'GFENCED'}       the group model was written by another incarnation
 --                     of Redis: rebuild it, then retry
+--   {'NOMONTH'}       the tenant's active month is missing (KEYS[7]):
+--                     put it back from the catalog, then retry
 --   {'NOTMEMBER'} | {'DISSOLVED'} | {'MUTED', until_ms} | {'MUTED_ALL'}
 
 local uid = ARGV[1]
@@ -105,9 +123,29 @@ if state[2] ~= run_id then
   return {'FENCED'}
 end
 
+local month, switch = ARGV[2], ARGV[10] or ''
+if KEYS[7] then
+  month = redis.call('GET', KEYS[7])
+  if not month then
+    return {'NOMONTH'}
+  end
+  switch = redis.call('GET', KEYS[8]) or ''
+end
+if switch ~= '' then
+  local sep = string.find(switch, '@', 1, true)
+  local at = sep and tonumber(string.sub(switch, sep + 1))
+  if at then
+    local next_month = string.sub(switch, 1, sep - 1)
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if now >= at and next_month > month then
+      month = next_month
+    end
+  end
+end
+
 local seq = redis.call('HINCRBY', KEYS[1], 'last_seq', 1)
 local floor = redis.call('HGET', KEYS[1], 'month_floor')
-local month = ARGV[2]
 if floor and floor > month then
   month = floor
 elseif not floor or floor < month then

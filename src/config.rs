@@ -384,6 +384,9 @@ pub struct LimitsConfig {
     pub friend_requests: BucketConfig,
     /// `POST …/messages/{seq}/report` per user.
     pub reports: BucketConfig,
+    /// `PUT /v1/me/password` per user (each costs two Argon2 hashes; wrong
+    /// old passwords also count as failed logins of the user's login).
+    pub password_changes: BucketConfig,
     /// Favorites one user may keep (`PUT /v1/me/favorites/…` beyond it is
     /// refused with 409).
     pub favorites_per_user: usize,
@@ -463,6 +466,7 @@ impl Default for LimitsConfig {
             members_per_request: 500,
             friend_requests: BucketConfig::new(10, 60),
             reports: BucketConfig::new(10, 60),
+            password_changes: BucketConfig::new(5, 5),
             favorites_per_user: 5_000,
             login_failures: 5,
             login_address_failures: 20,
@@ -673,6 +677,15 @@ pub struct ShardsConfig {
     /// Object store options by `object_store` config key (e.g.
     /// `aws_endpoint`, `aws_allow_http`, `aws_region`), over the environment.
     pub archive_options: std::collections::BTreeMap<String, String>,
+    /// Seconds between consistency checks of each tenant (the Redis route,
+    /// the MySQL route mirror and the month tables; `store::consistency`);
+    /// 0 turns the scheduled check off (`imstream shards check` still runs).
+    pub check_interval_secs: u64,
+    /// Topics one scheduled check compares per tenant; the next check goes
+    /// on after the last one (all of them over successive checks).
+    pub check_topics_per_run: usize,
+    /// Expired rows of `im_group_message_dedup` one check deletes at most.
+    pub dedup_purge_per_run: u64,
 }
 
 impl ShardsConfig {
@@ -696,6 +709,9 @@ impl Default for ShardsConfig {
             archive_url: String::new(),
             archive_cache_mb: 64,
             archive_options: Default::default(),
+            check_interval_secs: 3600,
+            check_topics_per_run: 1000,
+            dedup_purge_per_run: 10_000,
         }
     }
 }

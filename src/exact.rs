@@ -123,6 +123,7 @@ pub const IDENTITY_COLUMNS: &[(&str, &str, &str)] = &[
         "source_topic",
         "VARBINARY(255) NOT NULL",
     ),
+    ("im_consistency_repairs", "topic", "VARBINARY(64) NOT NULL"),
 ];
 
 /// The identity columns of every month table, with the exact type each
@@ -428,6 +429,7 @@ mod tests {
         let later = [
             include_str!("../migrations/tenant/0024_seq_collisions.sql"),
             include_str!("../migrations/tenant/0025_pipeline_checkpoints.sql"),
+            include_str!("../migrations/tenant/0051_consistency_repairs.sql"),
         ];
         for (table, column, definition) in &listed[from_sql.len()..] {
             assert!(

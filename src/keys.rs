@@ -184,6 +184,12 @@ impl TenantKeys {
     pub fn active_month(&self) -> String {
         format!("{}:groupmsg:active_month", self.base)
     }
+    /// STRING `YYYYMM@epoch_ms`: a month switch the shard manager announced;
+    /// from that instant of the Redis clock `lua/allocate_seq.lua` gives
+    /// that month, until the active month itself moves and this is removed.
+    pub fn month_switch(&self) -> String {
+        format!("{}:groupmsg:month_switch", self.base)
+    }
     /// Lock of the shard manager's month switch.
     pub fn shard_lock(&self) -> String {
         format!("{}:groupmsg:shard_lock", self.base)

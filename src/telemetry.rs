@@ -43,6 +43,13 @@ pub fn metrics_handle() -> PrometheusHandle {
             let recorder = PrometheusBuilder::new()
                 .set_buckets(crate::metrics::LATENCY_BUCKETS_SECONDS)
                 .expect("static buckets are valid")
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Full(
+                        crate::metrics::QUERY_TABLES.to_string(),
+                    ),
+                    crate::metrics::QUERY_TABLES_BUCKETS,
+                )
+                .expect("static buckets are valid")
                 .build_recorder();
             let handle = recorder.handle();
             // Another recorder may already be installed (e.g. by a test

@@ -14,6 +14,12 @@ use sqlx::MySqlPool;
 
 /// Shortest accepted password.
 pub const MIN_PASSWORD_CHARS: usize = 8;
+/// Longest accepted password, in bytes (bounds what one request makes
+/// Argon2 hash).
+pub const MAX_PASSWORD_BYTES: usize = 1024;
+/// The stored hash of a login whose password an operator reset without
+/// setting a new one: no password matches it (it is no PHC string).
+pub const LOCKED_HASH: &str = "!reset";
 /// Longest accepted login (the column's width).
 pub const MAX_LOGIN_CHARS: usize = 64;
 
@@ -39,6 +45,10 @@ pub enum UsersError {
     },
     #[error("stored login {login:?} (uid {uid}) is not a valid login once normalized (NFKC + case folding); remove or rename it (nothing was changed)")]
     StoredMalformed { login: String, uid: i64 },
+    #[error("the password is longer than {MAX_PASSWORD_BYTES} bytes")]
+    LongPassword,
+    #[error("no login {login:?} in tenant {tenant}")]
+    NoLogin { tenant: String, login: String },
     #[error("hashing the password failed: {0}")]
     Hash(String),
     #[error(transparent)]
@@ -89,6 +99,31 @@ pub fn hash_password(password: &str) -> Result<String, UsersError> {
         .map_err(|e| UsersError::Hash(e.to_string()))
 }
 
+/// Why `password` is not acceptable as a new password, if it is not.
+pub fn check_password(password: &str) -> Result<(), UsersError> {
+    if password.chars().count() < MIN_PASSWORD_CHARS {
+        return Err(UsersError::ShortPassword);
+    }
+    if password.len() > MAX_PASSWORD_BYTES {
+        return Err(UsersError::LongPassword);
+    }
+    Ok(())
+}
+
+/// [`hash_password`] off the async threads.
+pub async fn hash_password_async(password: &str) -> Result<String, UsersError> {
+    let password = password.to_string();
+    tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|e| UsersError::Hash(e.to_string()))?
+}
+
+/// Whether `hash` is an Argon2id PHC string (what a reset command may
+/// store).
+pub fn is_argon2id_hash(hash: &str) -> bool {
+    PasswordHash::new(hash).is_ok_and(|h| h.algorithm.as_str() == "argon2id")
+}
+
 /// Whether `password` matches the PHC string `hash` (false for a malformed
 /// hash: a broken row must not let anyone in).
 pub fn verify_password(password: &str, hash: &str) -> bool {
@@ -115,15 +150,8 @@ pub async fn add(
     }
     let login = normalize_login(login)?;
     let login = login.as_str();
-    if password.chars().count() < MIN_PASSWORD_CHARS {
-        return Err(UsersError::ShortPassword);
-    }
-    let hash = {
-        let password = password.to_string();
-        tokio::task::spawn_blocking(move || hash_password(&password))
-            .await
-            .map_err(|e| UsersError::Hash(e.to_string()))??
-    };
+    check_password(password)?;
+    let hash = hash_password_async(password).await?;
     let inserted = sqlx::query(
         "INSERT INTO im_basic_logins (login, uid, password_hash, created_at, updated_at) \
          VALUES (?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
@@ -164,6 +192,124 @@ pub async fn lookup(pool: &MySqlPool, login: &str) -> Result<Option<(i64, String
     .bind(login.as_bytes())
     .fetch_optional(pool)
     .await
+}
+
+/// The (login, PHC hash) of `uid`'s password login in one tenant, if it
+/// has one (a uid has at most one: `uk_basic_logins_uid`).
+pub async fn login_of(pool: &MySqlPool, uid: i64) -> Result<Option<(String, String)>, sqlx::Error> {
+    let row: Option<(crate::exact::Exact, String)> =
+        sqlx::query_as("SELECT login, password_hash FROM im_basic_logins WHERE uid = ?")
+            .bind(uid)
+            .fetch_optional(pool)
+            .await?;
+    Ok(row.map(|(login, hash)| (login.0, hash)))
+}
+
+/// Stores `hash` as `uid`'s password; whether `uid` has a login. Applied
+/// again with the same hash it changes nothing.
+pub async fn set_password_hash(
+    pool: &MySqlPool,
+    uid: i64,
+    hash: &str,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE im_basic_logins SET password_hash = ?, updated_at = UTC_TIMESTAMP(3) WHERE uid = ?",
+    )
+    .bind(hash)
+    .bind(uid)
+    .execute(pool)
+    .await?;
+    if done.rows_affected() > 0 {
+        return Ok(true);
+    }
+    Ok(login_of(pool, uid).await?.is_some())
+}
+
+/// Replaces `uid`'s password hash `old` by `new`, only if `old` is still
+/// the stored one (a concurrent change wins once); whether it was.
+pub async fn replace_password_hash(
+    pool: &MySqlPool,
+    uid: i64,
+    old: &str,
+    new: &str,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE im_basic_logins SET password_hash = ?, updated_at = UTC_TIMESTAMP(3)          WHERE uid = ? AND password_hash = ?",
+    )
+    .bind(new)
+    .bind(uid)
+    .bind(old)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// One login as `imstream users list` shows it (never its hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginRow {
+    pub login: String,
+    pub uid: i64,
+    /// False when an operator reset the password without a new one.
+    pub has_password: bool,
+    pub created_at: chrono::NaiveDateTime,
+    pub updated_at: chrono::NaiveDateTime,
+}
+
+/// Every login of a tenant, by login.
+pub async fn list(pool: &MySqlPool) -> Result<Vec<LoginRow>, sqlx::Error> {
+    let rows: Vec<(crate::exact::Exact, i64, String, chrono::NaiveDateTime, chrono::NaiveDateTime)> =
+        sqlx::query_as(
+            "SELECT login, uid, password_hash, created_at, updated_at FROM im_basic_logins ORDER BY CAST(login AS BINARY)",
+        )
+        .fetch_all(pool)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(login, uid, hash, created_at, updated_at)| LoginRow {
+            login: login.0,
+            uid,
+            has_password: hash != LOCKED_HASH,
+            created_at,
+            updated_at,
+        })
+        .collect())
+}
+
+/// Removes `login` (any spelling of it); the uid it belonged to.
+pub async fn remove(pool: &MySqlPool, tenant: &str, login: &str) -> Result<i64, UsersError> {
+    let login = normalize_login(login)?;
+    let Some((uid, _)) = lookup(pool, &login).await? else {
+        return Err(UsersError::NoLogin {
+            tenant: tenant.to_string(),
+            login,
+        });
+    };
+    sqlx::query("DELETE FROM im_basic_logins WHERE login = ? AND CAST(login AS BINARY) = ?")
+        .bind(&login)
+        .bind(login.as_bytes())
+        .execute(pool)
+        .await?;
+    Ok(uid)
+}
+
+/// Sets a new password for `login` (any spelling of it); its uid.
+pub async fn reset(
+    pool: &MySqlPool,
+    tenant: &str,
+    login: &str,
+    password: &str,
+) -> Result<i64, UsersError> {
+    let login = normalize_login(login)?;
+    check_password(password)?;
+    let Some((uid, _)) = lookup(pool, &login).await? else {
+        return Err(UsersError::NoLogin {
+            tenant: tenant.to_string(),
+            login,
+        });
+    };
+    let hash = hash_password_async(password).await?;
+    set_password_hash(pool, uid, &hash).await?;
+    Ok(uid)
 }
 
 /// Rewrites every stored login that is not in its normalized form
@@ -251,6 +397,24 @@ mod tests {
         assert!(verify_password("correct horse", &a));
         assert!(!verify_password("correct horsf", &a));
         assert!(!verify_password("correct horse", "not a hash"));
+    }
+
+    #[test]
+    fn reset_hashes_must_be_argon2id_and_the_locked_hash_matches_nothing() {
+        let h = hash_password("correct horse").unwrap();
+        assert!(is_argon2id_hash(&h));
+        assert!(!is_argon2id_hash(""));
+        assert!(!is_argon2id_hash(LOCKED_HASH));
+        assert!(!is_argon2id_hash("correct horse"));
+        assert!(!is_argon2id_hash(
+            "$argon2i$v=19$m=16,t=2,p=1$c2FsdHNhbHQ$3kWCrc2b3fTGMXQwT7BNPA"
+        ));
+        for guess in ["", "!reset", "reset", "correct horse"] {
+            assert!(!verify_password(guess, LOCKED_HASH), "{guess:?}");
+        }
+        assert!(check_password("1234567").is_err());
+        assert!(check_password("12345678").is_ok());
+        assert!(check_password(&"x".repeat(MAX_PASSWORD_BYTES + 1)).is_err());
     }
 
     #[test]

@@ -329,6 +329,7 @@ mod tests {
             "MessageReportResolved",
             "MemberInvited",
             "MemberInviteDeclined",
+            "FileAuditUpdated",
         ]);
         assert_branches_match::<UserEvent>(&[
             "FriendRequestCreated",

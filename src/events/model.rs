@@ -56,6 +56,7 @@ pub enum GroupEventBody {
     MessageReportResolved(MessageReportResolved),
     MemberInvited(MemberInvited),
     MemberInviteDeclined(MemberInviteDeclined),
+    FileAuditUpdated(FileAuditUpdated),
 }
 
 impl GroupEventBody {
@@ -78,6 +79,7 @@ impl GroupEventBody {
             GroupEventBody::MessageReportResolved(_) => "MessageReportResolved",
             GroupEventBody::MemberInvited(_) => "MemberInvited",
             GroupEventBody::MemberInviteDeclined(_) => "MemberInviteDeclined",
+            GroupEventBody::FileAuditUpdated(_) => "FileAuditUpdated",
         }
     }
 }
@@ -297,6 +299,14 @@ pub struct MessageReportResolved {
     pub note: String,
 }
 
+/// An operator audited the file message `seq` (admin command
+/// `file.audit.update`): `ok` or `blocked`. Private: never delivered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileAuditUpdated {
+    pub seq: i64,
+    pub status: String,
+}
+
 // ---------------------------------------------------------------- receipts
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -407,7 +417,7 @@ pub struct AdminCommand {
 pub enum AdminCommandBody {
     UserDisable(UserRef),
     UserEnable(UserRef),
-    UserPasswordReset(UserRef),
+    UserPasswordReset(UserPasswordReset),
     UserDeviceRevoke(UserDevice),
     GroupDelete(TopicRef),
     GroupMemberRemove(TopicMember),
@@ -416,6 +426,36 @@ pub enum AdminCommandBody {
     GroupMemberMute(TopicMemberMute),
     MessageModerate(TopicSeq),
     GroupMemberAdd(TopicMembers),
+    FileAuditUpdate(FileAuditUpdate),
+    AbuseReportResolve(AbuseReportResolve),
+}
+
+/// `user.password.reset`: the new password's Argon2id PHC string, made by
+/// whoever issued the command (the password itself never travels); empty:
+/// the old password stops working and none logs in until one is set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserPasswordReset {
+    pub uid: i64,
+    #[serde(default)]
+    pub password_hash: String,
+}
+
+/// `file.audit.update`: the audit outcome (`ok`, `blocked`) of a file
+/// message of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileAuditUpdate {
+    pub topic: String,
+    pub seq: i64,
+    pub status: String,
+}
+
+/// `abuse.report.resolve`: closes an open report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AbuseReportResolve {
+    pub report_id: String,
+    pub resolution: String,
+    #[serde(default)]
+    pub note: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -477,6 +517,8 @@ impl Event for AdminCommand {
             AdminCommandBody::GroupMemberMute(_) => "GroupMemberMute",
             AdminCommandBody::MessageModerate(_) => "MessageModerate",
             AdminCommandBody::GroupMemberAdd(_) => "GroupMemberAdd",
+            AdminCommandBody::FileAuditUpdate(_) => "FileAuditUpdate",
+            AdminCommandBody::AbuseReportResolve(_) => "AbuseReportResolve",
         }
     }
 }

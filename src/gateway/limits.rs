@@ -30,6 +30,8 @@ pub enum Action {
     MemberAdd,
     FriendRequest,
     Report,
+    /// `PUT /v1/me/password`.
+    PasswordChange,
 }
 
 impl Action {
@@ -44,6 +46,7 @@ impl Action {
             Action::MemberAdd => "member_add",
             Action::FriendRequest => "friend_request",
             Action::Report => "report",
+            Action::PasswordChange => "password_change",
         }
     }
 
@@ -58,6 +61,7 @@ impl Action {
             Action::MemberAdd => limits.member_adds,
             Action::FriendRequest => limits.friend_requests,
             Action::Report => limits.reports,
+            Action::PasswordChange => limits.password_changes,
         }
     }
 }

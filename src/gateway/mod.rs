@@ -132,18 +132,31 @@ pub async fn start(
     // After a lost subscription, the gap is filled from the newest stored
     // messages (the hot copy, else the month tables).
     let history = gateway.history.clone();
+    let model = gateway.sender.groups().clone();
     let refill: crate::realtime::bus::Refill = Arc::new(move |tenant, topic| {
         let history = history.clone();
+        let model = model.clone();
         Box::pin(async move {
+            let departures = if crate::tinode::is_group_topic(&topic) {
+                match model.departures(&tenant, &topic).await {
+                    Ok(d) => d,
+                    // Who left is unknown: hand over nothing rather than
+                    // risk a message to a removed member.
+                    Err(_) => return (Vec::new(), Default::default()),
+                }
+            } else {
+                Default::default()
+            };
             let newest = crate::history::PageQuery::new(None, None, Some(100), false);
-            match newest {
+            let messages = match newest {
                 Ok(q) => history
                     .page(&tenant, &topic, 0, q)
                     .await
                     .map(|p| p.messages)
                     .unwrap_or_default(),
                 Err(_) => Vec::new(),
-            }
+            };
+            (messages, departures)
         })
     });
     tokio::spawn(crate::realtime::bus::run_subscriber(
@@ -299,6 +312,7 @@ fn public_router(gateway: Arc<Gateway>) -> Routes {
         .route("/v1/me/unread", get(me_http::unread))
         .route("/v1/search", get(search::search))
         .route("/v1/me/profile", put(me_http::set_profile))
+        .route("/v1/me/password", put(me_http::change_password))
         .route(
             "/v1/groups/{topic}/profile",
             put(me_http::set_group_profile),

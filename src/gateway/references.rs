@@ -432,14 +432,17 @@ pub async fn list_files(
         let Some(m) = &r.message else {
             continue;
         };
+        // A file an operator blocked is listed without its file.
         let file = m
             .content
             .as_deref()
+            .filter(|_| f.audit != files::Audit::Blocked.as_str())
             .and_then(|c| serde_json::from_str::<Value>(c).ok())
             .and_then(|c| files::attachment(&c));
         entries.push(json!({
             "seq": f.seq,
             "kind": f.kind,
+            "audit": f.audit,
             "state": r.state,
             "from": tinode::user_id(m.from),
             "ts": tinode::timestamp_ms(m.ts),

@@ -331,7 +331,8 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
         | GroupEventBody::HistoryCleared(_)
         | GroupEventBody::GroupCreated(_)
         | GroupEventBody::MessageReported(_)
-        | GroupEventBody::MessageReportResolved(_) => Vec::new(),
+        | GroupEventBody::MessageReportResolved(_)
+        | GroupEventBody::FileAuditUpdated(_) => Vec::new(),
     }
 }
 

@@ -19,7 +19,7 @@
 //! member) classic Pub/Sub costs little, and a separate Redis for the bus
 //! is not needed.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,11 +32,15 @@ use crate::shutdown::Shutdown;
 use super::envelope::{node_channel, Envelope, Kind, TargetType, BROADCAST_CHANNEL};
 use crate::history::StoredMessage;
 
-/// Reads a topic's newest stored messages (tenant, topic), newest first:
-/// what a gateway hands its sessions again after a lost subscription.
-pub type Refill = Arc<
-    dyn Fn(String, String) -> futures::future::BoxFuture<'static, Vec<StoredMessage>> + Send + Sync,
->;
+/// Reads a topic's newest stored messages (tenant, topic), newest first,
+/// with the group's departures (uid → the seqs between which its messages
+/// must not reach that user, see [`crate::group_model::excluded`]): what a
+/// gateway hands its sessions again after a lost subscription.
+pub type Refill =
+    Arc<dyn Fn(String, String) -> futures::future::BoxFuture<'static, RefillPage> + Send + Sync>;
+
+/// A topic's newest stored messages and who left it when.
+pub type RefillPage = (Vec<StoredMessage>, HashMap<i64, (i64, Option<i64>)>);
 
 /// After a lost subscription, the gap is filled now and again after these
 /// delays (a message published while nobody listened may reach the hot copy
@@ -346,14 +350,21 @@ pub async fn refill(
     let (_, topics) = hub.snapshot();
     let mut delivered = 0;
     for (tenant, topic) in topics {
-        let mut messages: Vec<StoredMessage> = read(tenant.clone(), topic.clone())
-            .await
-            .into_iter()
-            .filter(|m| m.ts >= since)
-            .collect();
+        let (page, departures) = read(tenant.clone(), topic.clone()).await;
+        let mut messages: Vec<StoredMessage> = page.into_iter().filter(|m| m.ts >= since).collect();
         messages.sort_by_key(|m| m.seq);
         for m in &messages {
-            for envelope in message_envelopes(&tenant, &topic, m) {
+            // As the fan-out: never to a member removed before the message.
+            let mut exclude: Vec<i64> = departures
+                .iter()
+                .filter(|(_, d)| crate::group_model::excluded(m.seq, **d))
+                .map(|(uid, _)| *uid)
+                .collect();
+            exclude.sort_unstable();
+            for mut envelope in message_envelopes(&tenant, &topic, m) {
+                if envelope.target_type == TargetType::Topic {
+                    envelope.exclude = exclude.clone();
+                }
                 delivered += dispatch(hub, tenants, seen, envelope);
             }
         }
@@ -375,6 +386,7 @@ pub(crate) fn message_envelopes(tenant: &str, topic: &str, m: &StoredMessage) ->
         dedup_key,
         occurred_at: m.ts,
         payload: super::frames::data_frame(shown, m),
+        exclude: Vec::new(),
     };
     match crate::tinode::parse_p2p_topic(topic) {
         Some((a, b)) => [(a, b), (b, a)]

@@ -839,6 +839,20 @@ pub fn table() -> Vec<Entry> {
             ..E
         },
         Entry {
+            http: route!("PUT", "/v1/me/password"),
+            about: "the caller's own password (the old one guessed)",
+            build: |a| {
+                http(
+                    "PUT",
+                    "/v1/me/password".into(),
+                    Some(
+                        json!({"old_password": a.text(), "new_password": format!("{}-new", a.text())}),
+                    ),
+                )
+            },
+            ..E
+        },
+        Entry {
             http: route!("PUT", "/v1/groups/{topic}/profile"),
             names: Names::Topic,
             about: "rename the group",
