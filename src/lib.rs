@@ -4,7 +4,7 @@
 //! registry); stateless projector pipelines turn the log into read models
 //! (monthly MySQL tables, the route mirror, Redis routes and hot messages,
 //! realtime fan-out); a thin Tinode-compatible gateway only produces events
-//! and serves reads. See `shared/design/ARCHITECTURE.md`.
+//! and serves reads. See `docs/ARCHITECTURE.md`.
 //!
 //! # Layout
 //!
