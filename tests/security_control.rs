@@ -203,32 +203,20 @@ async fn a_login_nobody_can_check_is_refused() {
 
 /// Every Redis key holding `uid`'s control state (of this test's tenant).
 async fn control_keys(stack: &Stack, uid: i64) -> Vec<String> {
-    let pattern = format!(
-        "{}:control*",
-        imstream::keys::TenantKeys::new(stack.tenant()).user_base(uid)
-    );
+    // The user's whole control state is one hash under the user's hash tag
+    // (a SCAN would see one node of a Redis Cluster only).
+    let key = imstream::keys::TenantKeys::new(stack.tenant()).control(uid);
     let mut redis = stack.redis().await;
-    let mut keys: Vec<String> = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        keys.extend(page);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&key)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    if exists {
+        vec![key]
+    } else {
+        Vec::new()
     }
-    keys.sort();
-    keys.dedup();
-    keys
 }
 
 /// Redis evicts keys one by one (an LRU policy takes the coldest first, and
