@@ -413,7 +413,8 @@ pub struct LimitsConfig {
     /// `{get what="data"}`: most seqs all ranges of one request may span.
     pub get_range_seqs: i64,
     /// Groups up to this many members get a push task per offline member;
-    /// in bigger groups only mentioned users are pushed.
+    /// in bigger groups only mentioned users are pushed, and an owner's or
+    /// admin's `@all` pushes at most this many offline members.
     pub push_group_members: usize,
     /// Hot messages kept per topic (the newest).
     pub hot_per_topic: i64,

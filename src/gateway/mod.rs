@@ -18,6 +18,7 @@ pub mod origin;
 pub mod reads;
 pub mod references;
 pub mod relations;
+pub mod replies;
 pub mod search;
 mod server;
 pub mod session;
