@@ -8,6 +8,7 @@ pub mod admin;
 pub mod auth;
 pub mod chats;
 pub mod control;
+pub mod dev_profiles;
 pub mod edits;
 pub mod governance;
 pub mod http;
@@ -125,6 +126,9 @@ pub async fn start(
         shutdown.clone(),
     ));
     tokio::spawn(heartbeat(gateway.clone()));
+    if dev_profiles::any(config) {
+        tokio::spawn(dev_profiles::seed(gateway.clone()));
+    }
     tokio::spawn(process_gauges(gateway.clone()));
     let app = Router::new()
         .route("/v0/channels", get(upgrade))
