@@ -122,6 +122,12 @@ pub const IDENTITY_COLUMNS: &[(&str, &str, &str)] = &[
         "source_topic",
         "VARBINARY(255) NOT NULL",
     ),
+    (
+        "im_user_notifications",
+        "notification_id",
+        "VARBINARY(64) NOT NULL",
+    ),
+    ("im_user_notifications", "topic", "VARBINARY(64) NULL"),
 ];
 
 /// The identity columns of every month table, with the exact type each
@@ -427,6 +433,7 @@ mod tests {
         let later = [
             include_str!("../migrations/tenant/0024_seq_collisions.sql"),
             include_str!("../migrations/tenant/0025_pipeline_checkpoints.sql"),
+            include_str!("../migrations/tenant/0040_user_notifications.sql"),
         ];
         for (table, column, definition) in &listed[from_sql.len()..] {
             assert!(

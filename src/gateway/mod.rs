@@ -15,6 +15,7 @@ pub mod http;
 mod lease;
 pub mod limits;
 pub mod me_http;
+pub mod notifications;
 pub mod origin;
 pub mod reads;
 pub mod references;
@@ -218,6 +219,8 @@ pub async fn start(
             put(me_http::set_group_profile),
         )
         .route("/v1/groups/{topic}/subscribers", get(me_http::members))
+        .route("/v1/me/notifications", get(notifications::list))
+        .route("/v1/me/notifications/read", post(notifications::read))
         .route("/v1/me/push", put(relations::set_dnd))
         .route("/v1/me/push/topics/{topic}", put(relations::mute_topic))
         .with_state(gateway.clone())
