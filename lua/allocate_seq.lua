@@ -1,6 +1,7 @@
 -- allocate_seq.lua: one atomic step of the send path (ARCHITECTURE.md §3).
 --
--- Checks the sender against the cached group (status, membership, mutes),
+-- Checks the sender against the group's write model (status, membership,
+-- mutes: src/group_model, the same state every governance command changes),
 -- claims the client message id, allocates the next seq and picks the
 -- message's shard month, so that per-topic month segments never overlap and
 -- never go back. The sender is checked before the seq state is even looked
@@ -8,13 +9,15 @@
 -- leads to a re-seed, so it leaves no state behind and costs no log scan.
 --
 -- KEYS[1] seq hash     (last_seq, month_floor)
--- KEYS[2] meta hash    (group_id, status, mute_all)
+-- KEYS[2] meta hash    (group_id, status, mute_all, inc)
 -- KEYS[3] members set
 -- KEYS[4] roles hash   (uid -> owner|admin)
 -- KEYS[5] mutes hash   (uid -> muted-until epoch ms)
 -- KEYS[6] uniq claim   (only read/written when ARGV[5] ~= '')
+-- KEYS[7] the tenant's active month      (one Redis server only, see below)
+-- KEYS[8] the tenant's announced switch  (one Redis server only)
 -- ARGV[1] uid
--- ARGV[2] active month YYYYMM (tenant-wide, read by the gateway)
+-- ARGV[2] active month YYYYMM as the gateway read it ('' with KEYS[7])
 -- ARGV[3] now, epoch ms
 -- ARGV[4] pending claim TTL, ms
 -- ARGV[5] client message id ('' for none)
@@ -22,6 +25,20 @@
 -- ARGV[7] event id to record in the claim
 -- ARGV[8] created_at, epoch ms, to record in the claim
 -- ARGV[9] digest of the message (content, head, edit target)
+-- ARGV[10] announced switch 'YYYYMM@epoch_ms' as the gateway read it
+--          ('' for none, or with KEYS[8])
+--
+-- The month (seed 000 §2.1: the script decides it, one month for every
+-- node at once). The shard manager switches a tenant's month in two
+-- steps: it announces 'next@T' (T = Redis TIME + 2 s, more than the 1 s a
+-- gateway caches what it read), waits until T, then sets the active month
+-- and removes the announcement. The month of a message is the active month,
+-- or the announced one once this server's clock (Redis TIME, read here)
+-- has reached T. On one Redis server the script reads both keys itself
+-- (KEYS[7], KEYS[8]); on a Redis Cluster they live in the tenant's slot,
+-- not the topic's, so the gateway passes what it read (ARGV[2], ARGV[10]),
+-- which is the same before and after T: every node flips at the same
+-- instant of the Redis clock, whatever its cache.
 --
 -- A claim fixes the message's identity for good:
 --   status|seq|shard_month|message_id|event_id|created_at|digest
@@ -45,18 +62,32 @@
 --                     new topic or Redis lost data
 --   {'FENCED'}        the sender may send, but the seq state was written by
 --                     another incarnation of Redis
---   {'NOGROUP'}       group facts not cached: load them, then retry
---   {'NOMEMBERS'}     member set not cached: load it, then retry
+--   {'NOGROUP'}       no group model: rebuild it, then retry
+--   {'NOMEMBERS'}     no member set: rebuild the model, then retry
+--   {'GFENCED'}       the group model was written by another incarnation
+--                     of Redis: rebuild it, then retry
+--   {'NOMONTH'}       the tenant's active month is missing (KEYS[7]):
+--                     put it back from the catalog, then retry
 --   {'NOTMEMBER'} | {'DISSOLVED'} | {'MUTED', until_ms} | {'MUTED_ALL'}
 
 local uid = ARGV[1]
 
-local meta = redis.call('HMGET', KEYS[2], 'group_id', 'status', 'mute_all')
-if not meta[1] then
+local info = redis.call('INFO', 'server')
+local at = string.find(info, 'run_id:', 1, true)
+local run_id = at and string.sub(info, at + 7, at + 46) or ''
+
+local meta = redis.call('HMGET', KEYS[2], 'group_id', 'status', 'mute_all', 'inc')
+if not meta[2] then
   return {'NOGROUP'}
+end
+if run_id == '' or meta[4] ~= run_id then
+  return {'GFENCED'}
 end
 if meta[2] == 'dissolved' then
   return {'DISSOLVED'}
+end
+if meta[2] ~= 'active' then
+  return {'NOTMEMBER'}
 end
 
 if redis.call('SISMEMBER', KEYS[3], uid) == 0 then
@@ -88,15 +119,33 @@ local state = redis.call('HMGET', KEYS[1], 'last_seq', 'inc')
 if not state[1] then
   return {'RESEED'}
 end
-local info = redis.call('INFO', 'server')
-local at = string.find(info, 'run_id:', 1, true)
-if not at or state[2] ~= string.sub(info, at + 7, at + 46) then
+if state[2] ~= run_id then
   return {'FENCED'}
+end
+
+local month, switch = ARGV[2], ARGV[10] or ''
+if KEYS[7] then
+  month = redis.call('GET', KEYS[7])
+  if not month then
+    return {'NOMONTH'}
+  end
+  switch = redis.call('GET', KEYS[8]) or ''
+end
+if switch ~= '' then
+  local sep = string.find(switch, '@', 1, true)
+  local at = sep and tonumber(string.sub(switch, sep + 1))
+  if at then
+    local next_month = string.sub(switch, 1, sep - 1)
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if now >= at and next_month > month then
+      month = next_month
+    end
+  end
 end
 
 local seq = redis.call('HINCRBY', KEYS[1], 'last_seq', 1)
 local floor = redis.call('HGET', KEYS[1], 'month_floor')
-local month = ARGV[2]
 if floor and floor > month then
   month = floor
 elseif not floor or floor < month then

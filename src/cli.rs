@@ -156,6 +156,22 @@ pub enum ShardsAction {
         #[arg(long)]
         confirm: bool,
     },
+    /// Let a sealed month take late events again (status back to
+    /// `sealing`); `imstream dlq replay store` then stores its dead letters,
+    /// and the shard manager seals it again once nothing holds it.
+    Reopen {
+        tenant: String,
+        /// Month, YYYYMM.
+        month: String,
+    },
+    /// Compare every topic's Redis route, MySQL route mirror and month
+    /// tables now, repair what differs (each repair recorded in
+    /// im_consistency_repairs), purge expired dedup rows; prints the counts.
+    Check {
+        /// Only this tenant (default: every tenant).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -195,6 +211,27 @@ pub enum UsersCommand {
         tenant: String,
         #[arg(long)]
         uid: i64,
+        #[arg(long)]
+        login: String,
+    },
+    /// List the tenant's password logins (login, uid, whether a password
+    /// is set, when created and changed; never a hash).
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Remove a login (any spelling of it) and sign its user out everywhere.
+    Remove {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        login: String,
+    },
+    /// Set a new password for a login (read like `add`: IMSTREAM_PASSWORD or
+    /// the first line of stdin) and sign its user out everywhere.
+    Reset {
+        #[arg(long)]
+        tenant: String,
         #[arg(long)]
         login: String,
     },

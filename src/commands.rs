@@ -54,6 +54,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                         "{tenant}: {table}.{column} converted from {was} to VARBINARY (exact)"
                     );
                 }
+                if report.logins_normalized > 0 {
+                    println!(
+                        "{tenant}: {} stored login(s) normalized (NFKC + case folding)",
+                        report.logins_normalized
+                    );
+                }
             }
             println!("migrated {} tenant database(s)", done.len());
             Ok(())
@@ -73,6 +79,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             .await?;
             let running = crate::gateway::start(&config, addr, readiness, shutdown).await?;
             println!("gateway listening on ws://{}/v0/channels", running.addr);
+            println!(
+                "operator endpoints (/v1/admin/...) on http://{}",
+                running.admin_addr
+            );
             running.task.await?;
             Ok(())
         }
@@ -141,6 +151,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Users(crate::cli::UsersCommand::Add { tenant, uid, login }) => {
             users_add(&config, &tenant, uid, &login).await
         }
+        Command::Users(crate::cli::UsersCommand::List { tenant }) => {
+            users_list(&config, &tenant).await
+        }
+        Command::Users(crate::cli::UsersCommand::Remove { tenant, login }) => {
+            users_remove_or_reset(&config, &tenant, &login, false).await
+        }
+        Command::Users(crate::cli::UsersCommand::Reset { tenant, login }) => {
+            users_remove_or_reset(&config, &tenant, &login, true).await
+        }
         Command::Replay(args) => crate::replay::run_cli(&config, args).await,
         Command::Legacy(cmd) => crate::legacy::run_cli(&config, cmd).await,
         Command::Dev(args) => dev(&config, args).await,
@@ -173,19 +192,7 @@ async fn users_add(config: &Config, tenant: &str, uid: i64, login: &str) -> anyh
         bail!("unknown tenant {tenant:?}");
     };
     crate::users::check_login(login)?;
-    let password = match std::env::var(PASSWORD_ENV) {
-        Ok(p) => p,
-        Err(_) => {
-            let mut line = String::new();
-            std::io::stdin()
-                .read_line(&mut line)
-                .context("reading the password from stdin")?;
-            line.trim_end_matches(['\r', '\n']).to_string()
-        }
-    };
-    if password.is_empty() {
-        bail!("no password: set {PASSWORD_ENV} or pipe it on stdin");
-    }
+    let password = read_password()?;
     for other in config.auth.basic.tenants.iter().filter(|o| *o != tenant) {
         let Some(o) = config.tenant(other) else {
             continue;
@@ -204,8 +211,104 @@ async fn users_add(config: &Config, tenant: &str, uid: i64, login: &str) -> anyh
     Ok(())
 }
 
-/// Where `imstream users add` reads the password when set.
+/// Where `imstream users add|reset` reads the password when set.
 const PASSWORD_ENV: &str = "IMSTREAM_PASSWORD";
+
+/// The password from `IMSTREAM_PASSWORD` or the first line of stdin.
+fn read_password() -> anyhow::Result<String> {
+    let password = match std::env::var(PASSWORD_ENV) {
+        Ok(p) => p,
+        Err(_) => {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .context("reading the password from stdin")?;
+            line.trim_end_matches(['\r', '\n']).to_string()
+        }
+    };
+    if password.is_empty() {
+        bail!("no password: set {PASSWORD_ENV} or pipe it on stdin");
+    }
+    Ok(password)
+}
+
+/// `imstream users list`: one line per login, tab-separated.
+async fn users_list(config: &Config, tenant: &str) -> anyhow::Result<()> {
+    let Some(t) = config.tenant(tenant) else {
+        bail!("unknown tenant {tenant:?}");
+    };
+    let pool = crate::tenant::pool_of(config, t)?;
+    let rows = crate::users::list(&pool).await?;
+    println!("login\tuid\tpassword\tcreated_at\tupdated_at");
+    for r in &rows {
+        println!(
+            "{}\t{}\t{}\t{}\t{}",
+            r.login,
+            r.uid,
+            if r.has_password { "set" } else { "reset" },
+            r.created_at.and_utc().to_rfc3339(),
+            r.updated_at.and_utc().to_rfc3339()
+        );
+    }
+    eprintln!("{} login(s) in tenant {tenant}", rows.len());
+    Ok(())
+}
+
+/// `imstream users remove|reset`: the login's row removed, or its password
+/// replaced; then the user is signed out everywhere (a session-control
+/// event, auth version past the current one), so no token issued under
+/// the old password stays valid.
+async fn users_remove_or_reset(
+    config: &Config,
+    tenant: &str,
+    login: &str,
+    reset: bool,
+) -> anyhow::Result<()> {
+    let Some(t) = config.tenant(tenant) else {
+        bail!("unknown tenant {tenant:?}");
+    };
+    let pool = crate::tenant::pool_of(config, t)?;
+    let password = if reset { Some(read_password()?) } else { None };
+    let uid = match &password {
+        Some(p) => crate::users::reset(&pool, tenant, login, p).await?,
+        None => crate::users::remove(&pool, tenant, login).await?,
+    };
+    let current = crate::session_control::load(&pool, uid).await?;
+    let codec = crate::events::EventCodec::new(&config.registry.url)?;
+    let producer = crate::kafka::producer::EventProducer::new(&config.kafka, codec)?;
+    let auth_version = crate::events::AuthVersion {
+        auth_version: current.auth_version + 1,
+    };
+    let event = crate::events::SessionControlEvent {
+        event_id: crate::events::new_event_id(),
+        tenant_id: tenant.to_string(),
+        uid,
+        occurred_at: crate::events::now_ms(),
+        actor_uid: 0,
+        reason: format!("imstream users {}", if reset { "reset" } else { "remove" }),
+        body: if reset {
+            crate::events::SessionControlBody::PasswordReset(auth_version)
+        } else {
+            crate::events::SessionControlBody::SignedOutEverywhere(auth_version)
+        },
+    };
+    producer
+        .send(
+            crate::kafka::topics::TopicKind::SessionControl,
+            &format!("{tenant}:{uid}"),
+            &event,
+            None,
+        )
+        .await
+        .context("the login changed, but signing the user out failed: run `imstream users reset` again or sign them out from the admin API")?;
+    let normalized = crate::users::normalize_login(login)?;
+    if reset {
+        println!("new password for login {normalized:?} (uid {uid}) in tenant {tenant}; uid {uid} signed out everywhere");
+    } else {
+        println!("removed login {normalized:?} (uid {uid}) from tenant {tenant}; uid {uid} signed out everywhere");
+    }
+    Ok(())
+}
 
 /// `imstream shards`: one pass per tenant every `shards.interval_secs`.
 async fn shards(config: &Config, args: ShardsArgs) -> anyhow::Result<()> {
@@ -266,6 +369,19 @@ async fn shards_action(config: &Config, action: crate::cli::ShardsAction) -> any
             from,
             confirm,
         } => (tenant, month, from, Some(confirm)),
+        ShardsAction::Reopen { tenant, month } => {
+            let Some(t) = config.tenant(&tenant) else {
+                bail!("unknown tenant {tenant:?}");
+            };
+            let month = crate::store::month::ShardMonth::parse(&month)?;
+            let pool = crate::tenant::pool_of(config, t)?;
+            crate::store::consistency::reopen(&pool, month)
+                .await
+                .map_err(|e| anyhow::anyhow!("{tenant}: {e}"))?;
+            println!("{tenant}\t{month}\treopened (sealing): run `imstream dlq replay store` for its late events; the shard manager seals it again once nothing holds it");
+            return Ok(());
+        }
+        ShardsAction::Check { tenant } => return shards_check(config, tenant.as_deref()).await,
     };
     let tenant = tenant.as_str();
     let Some(t) = config.tenant(tenant) else {
@@ -289,6 +405,49 @@ async fn shards_action(config: &Config, action: crate::cli::ShardsAction) -> any
         data.map_or("", |d| d.sha256.as_str()),
         location.month_shown(tenant, month)
     );
+    Ok(())
+}
+
+/// `imstream shards check`: every topic of each tenant (pages of 1,000),
+/// then the dedup purge; one line per tenant and kind.
+async fn shards_check(config: &Config, only: Option<&str>) -> anyhow::Result<()> {
+    if let Some(t) = only {
+        if config.tenant(t).is_none() {
+            bail!("unknown tenant {t:?}");
+        }
+    }
+    let mut redis = crate::redis_util::connect(&config.redis.url).await?;
+    for t in config
+        .tenants
+        .iter()
+        .filter(|t| only.is_none_or(|o| o == t.id))
+    {
+        let pool = crate::tenant::pool_of(config, t)?;
+        let mut total = crate::store::consistency::Report::default();
+        let mut after = String::new();
+        loop {
+            let page =
+                crate::store::consistency::check_topics(&t.id, &pool, &mut redis, &after, 1000)
+                    .await?;
+            let next = page.next_after.clone();
+            total.absorb(page);
+            match next {
+                Some(n) => after = n,
+                None => break,
+            }
+        }
+        total.dedup_purged =
+            crate::store::consistency::purge_dedup(&pool, config.shards.dedup_purge_per_run)
+                .await?;
+        println!(
+            "{}\ttopics={}\tdedup_purged={}",
+            t.id, total.topics, total.dedup_purged
+        );
+        for (kind, n) in &total.mismatches {
+            let fixed = total.repairs.get(kind).copied().unwrap_or(0);
+            println!("{}\t{kind}\tfound={n}\trepaired={fixed}", t.id);
+        }
+    }
     Ok(())
 }
 
@@ -418,6 +577,10 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
     println!(
         "  HTTP                http://{}/v1/groups/grpDemo/messages",
         gateway.addr
+    );
+    println!(
+        "  operator endpoints  http://{}/v1/admin/... (admin token)",
+        gateway.admin_addr
     );
     println!("  schema registry     http://{}", registry.addr);
     println!(

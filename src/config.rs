@@ -298,6 +298,10 @@ impl Default for TelemetryConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayConfig {
     pub listen: SocketAddr,
+    /// Where the operator endpoints (`/v1/admin/…`) listen, apart from the
+    /// public port (which answers 404 for them). Loopback by default; port
+    /// 0 picks a free one (the gateway logs it).
+    pub admin_addr: SocketAddr,
     /// Largest accepted message content, in bytes (Tinode's maxMessageSize).
     pub max_message_size: usize,
     /// Seconds between presence refreshes and session control re-checks.
@@ -324,6 +328,7 @@ impl Default for GatewayConfig {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:6060".parse().expect("static address"),
+            admin_addr: "127.0.0.1:0".parse().expect("static address"),
             max_message_size: 256 * 1024,
             heartbeat_secs: 20,
             recall_window_secs: 600,
@@ -368,24 +373,40 @@ pub struct LimitsConfig {
     pub finds: BucketConfig,
     /// `POST /v1/groups` per user.
     pub group_creates: BucketConfig,
+    /// Users one user may add or invite to groups (creates and adds), per
+    /// minute; a request costs one token per named user. Operators' admin
+    /// commands are not counted.
+    pub member_adds: BucketConfig,
+    /// Most users one create or add may name (`400` beyond); operators add
+    /// more through the `group.member.add` admin command.
+    pub members_per_request: usize,
     /// `POST /v1/friends/requests` per user.
     pub friend_requests: BucketConfig,
     /// `POST …/messages/{seq}/report` per user.
     pub reports: BucketConfig,
+    /// `PUT /v1/me/password` per user (each costs two Argon2 hashes; wrong
+    /// old passwords also count as failed logins of the user's login).
+    pub password_changes: BucketConfig,
     /// Favorites one user may keep (`PUT /v1/me/favorites/…` beyond it is
     /// refused with 409).
     pub favorites_per_user: usize,
-    /// Failed logins per login name (`basic`) allowed before a lockout;
-    /// each further failure doubles the lockout.
+    /// Passwords checked per login name (`basic`, normalized) before a
+    /// lockout, however many attempts arrive at once: the attempt that
+    /// takes the last one starts the lockout (a success lifts it); each
+    /// attempt after a lockout ends doubles it.
     pub login_failures: u32,
-    /// Failed logins per client address (any scheme) before its lockout;
-    /// 0 turns the per-address lockout off (behind a proxy every client
-    /// has the proxy's address).
+    /// Failed logins per client address (any scheme) before its lockout,
+    /// counted the same way; 0 turns the per-address lockout off (behind a
+    /// proxy every client has the proxy's address).
     pub login_address_failures: u32,
     /// Loopback clients (a local proxy, `imstream bench`, tests) are not
     /// counted per address (connections, failed logins).
     pub exempt_loopback: bool,
-    /// First lockout after `login_failures` failures, in milliseconds.
+    /// Failed admin tokens per client address, on one gateway's operator
+    /// port, before it answers `429` to every admin call from that
+    /// address for a while (the lockouts below, doubling).
+    pub admin_failures: u32,
+    /// First lockout, in milliseconds.
     pub login_lockout_ms: u64,
     /// Longest lockout, in milliseconds.
     pub login_lockout_max_ms: u64,
@@ -442,12 +463,16 @@ impl Default for LimitsConfig {
             searches: BucketConfig::new(10, 60),
             finds: BucketConfig::new(20, 120),
             group_creates: BucketConfig::new(5, 30),
+            member_adds: BucketConfig::new(1_000, 1_000),
+            members_per_request: 500,
             friend_requests: BucketConfig::new(10, 60),
             reports: BucketConfig::new(10, 60),
+            password_changes: BucketConfig::new(5, 5),
             favorites_per_user: 5_000,
             login_failures: 5,
             login_address_failures: 20,
             exempt_loopback: true,
+            admin_failures: 5,
             login_lockout_ms: 1_000,
             login_lockout_max_ms: 300_000,
             connections_per_ip: 256,
@@ -668,6 +693,15 @@ pub struct ShardsConfig {
     /// Object store options by `object_store` config key (e.g.
     /// `aws_endpoint`, `aws_allow_http`, `aws_region`), over the environment.
     pub archive_options: std::collections::BTreeMap<String, String>,
+    /// Seconds between consistency checks of each tenant (the Redis route,
+    /// the MySQL route mirror and the month tables; `store::consistency`);
+    /// 0 turns the scheduled check off (`imstream shards check` still runs).
+    pub check_interval_secs: u64,
+    /// Topics one scheduled check compares per tenant; the next check goes
+    /// on after the last one (all of them over successive checks).
+    pub check_topics_per_run: usize,
+    /// Expired rows of `im_group_message_dedup` one check deletes at most.
+    pub dedup_purge_per_run: u64,
 }
 
 impl ShardsConfig {
@@ -691,6 +725,9 @@ impl Default for ShardsConfig {
             archive_url: String::new(),
             archive_cache_mb: 64,
             archive_options: Default::default(),
+            check_interval_secs: 3600,
+            check_topics_per_run: 1000,
+            dedup_purge_per_run: 10_000,
         }
     }
 }

@@ -108,6 +108,7 @@ pub const IDENTITY_COLUMNS: &[(&str, &str, &str)] = &[
     ("im_message_reports", "report_id", "VARBINARY(120) NOT NULL"),
     ("im_message_reports", "topic", "VARBINARY(64) NOT NULL"),
     ("im_favorites", "topic", "VARBINARY(64) NOT NULL"),
+    ("im_group_invites", "topic", "VARBINARY(64) NOT NULL"),
     ("im_group_files", "topic", "VARBINARY(64) NOT NULL"),
     ("im_seq_collisions", "topic", "VARBINARY(64) NOT NULL"),
     ("im_seq_collisions", "event_id", "VARBINARY(64) NOT NULL"),
@@ -122,6 +123,7 @@ pub const IDENTITY_COLUMNS: &[(&str, &str, &str)] = &[
         "source_topic",
         "VARBINARY(255) NOT NULL",
     ),
+    ("im_consistency_repairs", "topic", "VARBINARY(64) NOT NULL"),
     (
         "im_user_notifications",
         "notification_id",
@@ -433,7 +435,8 @@ mod tests {
         let later = [
             include_str!("../migrations/tenant/0024_seq_collisions.sql"),
             include_str!("../migrations/tenant/0025_pipeline_checkpoints.sql"),
-            include_str!("../migrations/tenant/0040_user_notifications.sql"),
+            include_str!("../migrations/tenant/0051_consistency_repairs.sql"),
+            include_str!("../migrations/tenant/0052_user_notifications.sql"),
         ];
         for (table, column, definition) in &listed[from_sql.len()..] {
             assert!(

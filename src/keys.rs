@@ -25,11 +25,14 @@ impl TopicKeys {
     pub fn seq(&self) -> String {
         format!("{}:seq", self.base)
     }
-    /// HASH `group_id`, `status`, `mute_all`, `owner`: cached group facts.
+    /// HASH `group_id`, `status` (`active` | `dissolved` | `none`),
+    /// `mute_all`, `owner`, `prev_owner`, `version`, `inc`: the group's write
+    /// model (see `group_model`), with `members`, `roles`, `mutes`,
+    /// `invites` and `left`.
     pub fn meta(&self) -> String {
         format!("{}:meta", self.base)
     }
-    /// SET of member uids (cache-aside from MySQL).
+    /// SET of member uids (plus a placeholder: an empty set is still there).
     pub fn members(&self) -> String {
         format!("{}:members", self.base)
     }
@@ -41,15 +44,30 @@ impl TopicKeys {
     pub fn mutes(&self) -> String {
         format!("{}:mutes", self.base)
     }
-    /// STRING counter bumped before every membership change is projected
-    /// (`lua/cache_group.lua` caches a load only if it did not move).
-    pub fn members_version(&self) -> String {
-        format!("{}:members_ver", self.base)
+    /// HASH uid → inviter: pending invitations (not members yet).
+    pub fn invites(&self) -> String {
+        format!("{}:invites", self.base)
     }
-    /// STRING group id: the topic name claimed by one group for good
-    /// (`POST /v1/groups` sets it NX before producing `GroupCreated`).
-    pub fn name_claim(&self) -> String {
-        format!("{}:claim", self.base)
+    /// HASH uid → `left_seq|back_seq`: the last seq allocated when the user
+    /// was removed (and when they came back, empty while out). A message
+    /// past `left_seq` (and not past `back_seq`) is never delivered or
+    /// pushed to them, whatever the projections have applied.
+    pub fn left(&self) -> String {
+        format!("{}:left", self.base)
+    }
+    /// STRING JSON: the outcome of one governance command of `actor`
+    /// (its answer and its events), so a retry gets the same ones.
+    pub fn command(&self, actor: i64, command_id: &str) -> String {
+        format!("{}:cmd:{actor}:{command_id}", self.base)
+    }
+    /// Lock held while the group's write model is rebuilt.
+    pub fn group_rebuild_lock(&self) -> String {
+        format!("{}:group:rebuild_lock", self.base)
+    }
+    /// HASH: history-clear ranges `uid` holds in this topic (`n`, `inc`),
+    /// see `caps`: `limits.dellog_per_user` checked and counted in one script.
+    pub fn dellog_count(&self, uid: i64) -> String {
+        format!("{}:dellog_count:{uid}", self.base)
     }
     /// Idempotency claim of one client message id.
     pub fn uniq(&self, uid: i64, client_msg_id: &str) -> String {
@@ -123,6 +141,11 @@ impl UserKeys {
     pub fn profile(&self) -> String {
         format!("{}:profile", self.base)
     }
+    /// HASH: the user's favorites cap (`n`, `inc`, `i:<topic|seq>`), see
+    /// `caps`: `limits.favorites_per_user` checked and taken in one script.
+    pub fn favorites(&self) -> String {
+        format!("{}:favorites", self.base)
+    }
 }
 
 /// Tenant-wide keys, and per-user or per-node keys of the tenant that are
@@ -161,6 +184,12 @@ impl TenantKeys {
     pub fn active_month(&self) -> String {
         format!("{}:groupmsg:active_month", self.base)
     }
+    /// STRING `YYYYMM@epoch_ms`: a month switch the shard manager announced;
+    /// from that instant of the Redis clock `lua/allocate_seq.lua` gives
+    /// that month, until the active month itself moves and this is removed.
+    pub fn month_switch(&self) -> String {
+        format!("{}:groupmsg:month_switch", self.base)
+    }
     /// Lock of the shard manager's month switch.
     pub fn shard_lock(&self) -> String {
         format!("{}:groupmsg:shard_lock", self.base)
@@ -185,6 +214,12 @@ impl TenantKeys {
     /// SET of topics a user muted for push.
     pub fn push_muted(&self, uid: i64) -> String {
         format!("{}:user:{uid}:push_muted", self.base)
+    }
+    /// ZSET `topic\ncommand key` → ms: governance commands whose events
+    /// may not be in the log yet (a gateway died between the change and
+    /// the produce); swept by every gateway.
+    pub fn governance_pending(&self) -> String {
+        format!("{}:gov:pending", self.base)
     }
     /// STRING: a push task was delivered (dedup of the push sender).
     pub fn push_sent(&self, task_id: &str) -> String {
@@ -221,8 +256,7 @@ mod tests {
         assert_eq!(t.active_month(), "im:{acme}:groupmsg:active_month");
         // Per session and per message: the user's or the node's own slot.
         assert_eq!(t.presence_user(7), "im:{acme:u7}:presence");
-        assert_eq!(t.control_version(7), "im:{acme:u7}:control:version");
-        assert!(t.device_revoked(7, "d").starts_with("im:{acme:u7}:"));
+        assert_eq!(t.control(7), "im:{acme:u7}:control");
         assert!(t.presence_node_users("gw1").starts_with("im:{acme:n:gw1}:"));
     }
 }

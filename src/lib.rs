@@ -24,7 +24,9 @@
 //! - [`keys`], [`redis_util`] — Redis key names, scripts, locks, the month clock.
 //! - [`store`] — month tables, the catalog, the shard manager, month archives in
 //!   object storage, the store writer, routes.
-//! - [`groups`] — group facts (members, roles, mutes) in MySQL and their Redis cache.
+//! - [`groups`] — membership and roles as the gateway asks about them.
+//! - [`group_model`] — the group write model: one consistent state per group in Redis that every command is checked against and changed in atomically; rebuilt from MySQL and the log.
+//! - [`caps`] — per-user caps (favorites, history clears) checked and taken atomically in Redis.
 //! - [`governance`] — who may govern a group and the events each action becomes.
 //! - [`conversations`] — the chat list read model: conversations, unread counts, profiles, member lists.
 //! - [`references`] — reports, favorites and a conversation's files: `(topic, seq)` references resolved when read.
@@ -47,6 +49,7 @@
 
 pub mod bearer;
 pub mod bench;
+pub mod caps;
 pub mod cli;
 pub mod commands;
 pub mod config;
@@ -56,6 +59,7 @@ pub mod exact;
 pub mod failure;
 pub mod gateway;
 pub mod governance;
+pub mod group_model;
 pub mod groups;
 pub mod history;
 pub mod kafka;

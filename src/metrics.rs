@@ -23,6 +23,12 @@ pub const SEQ_COLLISIONS_TOTAL: &str = "imstream_store_seq_collisions_total";
 /// Topics whose seq state was found written by another incarnation of Redis
 /// (a restart or a failover) and re-derived from the log.
 pub const SEQ_FENCES_TOTAL: &str = "imstream_send_seq_fences_total";
+/// Group write models rebuilt from MySQL and the log (`why`: missing,
+/// lost, fenced).
+pub const GROUP_REBUILDS_TOTAL: &str = "imstream_group_rebuilds_total";
+/// Governance commands by outcome (`ok`, `replayed`, `refused`,
+/// `conflict_retried`, `unavailable`).
+pub const GOVERNANCE_COMMANDS_TOTAL: &str = "imstream_governance_commands_total";
 /// Partitions a pipeline handled again because a tenant database held less
 /// than its checkpoint said (a restore, a lagging replica promoted).
 pub const PIPELINE_REWINDS_TOTAL: &str = "imstream_pipeline_rewinds_total";
@@ -87,6 +93,43 @@ pub const SEARCH_QUERY_LATENCY: &str = "imstream_search_query_latency_seconds";
 /// said yes, the read path said no.
 pub const SEARCH_HITS_DROPPED_TOTAL: &str = "imstream_search_hits_dropped_total";
 
+// Alerts (docker/prometheus/alerts.yml): what the seeds' thresholds need.
+/// Round trip of one Redis command or pipeline, by `kind` (command,
+/// pipeline), measured in `redis_util::Redis` (alert: p99 > 20 ms, seed 003
+/// §11.2).
+pub const REDIS_COMMAND_LATENCY: &str = "imstream_redis_command_latency_seconds";
+/// Statements a tenant's MySQL server has executed (`Questions` of `SHOW
+/// GLOBAL STATUS`), sampled by the shard manager each pass, by tenant.
+pub const MYSQL_QUERIES_TOTAL: &str = "imstream_mysql_queries_total";
+/// Statements the server counted as slow (`Slow_queries`: longer than its
+/// `long_query_time`), by tenant (alert: more than 5 % of the queries).
+pub const MYSQL_SLOW_QUERIES_TOTAL: &str = "imstream_mysql_slow_queries_total";
+/// `mysql.replica_max_lag_ms` in seconds, beside each tenant's replica lag
+/// (alert: the lag over its bound).
+pub const MYSQL_REPLICA_MAX_LAG: &str = "imstream_mysql_replica_max_lag_seconds";
+/// Dead letters of a pipeline's DLQ that no replay has handled yet (the
+/// replay group's backlog on `<topic>.<pipeline>.dlq`), by pipeline and
+/// source (alert: any).
+pub const PIPELINE_DLQ_PENDING: &str = "imstream_pipeline_dlq_pending";
+/// The tenant's `active_month` in Redis after a shard pass, as the number
+/// YYYYMM; 0 when it is missing (alert).
+pub const SHARD_ACTIVE_MONTH: &str = "imstream_shard_active_month";
+/// 1 when next month's table exists (created and registered), else 0.
+pub const SHARD_NEXT_MONTH_READY: &str = "imstream_shard_next_month_ready";
+/// 1 when the current month's table exists and is `writable`, else 0.
+pub const SHARD_CURRENT_MONTH_WRITABLE: &str = "imstream_shard_current_month_writable";
+/// Unix time of the shard manager's last completed pass.
+pub const SHARD_LAST_PASS: &str = "imstream_shard_last_pass_timestamp_seconds";
+/// Topics the consistency checker compared (Redis route, MySQL mirror,
+/// month tables).
+pub const CONSISTENCY_TOPICS_TOTAL: &str = "imstream_consistency_topics_checked_total";
+/// Differences the checker found, by `kind` (see `store::consistency`).
+pub const CONSISTENCY_MISMATCHES_TOTAL: &str = "imstream_consistency_mismatches_total";
+/// Repairs the checker made and recorded in `im_consistency_repairs`, by `kind`.
+pub const CONSISTENCY_REPAIRS_TOTAL: &str = "imstream_consistency_repairs_total";
+/// Expired rows of the cross-month dedup table the checker deleted.
+pub const DEDUP_PURGED_TOTAL: &str = "imstream_dedup_purged_total";
+
 /// The names of seed 000 §11, verbatim.
 pub const SEED_000: &[&str] = &[
     PERSIST_TOTAL,
@@ -115,6 +158,8 @@ pub const ALL: &[&str] = &[
     DEAD_LETTER_TOTAL,
     SEQ_COLLISIONS_TOTAL,
     SEQ_FENCES_TOTAL,
+    GROUP_REBUILDS_TOTAL,
+    GOVERNANCE_COMMANDS_TOTAL,
     PIPELINE_REWINDS_TOTAL,
     SEND_ACK_LATENCY,
     SEND_TOTAL,
@@ -147,7 +192,24 @@ pub const ALL: &[&str] = &[
     SEARCH_COMMIT_LATENCY,
     SEARCH_QUERY_LATENCY,
     SEARCH_HITS_DROPPED_TOTAL,
+    REDIS_COMMAND_LATENCY,
+    MYSQL_QUERIES_TOTAL,
+    MYSQL_SLOW_QUERIES_TOTAL,
+    MYSQL_REPLICA_MAX_LAG,
+    PIPELINE_DLQ_PENDING,
+    SHARD_ACTIVE_MONTH,
+    SHARD_NEXT_MONTH_READY,
+    SHARD_CURRENT_MONTH_WRITABLE,
+    SHARD_LAST_PASS,
+    CONSISTENCY_TOPICS_TOTAL,
+    CONSISTENCY_MISMATCHES_TOTAL,
+    CONSISTENCY_REPAIRS_TOTAL,
+    DEDUP_PURGED_TOTAL,
 ];
+
+/// Buckets of [`QUERY_TABLES`] (tables per request): the alert on a
+/// request scanning more than 3 tables (seed 000 §11) reads `le="3"`.
+pub const QUERY_TABLES_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 6.0, 12.0, 24.0];
 
 /// Registers descriptions so `/metrics` explains each series.
 pub fn describe_all() {
@@ -181,6 +243,14 @@ pub fn describe_all() {
     describe_counter!(
         SEQ_FENCES_TOTAL,
         "Topics whose seq state another incarnation of Redis wrote (a restart or failover), re-derived from the log"
+    );
+    describe_counter!(
+        GROUP_REBUILDS_TOTAL,
+        "Group write models rebuilt from MySQL and the log tail (why: missing, lost, fenced)"
+    );
+    describe_counter!(
+        GOVERNANCE_COMMANDS_TOTAL,
+        "Governance commands checked against the group write model, by outcome"
     );
     describe_counter!(
         PIPELINE_REWINDS_TOTAL,
@@ -288,6 +358,61 @@ pub fn describe_all() {
         MYSQL_REPLICA_LAG,
         Unit::Seconds,
         "How far each tenant's read replica is behind its primary (+Inf: unreachable); beyond mysql.replica_max_lag_ms history reads go to the primary"
+    );
+    describe_histogram!(
+        REDIS_COMMAND_LATENCY,
+        Unit::Seconds,
+        "Round trip of one Redis command or pipeline, by kind"
+    );
+    describe_counter!(
+        MYSQL_QUERIES_TOTAL,
+        "Statements the tenant's MySQL server executed (Questions), sampled each shard pass"
+    );
+    describe_counter!(
+        MYSQL_SLOW_QUERIES_TOTAL,
+        "Statements the tenant's MySQL server counted as slow (Slow_queries, over long_query_time)"
+    );
+    describe_gauge!(
+        MYSQL_REPLICA_MAX_LAG,
+        Unit::Seconds,
+        "mysql.replica_max_lag_ms: the replica lag beyond which reads go to the primary"
+    );
+    describe_gauge!(
+        PIPELINE_DLQ_PENDING,
+        "Dead letters of the pipeline's DLQ not handled by a replay yet"
+    );
+    describe_gauge!(
+        SHARD_ACTIVE_MONTH,
+        "The tenant's active_month in Redis (YYYYMM) after the last shard pass; 0 when missing"
+    );
+    describe_gauge!(
+        SHARD_NEXT_MONTH_READY,
+        "1 when next month's table exists, else 0"
+    );
+    describe_gauge!(
+        SHARD_CURRENT_MONTH_WRITABLE,
+        "1 when the current month's table exists and is writable, else 0"
+    );
+    describe_gauge!(
+        SHARD_LAST_PASS,
+        Unit::Seconds,
+        "Unix time of the shard manager's last completed pass"
+    );
+    describe_counter!(
+        CONSISTENCY_TOPICS_TOTAL,
+        "Topics the consistency checker compared (Redis route, MySQL mirror, month tables)"
+    );
+    describe_counter!(
+        CONSISTENCY_MISMATCHES_TOTAL,
+        "Differences the consistency checker found, by kind"
+    );
+    describe_counter!(
+        CONSISTENCY_REPAIRS_TOTAL,
+        "Repairs the consistency checker made (each recorded in im_consistency_repairs), by kind"
+    );
+    describe_counter!(
+        DEDUP_PURGED_TOTAL,
+        "Expired rows of im_group_message_dedup deleted"
     );
 }
 

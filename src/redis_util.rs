@@ -63,10 +63,16 @@ impl ConnectionLike for Redis {
         &'a mut self,
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
-        match self {
+        let started = std::time::Instant::now();
+        let reply = match self {
             Redis::Single(c) => c.req_packed_command(cmd),
             Redis::Cluster(c) => c.req_packed_command(cmd),
-        }
+        };
+        Box::pin(async move {
+            let reply = reply.await;
+            record_latency("command", started);
+            reply
+        })
     }
 
     /// A pipeline goes to one node in one round trip when its keys share a
@@ -79,7 +85,8 @@ impl ConnectionLike for Redis {
         offset: usize,
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        match self {
+        let started = std::time::Instant::now();
+        let replies = match self {
             Redis::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Redis::Cluster(c) => Box::pin(async move {
                 match c.req_packed_commands(pipeline, offset, count).await {
@@ -93,7 +100,12 @@ impl ConnectionLike for Redis {
                     other => other,
                 }
             }),
-        }
+        };
+        Box::pin(async move {
+            let replies = replies.await;
+            record_latency("pipeline", started);
+            replies
+        })
     }
 
     fn get_db(&self) -> i64 {
@@ -102,6 +114,13 @@ impl ConnectionLike for Redis {
             Redis::Cluster(c) => c.get_db(),
         }
     }
+}
+
+/// One round trip's time in [`crate::metrics::REDIS_COMMAND_LATENCY`]
+/// (`kind`: command or pipeline), failures included.
+fn record_latency(kind: &'static str, started: std::time::Instant) {
+    metrics::histogram!(crate::metrics::REDIS_COMMAND_LATENCY, "kind" => kind)
+        .record(started.elapsed().as_secs_f64());
 }
 
 /// The hash tag of a command's first imstream key (`im:{<tag>}:…`), which
@@ -220,19 +239,82 @@ static ADVANCE_MONTH: std::sync::LazyLock<Script> =
 static RELEASE_LOCK: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(include_str!("../lua/release_lock.lua")));
 
-/// Sets `key` to `month` unless it already holds a later month; returns the
-/// month in force.
+/// Sets the tenant's active month to `month` unless it already holds a
+/// later one, and ends an announced switch to it (or to an earlier month);
+/// returns the month in force.
 pub async fn advance_month(
     redis: &mut Redis,
-    key: &str,
+    tenant: &str,
     month: ShardMonth,
 ) -> redis::RedisResult<ShardMonth> {
+    let keys = crate::keys::TenantKeys::new(tenant);
     let in_force: String = ADVANCE_MONTH
-        .key(key)
+        .key(keys.active_month())
+        .key(keys.month_switch())
         .arg(month.to_string())
         .invoke_async(redis)
         .await?;
     Ok(ShardMonth::parse(&in_force).unwrap_or(month))
+}
+
+/// A month switch announced for an instant of the Redis clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MonthSwitch {
+    pub month: ShardMonth,
+    /// Epoch ms (Redis `TIME`) from which the send path gives `month`.
+    pub at_ms: i64,
+}
+
+impl MonthSwitch {
+    /// `YYYYMM@epoch_ms`, as stored and as `lua/allocate_seq.lua` reads it.
+    pub fn encode(&self) -> String {
+        format!("{}@{}", self.month, self.at_ms)
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        let (month, at) = text.split_once('@')?;
+        Some(Self {
+            month: ShardMonth::parse(month).ok()?,
+            at_ms: at.parse().ok()?,
+        })
+    }
+}
+
+/// The tenant's active month and announced switch, read together (one
+/// slot: both carry the tenant's hash tag).
+pub async fn month_state(
+    redis: &mut Redis,
+    tenant: &str,
+) -> redis::RedisResult<(Option<ShardMonth>, Option<MonthSwitch>)> {
+    let keys = crate::keys::TenantKeys::new(tenant);
+    let (active, switch): (Option<String>, Option<String>) = redis::cmd("MGET")
+        .arg(keys.active_month())
+        .arg(keys.month_switch())
+        .query_async(redis)
+        .await?;
+    Ok((
+        active.and_then(|s| ShardMonth::parse(&s).ok()),
+        switch.as_deref().and_then(MonthSwitch::parse),
+    ))
+}
+
+/// Announces that the tenant's month becomes `month` at `at_ms` (Redis
+/// clock); kept until [`advance_month`] moves the active month there.
+pub async fn announce_switch(
+    redis: &mut Redis,
+    tenant: &str,
+    switch: MonthSwitch,
+) -> redis::RedisResult<()> {
+    let keys = crate::keys::TenantKeys::new(tenant);
+    redis
+        .set::<_, _, ()>(keys.month_switch(), switch.encode())
+        .await
+}
+
+/// Redis `TIME` in epoch ms.
+pub async fn redis_now_ms(redis: &mut Redis) -> redis::RedisResult<i64> {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(redis).await?;
+    Ok(secs * 1000 + micros / 1000)
 }
 
 /// A lock held by one owner token (SET NX PX); released only by its owner.

@@ -83,6 +83,8 @@ pub async fn watch(
     shutdown: Shutdown,
 ) {
     let mut was_fresh = false;
+    metrics::gauge!(m::MYSQL_REPLICA_MAX_LAG, "tenant" => tenant.clone())
+        .set(max_lag_ms as f64 / 1000.0);
     loop {
         let lag = measure(&primary, &replica.pool).await;
         let fresh = lag.is_some_and(|l| l <= max_lag_ms as i64);

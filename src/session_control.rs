@@ -145,11 +145,7 @@ pub async fn cache(
 ) -> redis::RedisResult<()> {
     let k = TenantKeys::new(tenant);
     let script = redis::Script::new(include_str!("../lua/cache_control.lua"));
-    let mut call = script.key(k.control_version(uid));
-    call.key(k.auth_version(uid)).key(k.user_disabled(uid));
-    for (device, _) in &state.devices {
-        call.key(k.device_revoked(uid, device));
-    }
+    let mut call = script.key(k.control(uid));
     call.arg(state.version)
         .arg(state.auth_version)
         .arg(if state.disabled { 1 } else { 0 })
@@ -158,8 +154,8 @@ pub async fn cache(
         } else {
             0
         });
-    for (_, generation) in &state.devices {
-        call.arg(*generation);
+    for (device, generation) in &state.devices {
+        call.arg(device).arg(*generation);
     }
     let _: i64 = call.invoke_async(redis).await?;
     Ok(())
@@ -192,6 +188,46 @@ impl From<(&UserControl, &str)> for DeviceControl {
     }
 }
 
+/// What [`read`] asks of a user's control hash: `HMGET` of these fields.
+pub type CachedFields = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// The hash fields of `device`'s state: version, auth version, disabled
+/// flag, the device's generation.
+pub fn cached_fields(device: &str) -> [String; 4] {
+    [
+        "v".to_string(),
+        "av".to_string(),
+        "disabled".to_string(),
+        format!("d:{device}"),
+    ]
+}
+
+/// The cached state in `HMGET` answer `c`: `None` when not cached (no
+/// version); an error when a field is not a number (never read as "no
+/// revocation").
+pub fn parse_cached(c: &CachedFields) -> Result<Option<DeviceControl>, String> {
+    let int = |v: &Option<String>| -> Result<i64, String> {
+        v.as_deref().map_or(Ok(0), |s| {
+            s.parse::<i64>()
+                .map_err(|_| format!("session control cache holds {s:?}"))
+        })
+    };
+    if c.0.is_none() {
+        return Ok(None);
+    }
+    int(&c.0)?;
+    Ok(Some(DeviceControl {
+        auth_version: int(&c.1)?,
+        disabled: c.2.is_some(),
+        generation: int(&c.3)?,
+    }))
+}
+
 /// The state of `uid`'s `device`: from Redis when cached, else from MySQL
 /// (cached again on the way). Fails only when neither store answers; the
 /// caller then refuses (security checks fail closed).
@@ -203,30 +239,24 @@ pub async fn read(
     device: &str,
 ) -> Result<DeviceControl, Unavailable> {
     let k = TenantKeys::new(tenant);
-    let cached: redis::RedisResult<(Option<i64>, Option<i64>, bool, Option<i64>)> = redis::pipe()
-        .get(k.control_version(uid))
-        .get(k.auth_version(uid))
-        .exists(k.user_disabled(uid))
-        .get(k.device_revoked(uid, device))
+    let cached: redis::RedisResult<CachedFields> = redis::cmd("HMGET")
+        .arg(k.control(uid))
+        .arg(&cached_fields(device))
         .query_async(redis)
         .await;
-    let redis_error = match cached {
-        Ok((Some(_), av, disabled, generation)) => {
-            return Ok(DeviceControl {
-                auth_version: av.unwrap_or(0),
-                disabled,
-                generation: generation.unwrap_or(0),
-            })
-        }
-        Ok(_) => None,
-        Err(e) => Some(e),
+    let redis_error = match cached.map(|c| parse_cached(&c)) {
+        Ok(Ok(Some(state))) => return Ok(state),
+        Ok(Ok(None)) => None,
+        // A cached state that does not parse is no answer: read MySQL.
+        Ok(Err(bad)) => Some(bad),
+        Err(e) => Some(e.to_string()),
     };
     let state = rebuild(redis, pool, tenant, uid, redis_error.is_none())
         .await
         .map_err(|mysql| Unavailable {
             redis: redis_error
-                .as_ref()
-                .map_or_else(|| "not cached".to_string(), |e| e.to_string()),
+                .clone()
+                .unwrap_or_else(|| "not cached".to_string()),
             mysql,
         })?;
     Ok(DeviceControl::from((&state, device)))
@@ -248,4 +278,37 @@ pub async fn rebuild(
         }
     }
     Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_state_is_all_or_nothing() {
+        let some = |s: &str| Some(s.to_string());
+        // No version: not cached, whatever else is there.
+        assert_eq!(
+            parse_cached(&(None, some("3"), some("1"), some("9"))),
+            Ok(None)
+        );
+        assert_eq!(
+            parse_cached(&(some("4"), some("3"), some("1"), some("9"))),
+            Ok(Some(DeviceControl {
+                auth_version: 3,
+                disabled: true,
+                generation: 9
+            }))
+        );
+        assert_eq!(
+            parse_cached(&(some("4"), None, None, None)),
+            Ok(Some(DeviceControl::default()))
+        );
+        // Garbage is no answer (MySQL decides), never "no revocation".
+        assert!(parse_cached(&(some("4"), None, None, some("x"))).is_err());
+        assert_eq!(
+            cached_fields("web"),
+            ["v", "av", "disabled", "d:web"].map(String::from)
+        );
+    }
 }

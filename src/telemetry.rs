@@ -43,6 +43,13 @@ pub fn metrics_handle() -> PrometheusHandle {
             let recorder = PrometheusBuilder::new()
                 .set_buckets(crate::metrics::LATENCY_BUCKETS_SECONDS)
                 .expect("static buckets are valid")
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Full(
+                        crate::metrics::QUERY_TABLES.to_string(),
+                    ),
+                    crate::metrics::QUERY_TABLES_BUCKETS,
+                )
+                .expect("static buckets are valid")
                 .build_recorder();
             let handle = recorder.handle();
             // Another recorder may already be installed (e.g. by a test
@@ -78,7 +85,16 @@ pub fn ops_router(readiness: Readiness) -> Router {
 /// `/healthz` and `/readyz` only: what a public port (the gateway's) may
 /// serve; its metrics stay on the telemetry port.
 pub fn health_router(readiness: Readiness) -> Router {
-    Router::new()
+    health_routes("telemetry", readiness).into_parts().0
+}
+
+/// [`health_router`] as recorded routes of `listener`.
+pub fn health_routes(
+    listener: &'static str,
+    readiness: Readiness,
+) -> crate::gateway::routes::Routes {
+    use crate::gateway::routes::{get, Routes};
+    Routes::new(listener)
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(readiness)

@@ -27,6 +27,8 @@ pub enum TenantError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("{0}")]
     Inexact(crate::exact::ExactError),
+    #[error("normalizing the stored logins failed: {0}")]
+    Logins(#[from] crate::users::UsersError),
 }
 
 impl TenantError {
@@ -37,6 +39,8 @@ impl TenantError {
             TenantError::Db(e) => db_failure(e).is_outage(),
             TenantError::Migrate(_) => false,
             TenantError::Inexact(_) => false,
+            TenantError::Logins(crate::users::UsersError::Db(e)) => db_failure(e).is_outage(),
+            TenantError::Logins(_) => false,
         }
     }
 }
@@ -312,6 +316,9 @@ pub struct MigrationReport {
     /// Identity columns made exact after the migrations (month tables, and
     /// any that had drifted): (table, column, old type).
     pub converted: Vec<(String, String, String)>,
+    /// Stored logins rewritten into their normalized form
+    /// ([`crate::users::normalize_stored_logins`]).
+    pub logins_normalized: usize,
 }
 
 /// Creates one tenant's database, applies every tenant migration and makes
@@ -336,8 +343,15 @@ pub async fn migrate_tenant(
     crate::exact::verify(&pool, &tenant.database)
         .await
         .map_err(TenantError::Inexact)?;
+    // Logins are stored in one form (issue 28): rows from before are
+    // rewritten, or the migration stops naming the two that would clash.
+    let logins_normalized = crate::users::normalize_stored_logins(&pool).await;
     pool.close().await;
-    Ok(MigrationReport { applied, converted })
+    Ok(MigrationReport {
+        applied,
+        converted,
+        logins_normalized: logins_normalized?,
+    })
 }
 
 /// Versions already applied to a database (none before its first migration).
@@ -373,6 +387,9 @@ pub async fn migrate(
         }
         for (table, column, was) in &report.converted {
             tracing::info!(tenant = %tenant.id, %table, %column, %was, "identity column converted to VARBINARY");
+        }
+        if report.logins_normalized > 0 {
+            tracing::info!(tenant = %tenant.id, rows = report.logins_normalized, "stored logins normalized (NFKC + case folding)");
         }
         tracing::info!(tenant = %tenant.id, database = %tenant.database, "tenant database migrated");
         done.push((tenant.id.clone(), report));

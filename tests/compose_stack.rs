@@ -6,7 +6,11 @@
 //! loader; Prometheus must scrape every long-running imstream process at
 //! the address its config listens on; the Grafana dashboard must parse and
 //! use only metric names that `src/metrics.rs` exports — the seed 000 §11
-//! names, latency, lag and DLQ among them.
+//! names, latency, lag and DLQ among them; Prometheus loads the alert rules
+//! (docker/prometheus/alerts.yml) and sends to the Alertmanager service;
+//! the rules use exported metrics only, cover the seeds' thresholds, and
+//! pass `promtool check` and their unit tests (each alert fires and
+//! clears, docker/prometheus/alerts.test.yml).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -174,6 +178,7 @@ fn compose_config_accepts_the_file_and_lists_every_service() {
         "gateway",
         "shards",
         "prometheus",
+        "alertmanager",
         "grafana",
     ]
     .into_iter()
@@ -461,6 +466,188 @@ fn only_the_gateway_is_published_beyond_loopback() {
         services()["schema-registry"]["ports"].is_null(),
         "the registry is published"
     );
+    // The gateway's operator port (`/v1/admin/…`) only on the host's loopback.
+    let gateway = &services()["gateway"];
+    assert_eq!(
+        gateway["environment"]["IMSTREAM__GATEWAY__ADMIN_ADDR"], "0.0.0.0:6061",
+        "{gateway}"
+    );
+    let admin: Vec<&serde_json::Value> = gateway["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["target"].as_u64() == Some(6061))
+        .collect();
+    assert!(
+        admin.len() == 1 && admin[0]["host_ip"] == "127.0.0.1",
+        "operator port published as {admin:?}"
+    );
     let grafana = &services()["grafana"]["environment"];
     assert_eq!(grafana["GF_AUTH_ANONYMOUS_ENABLED"], "false");
+}
+
+/// The mount of `target` in `service`: its source path.
+fn mount_source<'a>(service: &'a Value, target: &str) -> Option<&'a str> {
+    service["volumes"]
+        .as_array()?
+        .iter()
+        .find(|v| v["target"] == target)
+        .and_then(|v| v["source"].as_str())
+}
+
+#[test]
+fn prometheus_loads_the_alert_rules_and_sends_them_to_alertmanager() {
+    let prometheus = &services()["prometheus"];
+    let rules = mount_source(prometheus, "/etc/prometheus/alerts.yml").expect("alerts.yml mounted");
+    assert_eq!(
+        Path::new(rules),
+        repo().join("docker/prometheus/alerts.yml")
+    );
+    let config = std::fs::read_to_string(repo().join("docker/prometheus/prometheus.yml")).unwrap();
+    // rule_files are relative to the config file: /etc/prometheus/alerts.yml.
+    assert!(
+        config.contains("rule_files:\n  - alerts.yml"),
+        "prometheus.yml does not load alerts.yml"
+    );
+    assert!(
+        config.contains("targets: [\"alertmanager:9093\"]"),
+        "{config}"
+    );
+    let alertmanager = &services()["alertmanager"];
+    assert!(alertmanager["image"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("prom/alertmanager:"));
+    let routes = mount_source(alertmanager, "/etc/alertmanager/alertmanager.yml")
+        .expect("alertmanager.yml mounted");
+    assert_eq!(
+        Path::new(routes),
+        repo().join("docker/prometheus/alertmanager.yml")
+    );
+    let command: Vec<&str> = alertmanager["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(command.contains(&"--config.file=/etc/alertmanager/alertmanager.yml"));
+}
+
+/// Alert names of a rules file (`- alert: Name` lines).
+fn alert_names(rules: &str) -> BTreeSet<String> {
+    rules
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("- alert:"))
+        .map(|n| n.trim().to_string())
+        .collect()
+}
+
+#[test]
+fn alert_rules_use_exported_metrics_cover_the_seeds_and_each_has_a_unit_test() {
+    let rules = std::fs::read_to_string(repo().join("docker/prometheus/alerts.yml")).unwrap();
+    let code: String = rules
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let used = metric_names(&code);
+    for name in &used {
+        assert!(
+            m::ALL.contains(&name.as_str()),
+            "alerts.yml queries {name}, which src/metrics.rs does not export"
+        );
+    }
+    // The seeds' thresholds (seed 003 §11.2, seed 000 §4, §5.3, §11) and
+    // the two counters that must never move.
+    let alerts = alert_names(&rules);
+    for wanted in [
+        "SendLatencyP99High",
+        "PushLatencyP99High",
+        "ConsumerLagHigh",
+        "RedisLatencyP99High",
+        "MySQLSlowQueryRateHigh",
+        "GatewayConnectionsHigh",
+        "DeadLettersWaiting",
+        "PipelineDegraded",
+        "ReplicaLagOverBound",
+        "NextMonthTableMissing",
+        "CurrentMonthNotWritable",
+        "ActiveMonthMissing",
+        "SeqCollision",
+        "PipelineRewound",
+    ] {
+        assert!(
+            alerts.contains(wanted),
+            "no alert {wanted}; have {alerts:?}"
+        );
+    }
+    for name in [
+        m::SEND_ACK_LATENCY,
+        m::DELIVERY_LATENCY,
+        m::PIPELINE_LAG,
+        m::REDIS_COMMAND_LATENCY,
+        m::MYSQL_SLOW_QUERIES_TOTAL,
+        m::GATEWAY_SESSIONS,
+        m::PIPELINE_DLQ_PENDING,
+        m::PIPELINE_DEGRADED,
+        m::MYSQL_REPLICA_LAG,
+        m::SHARD_NEXT_MONTH_READY,
+        m::SHARD_CURRENT_MONTH_WRITABLE,
+        m::SHARD_ACTIVE_MONTH,
+        m::SEQ_COLLISIONS_TOTAL,
+        m::PIPELINE_REWINDS_TOTAL,
+    ] {
+        assert!(used.contains(name), "no alert reads {name}");
+    }
+    // Every alert is unit-tested: evaluated once firing (an expected
+    // alert) and once cleared (`exp_alerts: []`).
+    let tests = std::fs::read_to_string(repo().join("docker/prometheus/alerts.test.yml")).unwrap();
+    for alert in &alerts {
+        let evals: Vec<&str> = tests
+            .split("- eval_time:")
+            .skip(1)
+            .filter(|e| e.contains(&format!("alertname: {alert}\n")))
+            .collect();
+        assert!(
+            evals.iter().any(|e| e.contains("exp_labels:")),
+            "{alert} is never tested firing"
+        );
+        assert!(
+            evals.iter().any(|e| e.contains("exp_alerts: []")),
+            "{alert} is never tested cleared"
+        );
+    }
+}
+
+#[test]
+fn alert_rules_pass_promtool_checks_and_their_unit_tests() {
+    let installed = Command::new("bash")
+        .arg(repo().join("docker/local/promtool"))
+        .output()
+        .expect("run docker/local/promtool");
+    assert!(
+        installed.status.success(),
+        "docker/local/promtool: {}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
+    let promtool = String::from_utf8(installed.stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    for args in [
+        ["check", "config", "prometheus.yml"],
+        ["test", "rules", "alerts.test.yml"],
+    ] {
+        let out = Command::new(&promtool)
+            .args(args)
+            .current_dir(repo().join("docker/prometheus"))
+            .output()
+            .expect("run promtool");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -188,7 +188,10 @@ async fn every_event_kind_round_trips_through_the_registry() {
     for body in [
         AdminCommandBody::UserDisable(UserRef { uid: 1 }),
         AdminCommandBody::UserEnable(UserRef { uid: 1 }),
-        AdminCommandBody::UserPasswordReset(UserRef { uid: 1 }),
+        AdminCommandBody::UserPasswordReset(UserPasswordReset {
+            uid: 1,
+            password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
+        }),
         AdminCommandBody::UserDeviceRevoke(UserDevice {
             uid: 1,
             device: "d".into(),
@@ -216,6 +219,16 @@ async fn every_event_kind_round_trips_through_the_registry() {
         AdminCommandBody::MessageModerate(TopicSeq {
             topic: "grpX".into(),
             seq: 3,
+        }),
+        AdminCommandBody::FileAuditUpdate(FileAuditUpdate {
+            topic: "grpX".into(),
+            seq: 3,
+            status: "blocked".into(),
+        }),
+        AdminCommandBody::AbuseReportResolve(AbuseReportResolve {
+            report_id: "grpX.3.2".into(),
+            resolution: "actioned".into(),
+            note: "spam".into(),
         }),
     ] {
         let event = AdminCommand {

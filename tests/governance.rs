@@ -29,7 +29,10 @@ async fn command(stack: &Stack, addr: SocketAddr, id: &str, mut body: Value) {
     body["tenant"] = json!(stack.tenant());
     body["operator"] = json!("ops@example.com");
     let resp = reqwest::Client::new()
-        .post(format!("http://{addr}/v1/admin/commands"))
+        .post(format!(
+            "http://{}/v1/admin/commands",
+            stack.admin_addr_of(addr)
+        ))
         .bearer_auth(&stack.config().auth.admin_token)
         .json(&body)
         .send()

@@ -563,3 +563,99 @@ async fn two_gateways_across_the_switch_share_one_month_and_never_reuse_a_seq() 
         .unwrap();
     assert_eq!(active, OCT);
 }
+
+/// (15) One month for every topic at once: a gateway that has just read
+/// the active month (and keeps it for up to a second) sends to two topics
+/// of the tenant right after the shard manager switched to October; both
+/// land in October at once, no message of either after the switch in
+/// September. On one Redis server the allocation script reads the active
+/// month itself; on a Redis Cluster it decides by the switch the manager
+/// announced ahead (`lua/allocate_seq.lua`).
+#[tokio::test]
+async fn right_after_the_switch_every_topic_of_the_tenant_gets_the_new_month() {
+    let stack = september_stack(1).await;
+    let (first, second) = ("grpFirst", "grpSecond");
+    stack.create_group(first, 1, &[2]).await;
+    stack.create_group(second, 1, &[2]).await;
+    let pool = stack.pool();
+    let client = reqwest::Client::new();
+    let addr = stack.gateway_addr(0);
+    let token = stack.token(2, "web");
+
+    // The gateway reads (and caches) September just before the switch.
+    let (seq, _) = send_acked(&client, addr, &token, first, "warm").await;
+    assert_eq!(stored_month(&pool, first, seq).await, SEP);
+    stack.shard_pass(Some(OCTOBER_CLOCK)).await;
+
+    // The very next sends, to the topic already sent to and to another
+    // one, are October's: no second of September left on any node.
+    for (topic, cmid) in [(second, "after-1"), (first, "after-2"), (second, "after-3")] {
+        let (seq, _) = send_acked(&client, addr, &token, topic, cmid).await;
+        assert_eq!(
+            stored_month(&pool, topic, seq).await,
+            OCT,
+            "{cmid} to {topic} (seq {seq}) right after the switch"
+        );
+    }
+    // The announcement is gone once the switch is done.
+    let mut redis = stack.redis().await;
+    let announced: Option<String> = redis::cmd("GET")
+        .arg(imstream::keys::TenantKeys::new(stack.tenant()).month_switch())
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(announced, None);
+}
+
+/// A switch announced for an instant still ahead: sends before it keep the
+/// active month, sends from it on get the announced one, whatever the
+/// gateway cached (what a Redis Cluster relies on, tested here on whichever
+/// Redis the suite runs against).
+#[tokio::test]
+async fn an_announced_switch_takes_effect_at_its_instant_of_the_redis_clock() {
+    let stack = september_stack(1).await;
+    let topic = "grpAnnounced";
+    stack.create_group(topic, 1, &[2]).await;
+    let pool = stack.pool();
+    let client = reqwest::Client::new();
+    let addr = stack.gateway_addr(0);
+    let token = stack.token(2, "web");
+    let mut redis = stack.redis().await;
+    let now = imstream::redis_util::redis_now_ms(&mut redis)
+        .await
+        .unwrap();
+    let at_ms = now + 3_000;
+    imstream::redis_util::announce_switch(
+        &mut redis,
+        stack.tenant(),
+        imstream::redis_util::MonthSwitch {
+            month: imstream::store::month::ShardMonth::parse(OCT).unwrap(),
+            at_ms,
+        },
+    )
+    .await
+    .unwrap();
+    let (before, _) = send_acked(&client, addr, &token, topic, "before").await;
+    let sent_at = imstream::redis_util::redis_now_ms(&mut redis)
+        .await
+        .unwrap();
+    assert!(sent_at < at_ms, "the first send took too long to test this");
+    assert_eq!(stored_month(&pool, topic, before).await, SEP);
+    while imstream::redis_util::redis_now_ms(&mut redis)
+        .await
+        .unwrap()
+        < at_ms
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (after, _) = send_acked(&client, addr, &token, topic, "after").await;
+    assert_eq!(stored_month(&pool, topic, after).await, OCT);
+    // The active month itself has not moved: only the announcement says
+    // October, and a shard pass finishes it.
+    let active: String = redis::cmd("GET")
+        .arg(imstream::keys::TenantKeys::new(stack.tenant()).active_month())
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(active, SEP);
+}

@@ -516,7 +516,7 @@ async fn a_friend_request_reaches_every_device_of_its_target() {
     let resp = reqwest::Client::new()
         .post(format!(
             "http://{}/v1/admin/notifications",
-            stack.gateway_addr(0)
+            stack.admin_addr(0)
         ))
         .bearer_auth(&stack.config().auth.admin_token)
         .json(

@@ -56,7 +56,7 @@ async fn revoking_a_device_closes_it_on_every_gateway_and_nothing_else() {
     // The admin endpoint wants the admin token and a known tenant.
     assert_eq!(
         admin(
-            stack.gateway_addr(1),
+            stack.admin_addr(1),
             "wrong",
             &format!("{A}/devices/device-1/revoke"),
             &tenant
@@ -66,7 +66,7 @@ async fn revoking_a_device_closes_it_on_every_gateway_and_nothing_else() {
     );
     assert_eq!(
         admin(
-            stack.gateway_addr(1),
+            stack.admin_addr(1),
             &admin_token,
             &format!("{A}/devices/device-1/revoke"),
             "nosuchtenant"
@@ -78,7 +78,7 @@ async fn revoking_a_device_closes_it_on_every_gateway_and_nothing_else() {
 
     assert_eq!(
         admin(
-            stack.gateway_addr(1),
+            stack.admin_addr(1),
             &admin_token,
             &format!("{A}/devices/device-1/revoke"),
             &tenant
@@ -158,7 +158,7 @@ async fn signing_out_everywhere_closes_every_session_and_refuses_the_old_token()
 
     assert_eq!(
         admin(
-            stack.gateway_addr(0),
+            stack.admin_addr(0),
             &admin_token,
             &format!("{A}/signout"),
             &tenant
@@ -214,8 +214,9 @@ async fn signing_out_everywhere_closes_every_session_and_refuses_the_old_token()
         "old token must not send over HTTP"
     );
     // A token issued after the sign-out (current auth_version) works.
-    let av: i64 = redis::cmd("GET")
-        .arg(imstream::keys::TenantKeys::new(&tenant).auth_version(A))
+    let av: i64 = redis::cmd("HGET")
+        .arg(imstream::keys::TenantKeys::new(&tenant).control(A))
+        .arg("av")
         .query_async(&mut redis)
         .await
         .unwrap();
@@ -229,7 +230,7 @@ async fn signing_out_everywhere_closes_every_session_and_refuses_the_old_token()
     // the user is enabled again.
     assert_eq!(
         admin(
-            stack.gateway_addr(2),
+            stack.admin_addr(2),
             &admin_token,
             &format!("{A}/disable"),
             &tenant
@@ -243,8 +244,9 @@ async fn signing_out_everywhere_closes_every_session_and_refuses_the_old_token()
         Some("user disabled"),
         "{frames:?}"
     );
-    let av: i64 = redis::cmd("GET")
-        .arg(imstream::keys::TenantKeys::new(&tenant).auth_version(A))
+    let av: i64 = redis::cmd("HGET")
+        .arg(imstream::keys::TenantKeys::new(&tenant).control(A))
+        .arg("av")
         .query_async(&mut redis)
         .await
         .unwrap();
@@ -258,7 +260,7 @@ async fn signing_out_everywhere_closes_every_session_and_refuses_the_old_token()
     );
     assert_eq!(
         admin(
-            stack.gateway_addr(2),
+            stack.admin_addr(2),
             &admin_token,
             &format!("{A}/enable"),
             &tenant
@@ -395,9 +397,10 @@ async fn a_cut_subscription_delays_but_loses_nothing_and_control_still_applies()
     // Cut again and revoke b_cut's device by writing the control key only,
     // as if the control envelope had been lost: the heartbeat closes it.
     assert_eq!(kill_subscriber(&mut redis, &user).await, 1);
-    let key = imstream::keys::TenantKeys::new(&tenant).device_revoked(B, "cut");
-    let _: () = redis::cmd("SET")
+    let key = imstream::keys::TenantKeys::new(&tenant).control(B);
+    let _: () = redis::cmd("HSET")
         .arg(&key)
+        .arg("d:cut")
         .arg(imstream::events::now_ms())
         .query_async(&mut redis)
         .await
@@ -642,7 +645,7 @@ async fn a_revoked_device_is_closed_even_when_its_client_stopped_reading() {
 
     assert_eq!(
         admin(
-            stack.gateway_addr(0),
+            stack.admin_addr(0),
             &admin_token,
             &format!("{B}/devices/stuck/revoke"),
             &tenant
@@ -705,8 +708,9 @@ async fn a_session_refused_on_uplink_gets_nothing_more_served() {
     // key only, as if the envelope were lost).
     let mut a = Client::open(stack.gateway_addr(0), &stack.token(A, "d"), "a@gw0").await;
     let mut redis = stack.redis().await;
-    let _: () = redis::cmd("SET")
-        .arg(imstream::keys::TenantKeys::new(&tenant).device_revoked(A, "d"))
+    let _: () = redis::cmd("HSET")
+        .arg(imstream::keys::TenantKeys::new(&tenant).control(A))
+        .arg("d:d")
         .arg(imstream::events::now_ms())
         .query_async(&mut redis)
         .await

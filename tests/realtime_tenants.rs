@@ -170,6 +170,7 @@ async fn a_session_never_gets_another_tenants_realtime_traffic() {
         dedup_key: String::new(),
         occurred_at: imstream::events::now_ms(),
         payload: payload.to_string(),
+        exclude: Vec::new(),
     };
     let forged = |who: &str| json!({"data": {"topic": TOPIC, "from": usr(OWNER), "seq": 999, "content": {"txt": who}}});
     publish_envelope(

@@ -44,7 +44,7 @@ async fn get(stack: &Stack, addr: SocketAddr, uid: i64, path: &str) -> (u16, Val
 /// An admin call (`GET` without a body, else `POST` with `body`).
 async fn admin(stack: &Stack, addr: SocketAddr, path: &str, body: Option<Value>) -> (u16, Value) {
     let client = reqwest::Client::new();
-    let url = format!("http://{addr}{path}");
+    let url = format!("http://{}{path}", stack.admin_addr_of(addr));
     let req = match body {
         None => client.get(url),
         Some(b) => client.post(url).json(&b),
@@ -338,7 +338,7 @@ async fn reports_favorites_and_files_find_their_messages_across_months_and_archi
     // Only operators read the queue.
     let (status, _) = get(
         &stack,
-        gw,
+        stack.admin_addr_of(gw),
         B,
         &format!("/v1/admin/reports?tenant={}", stack.tenant()),
     )

@@ -16,14 +16,11 @@ use realtime_support::{admin, token_for, Client};
 
 /// Deletes `uid`'s Redis control keys (of this test's tenant only; the
 /// server is shared): what a Redis flush or restart leaves of them.
-async fn lose_control_keys(stack: &Stack, uid: i64, devices: &[&str]) {
-    let k = imstream::keys::TenantKeys::new(stack.tenant());
-    let mut keys = vec![
-        k.control_version(uid),
-        k.auth_version(uid),
-        k.user_disabled(uid),
-    ];
-    keys.extend(devices.iter().map(|d| k.device_revoked(uid, d)));
+async fn lose_control_keys(stack: &Stack, uid: i64) {
+    let keys = control_keys(stack, uid).await;
+    if keys.is_empty() {
+        return;
+    }
     let mut redis = stack.redis().await;
     let _: i64 = redis::cmd("DEL")
         .arg(&keys)
@@ -70,7 +67,7 @@ async fn revocations_outlive_the_loss_of_their_redis_keys() {
     // The phone is revoked; B is disabled.
     assert_eq!(
         admin(
-            addr,
+            stack.admin_addr(0),
             &admin_token,
             &format!("{A}/devices/phone/revoke"),
             &tenant
@@ -79,7 +76,13 @@ async fn revocations_outlive_the_loss_of_their_redis_keys() {
         202
     );
     assert_eq!(
-        admin(addr, &admin_token, &format!("{B}/disable"), &tenant).await,
+        admin(
+            stack.admin_addr(0),
+            &admin_token,
+            &format!("{B}/disable"),
+            &tenant
+        )
+        .await,
         202
     );
     wait_for("the revocations applied", Duration::from_secs(30), || {
@@ -98,8 +101,8 @@ async fn revocations_outlive_the_loss_of_their_redis_keys() {
     .await;
 
     // Redis loses the users' control keys.
-    lose_control_keys(&stack, A, &["phone", "laptop"]).await;
-    lose_control_keys(&stack, B, &["web"]).await;
+    lose_control_keys(&stack, A).await;
+    lose_control_keys(&stack, B).await;
 
     for (label, token) in [("stolen", &stolen), ("re-issued", &reissued)] {
         let ctrl = login(addr, token, label).await;
@@ -114,14 +117,14 @@ async fn revocations_outlive_the_loss_of_their_redis_keys() {
     let ctrl = login(addr, &laptop, "a-laptop").await;
     assert_eq!(ctrl["code"], json!(200), "{ctrl}");
 
-    lose_control_keys(&stack, B, &["web"]).await;
+    lose_control_keys(&stack, B).await;
     let ctrl = login(addr, &stack.token(B, "web"), "b").await;
     assert_eq!(
         (ctrl["code"].clone(), ctrl["params"]["reason"].clone()),
         (json!(401), json!("user disabled")),
         "{ctrl}"
     );
-    lose_control_keys(&stack, B, &["web"]).await;
+    lose_control_keys(&stack, B).await;
     assert_eq!(http_status(addr, &stack.token(B, "web")).await, 401);
 
     // The ground truth is in the tenant's database.
@@ -151,7 +154,13 @@ async fn revocations_outlive_the_loss_of_their_redis_keys() {
             .unwrap();
     let fresh = token_for(stack.config(), &tenant, B, "web", av);
     assert_eq!(
-        admin(addr, &admin_token, &format!("{B}/enable"), &tenant).await,
+        admin(
+            stack.admin_addr(0),
+            &admin_token,
+            &format!("{B}/enable"),
+            &tenant
+        )
+        .await,
         202
     );
     wait_for("B enabled", Duration::from_secs(30), || {
@@ -164,7 +173,7 @@ async fn revocations_outlive_the_loss_of_their_redis_keys() {
         }
     })
     .await;
-    lose_control_keys(&stack, B, &["web"]).await;
+    lose_control_keys(&stack, B).await;
     let ctrl = login(addr, &fresh, "b-enabled").await;
     assert_eq!(ctrl["code"], json!(200), "{ctrl}");
     // The token it was issued before being disabled stays refused.
@@ -190,4 +199,134 @@ async fn a_login_nobody_can_check_is_refused() {
     // A user of the healthy tenant gets in.
     let ctrl = login(addr, &stack.token(5, "web"), "healthy").await;
     assert_eq!(ctrl["code"], json!(200), "{ctrl}");
+}
+
+/// Every Redis key holding `uid`'s control state (of this test's tenant).
+async fn control_keys(stack: &Stack, uid: i64) -> Vec<String> {
+    let pattern = format!(
+        "{}:control*",
+        imstream::keys::TenantKeys::new(stack.tenant()).user_base(uid)
+    );
+    let mut redis = stack.redis().await;
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        keys.extend(page);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// Redis evicts keys one by one (an LRU policy takes the coldest first, and
+/// a revoked device's key is cold): whichever one of a user's control keys
+/// is lost, a revoked device and a disabled user stay refused on WebSocket
+/// login and over HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn revocations_survive_the_eviction_of_any_one_control_key() {
+    let mut stack = Stack::prepared(None).await;
+    stack.start_pipeline("control").await;
+    let addr = stack.start_gateway("node-a").await;
+    let admin_token = stack.config().auth.admin_token.clone();
+    let tenant = stack.tenant().to_string();
+    const A: i64 = 51;
+    const B: i64 = 52;
+    let revoked = stack.token(A, "phone");
+    let disabled = stack.token(B, "web");
+    // A uses its laptop, which stays allowed.
+    let laptop = stack.token(A, "laptop");
+    assert_eq!(login(addr, &laptop, "a-laptop").await["code"], json!(200));
+    assert_eq!(
+        admin(
+            stack.admin_addr(0),
+            &admin_token,
+            &format!("{A}/devices/phone/revoke"),
+            &tenant
+        )
+        .await,
+        202
+    );
+    assert_eq!(
+        admin(
+            stack.admin_addr(0),
+            &admin_token,
+            &format!("{B}/disable"),
+            &tenant
+        )
+        .await,
+        202
+    );
+    wait_for("the revocations applied", Duration::from_secs(30), || {
+        let (revoked, disabled) = (revoked.clone(), disabled.clone());
+        async move {
+            match (
+                http_status(addr, &revoked).await,
+                http_status(addr, &disabled).await,
+            ) {
+                (401, 401) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    // A token of B's current auth version: only the disabled flag refuses it.
+    let (av,): (i64,) =
+        sqlx::query_as("SELECT auth_version FROM im_session_control_users WHERE uid = ?")
+            .bind(B)
+            .fetch_one(&stack.pool())
+            .await
+            .unwrap();
+    let disabled = token_for(stack.config(), &tenant, B, "web", av);
+
+    let mut tried = 0;
+    for (uid, token, why) in [
+        (A, &revoked, "device revoked"),
+        (B, &disabled, "user disabled"),
+    ] {
+        let keys = control_keys(&stack, uid).await;
+        assert!(!keys.is_empty(), "uid {uid} has its control state cached");
+        for key in keys {
+            // Each check below re-caches what it had to read from MySQL,
+            // so every round starts from a complete cache.
+            let mut redis = stack.redis().await;
+            let _: i64 = redis::cmd("DEL")
+                .arg(&key)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            let ctrl = login(addr, token, "evicted").await;
+            assert_eq!(
+                (ctrl["code"].clone(), ctrl["params"]["reason"].clone()),
+                (json!(401), json!(why)),
+                "uid {uid} let in over WebSocket once {key} was evicted: {ctrl}"
+            );
+            let _: i64 = redis::cmd("DEL")
+                .arg(&key)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            assert_eq!(
+                http_status(addr, token).await,
+                401,
+                "uid {uid} let in over HTTP once {key} was evicted"
+            );
+            tried += 1;
+        }
+    }
+    assert!(tried >= 2, "{tried} keys tried");
+    // The laptop was never concerned.
+    assert_eq!(login(addr, &laptop, "a-laptop-2").await["code"], json!(200));
 }

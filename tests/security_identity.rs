@@ -150,7 +150,8 @@ async fn tokens_of_no_user_are_refused_and_the_member_placeholder_is_no_uid() {
 #[tokio::test]
 async fn an_admin_token_that_differs_is_refused() {
     let mut stack = Stack::prepared(None).await;
-    let addr = stack.start_gateway("node-a").await;
+    stack.start_gateway("node-a").await;
+    let addr = stack.admin_addr(0);
     let real = stack.config().auth.admin_token.clone();
     let mut near = real.clone().into_bytes();
     let last = near.len() - 1;
@@ -162,6 +163,7 @@ async fn an_admin_token_that_differs_is_refused() {
     }
 }
 
+/// `POST /v1/admin/notifications` on operator port `addr`; the status.
 async fn http_admin(addr: std::net::SocketAddr, token: &str, tenant: &str) -> u16 {
     reqwest::Client::new()
         .post(format!("http://{addr}/v1/admin/notifications"))
@@ -541,7 +543,8 @@ async fn admin_calls_are_audited_with_the_tokens_operator_and_scoped_to_its_tena
         },
     ];
     stack.start_pipeline("commands").await;
-    let addr = stack.start_gateway("node-a").await;
+    stack.start_gateway("node-a").await;
+    let addr = stack.admin_addr(0);
     let command = |token: &str, id: &str, operator: &str| {
         let body = json!({"command_id": id, "tenant": tenant, "operator": operator,
                           "kind": "user.enable", "uid": 5});

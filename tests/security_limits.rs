@@ -262,8 +262,8 @@ async fn failed_logins_lock_the_login_name_out_with_backoff() {
     };
     let mut c = Client::connect(gw, "guesser").await;
     let login = |secret: String| json!({"login": {"scheme": "basic", "secret": secret}});
-    // Two free failures, the third starts a one-second lockout.
-    for _ in 0..3 {
+    // Two passwords checked; the second attempt starts a one-second lockout.
+    for _ in 0..2 {
         let r = c.request(login(basic("wrong"))).await;
         assert_eq!(r["code"], json!(401), "{r}");
     }
@@ -273,7 +273,7 @@ async fn failed_logins_lock_the_login_name_out_with_backoff() {
     let first = retry_after_ms(&r);
     assert!(first <= 1_000, "{r}");
     tokio::time::sleep(Duration::from_millis(first + 50)).await;
-    // One more failure doubles the lockout.
+    // The next attempt is checked and doubles the lockout.
     assert_eq!(c.request(login(basic("wrong"))).await["code"], json!(401));
     let r = c.request(login(basic("right-password"))).await;
     assert_eq!(r["code"], json!(429), "{r}");

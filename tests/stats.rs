@@ -24,7 +24,7 @@ async fn report(stack: &Stack, query: &str) -> (u16, Value) {
     let resp = reqwest::Client::new()
         .get(format!(
             "http://{}/v1/admin/stats?tenant={}{query}",
-            stack.gateway_addr(0),
+            stack.admin_addr(0),
             stack.tenant()
         ))
         .bearer_auth(&stack.config().auth.admin_token)
@@ -229,7 +229,8 @@ async fn stats_equal_a_direct_count_and_survive_replay() {
     assert_eq!(status, 400, "more than 366 days");
     let status = reqwest::Client::new()
         .get(format!(
-            "http://{gw}/v1/admin/stats?tenant={}",
+            "http://{}/v1/admin/stats?tenant={}",
+            stack.admin_addr_of(gw),
             stack.tenant()
         ))
         .bearer_auth(stack.token(A, "http"))

@@ -17,6 +17,9 @@
 //! B sees Alice's name and picture under her messages (never "Not found",
 //! the app's text for an author it has no `public` for), and the one-to-one
 //! chat is titled with the peer's name (never "Unnamed").
+//! C, who lets nobody add them directly, is invited to a second group: it
+//! shows in C's list, opening it shows Tinode's invitation panel, and after
+//! Accept C reads the group's message.
 //! IMSTREAM_WEBAPP_CHAT_LIST=0 skips those steps (to tell a chat-list
 //! failure from a basic one).
 //!
@@ -32,6 +35,9 @@ use common::{repo_root, wait_for, Stack};
 
 const GROUP: &str = "grpWebDemo";
 const GROUP_NAME: &str = "Web Demo";
+const INVITE_GROUP: &str = "grpWebInvite";
+const INVITE_NAME: &str = "Invite Only";
+const INVITE_TEXT: &str = "welcome, carol";
 const ALICE: i64 = 1001;
 const BOB: i64 = 1002;
 const CAROL: i64 = 1003;
@@ -184,6 +190,57 @@ async fn people_chat_in_the_web_app_in_a_real_browser() {
     )
     .await;
 
+    // Carol lets nobody add her directly: Alice's new group invites her.
+    let (status, body) = common::call(
+        &stack,
+        addr,
+        CAROL,
+        "PUT",
+        "/v1/me/settings",
+        serde_json::json!({"add_policy": "nobody"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = common::call(
+        &stack,
+        addr,
+        ALICE,
+        "POST",
+        "/v1/groups",
+        serde_json::json!({"topic": INVITE_GROUP, "name": INVITE_NAME, "members": [CAROL]}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["invited"], serde_json::json!([CAROL]), "{body}");
+    let resp = client
+        .post(format!("http://{addr}/v1/groups/{INVITE_GROUP}/messages"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"content": INVITE_TEXT, "client_msg_id": "invite-1"}))
+        .send()
+        .await
+        .expect("gateway reachable");
+    assert_eq!(resp.status().as_u16(), 202);
+    wait_for("the invitation projected", Duration::from_secs(60), || {
+        let pool = pool.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM im_group_invites i JOIN im_groups g ON g.topic = i.topic \
+                 WHERE i.topic = ? AND i.uid = ?",
+            )
+            .bind(INVITE_GROUP)
+            .bind(CAROL)
+            .fetch_one(&pool)
+            .await
+            .map_err(|e| e.to_string())?;
+            if n == 1 {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        }
+    })
+    .await;
+
     let artifacts = repo_root().join("target/webapp-artifacts");
     let _ = std::fs::remove_dir_all(&artifacts);
     let chat_list = std::env::var("IMSTREAM_WEBAPP_CHAT_LIST").unwrap_or_default();
@@ -202,6 +259,8 @@ async fn people_chat_in_the_web_app_in_a_real_browser() {
         .env("NAME_A", "Alice Liddell")
         .env("NAME_B", "Bob Builder")
         .env("PHOTO_A", ALICE_PHOTO)
+        .env("INVITE_NAME", INVITE_NAME)
+        .env("INVITE_TEXT", INVITE_TEXT)
         .env("CHROMIUM", &chromium)
         .kill_on_drop(true)
         .output();

@@ -327,6 +327,9 @@ mod tests {
             "GroupProfileChanged",
             "MessageReported",
             "MessageReportResolved",
+            "MemberInvited",
+            "MemberInviteDeclined",
+            "FileAuditUpdated",
         ]);
         assert_branches_match::<UserEvent>(&[
             "FriendRequestCreated",

@@ -54,6 +54,9 @@ pub enum GroupEventBody {
     GroupProfileChanged(GroupProfileChanged),
     MessageReported(MessageReported),
     MessageReportResolved(MessageReportResolved),
+    MemberInvited(MemberInvited),
+    MemberInviteDeclined(MemberInviteDeclined),
+    FileAuditUpdated(FileAuditUpdated),
 }
 
 impl GroupEventBody {
@@ -74,6 +77,9 @@ impl GroupEventBody {
             GroupEventBody::GroupProfileChanged(_) => "GroupProfileChanged",
             GroupEventBody::MessageReported(_) => "MessageReported",
             GroupEventBody::MessageReportResolved(_) => "MessageReportResolved",
+            GroupEventBody::MemberInvited(_) => "MemberInvited",
+            GroupEventBody::MemberInviteDeclined(_) => "MemberInviteDeclined",
+            GroupEventBody::FileAuditUpdated(_) => "FileAuditUpdated",
         }
     }
 }
@@ -245,6 +251,19 @@ pub struct GroupCreated {
     pub members: Vec<i64>,
 }
 
+/// A pending invitation of `uid` (who may not be added directly).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberInvited {
+    pub uid: i64,
+    pub invited_by: i64,
+}
+
+/// `uid`'s pending invitation is gone without their joining.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberInviteDeclined {
+    pub uid: i64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupDissolved {
     #[serde(default)]
@@ -278,6 +297,14 @@ pub struct MessageReportResolved {
     pub resolution: String,
     #[serde(default)]
     pub note: String,
+}
+
+/// An operator audited the file message `seq` (admin command
+/// `file.audit.update`): `ok` or `blocked`. Private: never delivered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileAuditUpdated {
+    pub seq: i64,
+    pub status: String,
 }
 
 // ---------------------------------------------------------------- receipts
@@ -390,7 +417,7 @@ pub struct AdminCommand {
 pub enum AdminCommandBody {
     UserDisable(UserRef),
     UserEnable(UserRef),
-    UserPasswordReset(UserRef),
+    UserPasswordReset(UserPasswordReset),
     UserDeviceRevoke(UserDevice),
     GroupDelete(TopicRef),
     GroupMemberRemove(TopicMember),
@@ -398,6 +425,37 @@ pub enum AdminCommandBody {
     GroupAdminRemove(TopicMember),
     GroupMemberMute(TopicMemberMute),
     MessageModerate(TopicSeq),
+    GroupMemberAdd(TopicMembers),
+    FileAuditUpdate(FileAuditUpdate),
+    AbuseReportResolve(AbuseReportResolve),
+}
+
+/// `user.password.reset`: the new password's Argon2id PHC string, made by
+/// whoever issued the command (the password itself never travels); empty:
+/// the old password stops working and none logs in until one is set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserPasswordReset {
+    pub uid: i64,
+    #[serde(default)]
+    pub password_hash: String,
+}
+
+/// `file.audit.update`: the audit outcome (`ok`, `blocked`) of a file
+/// message of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileAuditUpdate {
+    pub topic: String,
+    pub seq: i64,
+    pub status: String,
+}
+
+/// `abuse.report.resolve`: closes an open report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AbuseReportResolve {
+    pub report_id: String,
+    pub resolution: String,
+    #[serde(default)]
+    pub note: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -420,6 +478,13 @@ pub struct TopicRef {
 pub struct TopicMember {
     pub topic: String,
     pub uid: i64,
+}
+
+/// Many users of one group (an operator's bulk add).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicMembers {
+    pub topic: String,
+    pub uids: Vec<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -451,6 +516,9 @@ impl Event for AdminCommand {
             AdminCommandBody::GroupAdminRemove(_) => "GroupAdminRemove",
             AdminCommandBody::GroupMemberMute(_) => "GroupMemberMute",
             AdminCommandBody::MessageModerate(_) => "MessageModerate",
+            AdminCommandBody::GroupMemberAdd(_) => "GroupMemberAdd",
+            AdminCommandBody::FileAuditUpdate(_) => "FileAuditUpdate",
+            AdminCommandBody::AbuseReportResolve(_) => "AbuseReportResolve",
         }
     }
 }

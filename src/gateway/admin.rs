@@ -8,7 +8,8 @@
 //! that tenant only, 403 elsewhere); `?tenant=` names the tenant. The
 //! operator recorded (audit row, event reason) is the token's, never a
 //! field of the request. The control pipeline applies the events (MySQL
-//! rows, Redis keys, closing live sessions).
+//! rows, Redis keys, closing live sessions). Every operator route is served
+//! on the operator port only (`gateway.admin_addr`), behind [`throttle`].
 
 use std::sync::Arc;
 
@@ -20,9 +21,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::events::{
-    new_event_id, now_ms, AdminCommand, AdminCommandBody, AuthVersion, DeviceRevoked, Empty,
-    SessionControlBody, SessionControlEvent, TopicMember, TopicMemberMute, TopicRef, TopicSeq,
-    UserDevice, UserRef,
+    new_event_id, now_ms, AbuseReportResolve, AdminCommand, AdminCommandBody, AuthVersion,
+    DeviceRevoked, Empty, FileAuditUpdate, SessionControlBody, SessionControlEvent, TopicMember,
+    TopicMemberMute, TopicMembers, TopicRef, TopicSeq, UserDevice, UserPasswordReset, UserRef,
 };
 use crate::kafka::topics::TopicKind;
 use crate::session_control::UserControl;
@@ -90,6 +91,33 @@ pub(super) fn check_admin(
         return Err((StatusCode::NOT_FOUND, "unknown tenant"));
     }
     Ok(op)
+}
+
+/// In front of every operator route: a call without a valid admin token
+/// is refused (401) and counted against its client address; an address
+/// with too many failures gets `429` + `Retry-After` for every call until
+/// its lockout ends ([`super::limits::AdminFailures`]).
+pub async fn throttle(
+    State((gw, failures)): State<(Arc<Gateway>, super::limits::AdminFailures)>,
+    info: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let ip = super::server::peer_of(info.map(|axum::Extension(i)| i))
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    let valid = operator(&gw, req.headers()).is_some();
+    match failures.attempt(ip, valid, &gw.config.limits) {
+        Err(ms) => {
+            metrics::counter!(crate::metrics::RATE_LIMITED_TOTAL, "what" => "admin").increment(1);
+            tracing::warn!(%ip, "admin call refused: too many failed admin tokens from this address");
+            super::http::limited(super::limits::Limited::Over(ms)).into_response()
+        }
+        Ok(()) if !valid => {
+            tracing::warn!(%ip, path = %req.uri().path(), "admin call with an invalid admin token");
+            refuse(StatusCode::UNAUTHORIZED, "admin authentication required")
+        }
+        Ok(()) => next.run(req).await,
+    }
 }
 
 fn admit(gw: &Gateway, headers: &HeaderMap, tenant: &str) -> Result<Operator, Response> {
@@ -235,6 +263,9 @@ pub struct CommandBody {
     pub topic: Option<String>,
     #[serde(default)]
     pub uid: Option<i64>,
+    /// For `group.member.add` (bulk membership, no add policy or limit).
+    #[serde(default)]
+    pub uids: Option<Vec<i64>>,
     #[serde(default)]
     pub device: Option<String>,
     #[serde(default)]
@@ -242,10 +273,28 @@ pub struct CommandBody {
     /// RFC 3339, for `group.member.mute` (absent lifts the mute).
     #[serde(default)]
     pub until: Option<String>,
+    /// `user.password.reset`: the new password, hashed here (Argon2id)
+    /// before the command is produced: only its hash travels. Absent: the
+    /// old password stops working and none is set.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// `file.audit.update`: `ok` or `blocked`.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// `abuse.report.resolve`: the report, `dismissed` or `actioned`, and
+    /// an optional note.
+    #[serde(default)]
+    pub report_id: Option<String>,
+    #[serde(default)]
+    pub resolution: Option<String>,
+    #[serde(default)]
+    pub note: Option<String>,
 }
 
-/// The command's body from its kind and the fields that kind needs.
-pub fn command_body(c: &CommandBody) -> Result<AdminCommandBody, String> {
+/// The command's body from its kind and the fields that kind needs
+/// (`password_hash`: the Argon2id hash of `password`, made by the caller
+/// off the async threads).
+pub fn command_body(c: &CommandBody, password_hash: &str) -> Result<AdminCommandBody, String> {
     let uid = || c.uid.ok_or_else(|| format!("{} needs uid", c.kind));
     let topic = || {
         c.topic
@@ -261,7 +310,10 @@ pub fn command_body(c: &CommandBody) -> Result<AdminCommandBody, String> {
     Ok(match c.kind.as_str() {
         "user.disable" => AdminCommandBody::UserDisable(UserRef { uid: uid()? }),
         "user.enable" => AdminCommandBody::UserEnable(UserRef { uid: uid()? }),
-        "user.password.reset" => AdminCommandBody::UserPasswordReset(UserRef { uid: uid()? }),
+        "user.password.reset" => AdminCommandBody::UserPasswordReset(UserPasswordReset {
+            uid: uid()?,
+            password_hash: password_hash.to_string(),
+        }),
         "user.device.revoke" => AdminCommandBody::UserDeviceRevoke(UserDevice {
             uid: uid()?,
             device: c.device.clone().ok_or("user.device.revoke needs device")?,
@@ -282,9 +334,39 @@ pub fn command_body(c: &CommandBody) -> Result<AdminCommandBody, String> {
                 ),
             },
         }),
+        "group.member.add" => AdminCommandBody::GroupMemberAdd(TopicMembers {
+            topic: topic()?,
+            uids: match (&c.uids, c.uid) {
+                (Some(uids), None) if !uids.is_empty() => uids.clone(),
+                (None, Some(uid)) => vec![uid],
+                _ => return Err("group.member.add needs uids (or one uid)".into()),
+            },
+        }),
         "message.moderate" => AdminCommandBody::MessageModerate(TopicSeq {
             topic: topic()?,
             seq: c.seq.ok_or("message.moderate needs seq")?,
+        }),
+        "file.audit.update" => AdminCommandBody::FileAuditUpdate(FileAuditUpdate {
+            topic: topic()?,
+            seq: c.seq.ok_or("file.audit.update needs seq")?,
+            status: c
+                .status
+                .clone()
+                .filter(|s| crate::references::files::Audit::parse(s).is_some())
+                .ok_or("file.audit.update needs status: ok or blocked")?,
+        }),
+        "abuse.report.resolve" => AdminCommandBody::AbuseReportResolve(AbuseReportResolve {
+            report_id: c
+                .report_id
+                .clone()
+                .filter(|r| !r.is_empty())
+                .ok_or("abuse.report.resolve needs report_id")?,
+            resolution: c
+                .resolution
+                .clone()
+                .filter(|r| r == "dismissed" || r == "actioned")
+                .ok_or("abuse.report.resolve needs resolution: dismissed or actioned")?,
+            note: c.note.clone().unwrap_or_default(),
         }),
         other => return Err(format!("unknown command kind {other:?}")),
     })
@@ -314,7 +396,26 @@ pub async fn submit_command(
             "malformed: command_id must be 1-64 characters",
         );
     }
-    let body = match command_body(&c) {
+    // The new password of a reset is hashed here: only its hash travels.
+    let password_hash = match (c.kind.as_str(), &c.password) {
+        ("user.password.reset", Some(p)) => {
+            if let Err(e) = crate::users::check_password(p) {
+                return refuse(StatusCode::BAD_REQUEST, &format!("malformed: {e}"));
+            }
+            match crate::users::hash_password_async(p).await {
+                Ok(h) => h,
+                Err(e) => return super::http::unavailable(e).into_response(),
+            }
+        }
+        (_, Some(_)) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "malformed: password is for user.password.reset only",
+            )
+        }
+        (_, None) => String::new(),
+    };
+    let body = match command_body(&c, &password_hash) {
         Ok(b) => b,
         Err(why) => return refuse(StatusCode::BAD_REQUEST, &format!("malformed: {why}")),
     };

@@ -229,24 +229,39 @@ fn unverified_tenant(token: &str) -> Option<String> {
     value.get("ten")?.as_str().map(str::to_string)
 }
 
-/// The (login, password) of a `basic` secret: base64 of `login:password`.
+/// The (normalized login, password) of a `basic` secret: base64 of
+/// `login:password`; the login in the one form it is stored, looked up
+/// and locked out in ([`crate::users::normalize_login`]). A malformed
+/// login fails.
 fn split_basic(secret_b64: &str) -> Result<(String, String), AuthError> {
     let raw = base64::engine::general_purpose::STANDARD
         .decode(secret_b64)
         .map_err(|_| AuthError::Failed)?;
     let text = String::from_utf8(raw).map_err(|_| AuthError::Failed)?;
     let (login, password) = text.split_once(':').ok_or(AuthError::Failed)?;
-    Ok((login.to_string(), password.to_string()))
+    let login = crate::users::normalize_login(login).map_err(|_| AuthError::Failed)?;
+    Ok((login, password.to_string()))
+}
+
+/// The normalized login of a `basic` secret, if it names a well-formed
+/// one: what failed logins are counted against.
+pub fn basic_login_name(secret_b64: &str) -> Option<String> {
+    split_basic(secret_b64).ok().map(|(login, _)| login)
+}
+
+/// Whether the development user `u` has the normalized login `login`.
+fn dev_user_is(u: &crate::config::DevUser, login: &str) -> bool {
+    crate::users::normalize_login(&u.login).is_ok_and(|n| n == login)
 }
 
 /// Checks `basic` credentials (base64 of `login:password`) against the
-/// development users; returns (tenant, uid).
+/// development users (logins compared normalized); returns (tenant, uid).
 pub fn check_basic(config: &AuthConfig, secret_b64: &str) -> Result<(String, i64), AuthError> {
     let (login, password) = split_basic(secret_b64)?;
     config
         .dev_users
         .iter()
-        .find(|u| u.login == login && u.password == password)
+        .find(|u| dev_user_is(u, &login) && u.password == password)
         .map(|u| (u.tenant.clone(), u.uid))
         .ok_or(AuthError::Failed)
 }
@@ -262,7 +277,7 @@ pub async fn check_basic_login(
     secret_b64: &str,
 ) -> Result<(String, i64), AuthError> {
     let (login, password) = split_basic(secret_b64)?;
-    if config.dev_users.iter().any(|u| u.login == login) {
+    if config.dev_users.iter().any(|u| dev_user_is(u, &login)) {
         return check_basic(config, secret_b64);
     }
     let mut found = Vec::new();
@@ -422,5 +437,15 @@ mod tests {
         let bad = base64::engine::general_purpose::STANDARD.encode("alice:nope");
         assert_eq!(check_basic(&c, &bad), Err(AuthError::Failed));
         assert_eq!(check_basic(&c, "%%%"), Err(AuthError::Failed));
+        // Logins compare normalized; a malformed one is nobody.
+        for (login, ok) in [("ALICE", true), ("Ａlice", true), ("alice ", false)] {
+            let secret =
+                base64::engine::general_purpose::STANDARD.encode(format!("{login}:alice123"));
+            assert_eq!(check_basic(&c, &secret).is_ok(), ok, "{login:?}");
+        }
+        assert_eq!(
+            basic_login_name(&base64::engine::general_purpose::STANDARD.encode("CAROL:x")),
+            Some("carol".into())
+        );
     }
 }

@@ -357,6 +357,69 @@ pub fn me_sub_entry(c: &Conversation, me: i64, online: bool) -> MeSub<'_> {
     }
 }
 
+/// A pending invitation of the user to a group (the members projection).
+#[derive(Debug, Clone)]
+pub struct Invitation {
+    pub topic: String,
+    pub invited_ms: i64,
+    pub profile: conversations::Profile,
+}
+
+/// The user's pending invitations, newest first (at most 100).
+pub async fn invitations(
+    gw: &Gateway,
+    tenant: &str,
+    uid: i64,
+    topic: Option<&str>,
+) -> Result<Vec<Invitation>, Refusal> {
+    let rows: Vec<(crate::exact::Exact, i64, String, Option<String>)> = sqlx::query_as(
+        "SELECT i.topic, CAST(UNIX_TIMESTAMP(i.invited_at) * 1000 AS SIGNED), g.name, g.photo \
+         FROM im_group_invites i JOIN im_groups g ON g.topic = i.topic \
+         WHERE i.uid = ? AND g.status = 'active' AND (? IS NULL OR i.topic = ?) \
+         ORDER BY i.invited_at DESC LIMIT 100",
+    )
+    .bind(uid)
+    .bind(topic)
+    .bind(topic)
+    .fetch_all(pool(gw, tenant)?)
+    .await
+    .map_err(unavailable)?;
+    Ok(rows
+        .into_iter()
+        .map(|(topic, invited_ms, name, photo)| Invitation {
+            topic: topic.into_string(),
+            invited_ms,
+            profile: conversations::Profile {
+                full_name: (!name.is_empty()).then_some(name),
+                photo,
+                note: None,
+            },
+        })
+        .collect())
+}
+
+/// An invitation as a `{meta sub}` entry: access given, not wanted yet
+/// (Tinode's web app shows Accept / Ignore / Block for it).
+pub fn invitation_entry(i: &Invitation) -> MeSub<'_> {
+    let when = tinode::timestamp_ms(i.invited_ms);
+    MeSub {
+        topic: i.topic.clone(),
+        acs: Acs {
+            want: crate::realtime::frames::INVITED_WANT.into(),
+            given: crate::realtime::frames::INVITED_GIVEN.into(),
+            mode: crate::realtime::frames::INVITED_WANT.into(),
+        },
+        updated: when.clone(),
+        touched: when,
+        seq: 0,
+        read: 0,
+        recv: 0,
+        clear: 0,
+        online: false,
+        public: (!i.profile.is_empty()).then_some(Public(&i.profile)),
+    }
+}
+
 /// The `{meta sub}` entries of a list, with their online state.
 pub async fn me_sub_entries<'a>(
     gw: &Gateway,
@@ -654,6 +717,7 @@ pub async fn announce_to_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str)
             dedup_key: String::new(),
             occurred_at: now_ms(),
             payload: crate::realtime::frames::pres_me_frame(&tinode::user_id(uid), what),
+            exclude: Vec::new(),
         };
         if let Err(e) = crate::realtime::bus::publish(&mut redis, None, &envelope).await {
             tracing::warn!(error = %e, "presence to a peer not published");

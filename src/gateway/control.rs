@@ -41,24 +41,34 @@ pub async fn state(
     session_control::read(redis, pools.get(tenant).ok(), tenant, uid, device).await
 }
 
-/// Re-checks every given session; returns those that must close, with why.
-/// Sessions whose user's state is not cached are checked against MySQL.
+/// What a re-check found.
+#[derive(Default)]
+pub struct Rechecked {
+    /// Sessions that must close, with why.
+    pub refused: Vec<(SessionHandle, &'static str)>,
+    /// Sessions whose state neither Redis nor MySQL could give: nothing
+    /// may be served to them until it can be read again.
+    pub unknown: Vec<(SessionHandle, Unavailable)>,
+}
+
+/// Re-checks every given session. Sessions whose user's state is not
+/// cached are checked against MySQL; one that cannot be checked does not
+/// stop the others from being checked.
 pub async fn recheck(
     redis: &mut Redis,
     pools: &TenantPools,
     sessions: &[SessionHandle],
-) -> Result<Vec<(SessionHandle, &'static str)>, Unavailable> {
-    let mut out = Vec::new();
+) -> Rechecked {
+    let mut out = Rechecked::default();
     for chunk in sessions.chunks(2000) {
         let mut pipe = redis::pipe();
         for s in chunk {
-            let k = TenantKeys::new(&s.tenant);
-            pipe.get(k.control_version(s.uid))
-                .get(k.auth_version(s.uid))
-                .exists(k.user_disabled(s.uid))
-                .get(k.device_revoked(s.uid, &s.device));
+            pipe.cmd("HMGET")
+                .arg(TenantKeys::new(&s.tenant).control(s.uid))
+                .arg(&session_control::cached_fields(&s.device));
         }
-        let values: Option<Vec<redis::Value>> = match pipe.query_async(redis).await {
+        let values: Option<Vec<session_control::CachedFields>> = match pipe.query_async(redis).await
+        {
             Ok(v) => Some(v),
             Err(e) => {
                 tracing::warn!(error = %e, "session control: redis unavailable, reading MySQL");
@@ -66,27 +76,26 @@ pub async fn recheck(
             }
         };
         for (i, s) in chunk.iter().enumerate() {
-            let cached = values.as_ref().and_then(|v| {
-                let four = &v[i * 4..i * 4 + 4];
-                let int =
-                    |v: &redis::Value| redis::from_redis_value::<Option<i64>>(v).ok().flatten();
-                int(&four[0])?;
-                Some(ControlState {
-                    auth_version: int(&four[1]).unwrap_or(0),
-                    disabled: redis::from_redis_value::<bool>(&four[2]).unwrap_or(false),
-                    generation: int(&four[3]).unwrap_or(0),
-                })
-            });
+            // Not cached, or not readable: MySQL decides.
+            let cached = values
+                .as_ref()
+                .and_then(|v| session_control::parse_cached(&v[i]).ok().flatten());
             let state = match cached {
                 Some(c) => c,
-                None => state(redis, pools, &s.tenant, s.uid, &s.device).await?,
+                None => match state(redis, pools, &s.tenant, s.uid, &s.device).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        out.unknown.push((s.clone(), e));
+                        continue;
+                    }
+                },
             };
             if let Some(why) = refusal(&state, s.auth_version, s.generation) {
-                out.push((s.clone(), why));
+                out.refused.push((s.clone(), why));
             }
         }
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

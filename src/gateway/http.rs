@@ -10,8 +10,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::events::{GroupCreated, GroupEvent, GroupEventBody};
-use crate::kafka::topics::TopicKind;
+use crate::events::GroupCreated;
 use crate::send::SendRequest;
 
 use super::auth::Claims;
@@ -236,8 +235,12 @@ pub struct CreateGroupBody {
     pub members: Vec<i64>,
 }
 
-/// `POST /v1/groups`: the caller becomes the owner. Produces GroupCreated;
-/// the members pipeline makes the group usable shortly after.
+/// `POST /v1/groups`: the caller becomes the owner. Decided on the group
+/// write model (one create of a name wins, `409` for the others); each
+/// member is added, or invited when their add policy asks for it, and
+/// nobody who blocked the caller is added (`403`). At most
+/// `limits.members_per_request` members (`400`), counted against the
+/// caller's `limits.member_adds`.
 pub async fn create_group(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
@@ -246,7 +249,35 @@ pub async fn create_group(
     let claims = authenticate(&gw, &headers).await?;
     let body: CreateGroupBody =
         serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
+    let most = gw.config.limits.members_per_request;
+    if body.members.len() > most {
+        return Err(error(
+            400,
+            format!(
+                "too many members: at most {most} per request (limits.members_per_request); \
+                 add more later, or as an operator through the group.member.add admin command"
+            ),
+        ));
+    }
+    if body.members.iter().any(|m| *m <= 0) {
+        return Err(error(400, "malformed: members must be positive uids"));
+    }
+    let origin = super::governance::origin(&claims, &headers)?;
     rate(&gw, &claims, super::limits::Action::GroupCreate).await?;
+    let others = body.members.iter().filter(|m| **m != claims.uid).count() as u32;
+    if others > 0 {
+        let mut redis = gw.sender.redis();
+        super::limits::take_n(
+            &mut redis,
+            &gw.config.limits,
+            &claims.ten,
+            claims.uid,
+            super::limits::Action::MemberAdd,
+            others,
+        )
+        .await
+        .map_err(limited)?;
+    }
     let group_id = gw.snowflake.next_id().map_err(unavailable)?;
     let topic = body.topic.unwrap_or_else(|| format!("grp{group_id:x}"));
     if !tinode::is_group_topic(&topic) {
@@ -255,76 +286,24 @@ pub async fn create_group(
             "malformed: topic must be grp followed by 1-61 of [A-Za-z0-9_-]",
         ));
     }
-    if body.members.iter().any(|m| *m <= 0) || body.members.len() > 100_000 {
-        return Err(error(
-            400,
-            "malformed: members must be positive uids (at most 100000)",
-        ));
-    }
-    let pool = gw.sender.pools().get(&claims.ten).map_err(unavailable)?;
-    let exists: Option<i64> = sqlx::query_scalar("SELECT group_id FROM im_groups WHERE topic = ?")
-        .bind(&topic)
-        .fetch_optional(pool)
-        .await
-        .map_err(unavailable)?;
-    if exists.is_some() {
-        return Err(error(409, "topic already exists"));
-    }
-    // The projection may lag behind an earlier create of this name: claim
-    // the name atomically first, so only one group ever gets it.
-    let claim = crate::keys::TopicKeys::new(&claims.ten, &topic).name_claim();
-    let mut redis = gw.sender.redis();
-    let claimed: Option<String> = redis::cmd("SET")
-        .arg(&claim)
-        .arg(group_id)
-        .arg("NX")
-        .query_async(&mut redis)
-        .await
-        .map_err(unavailable)?;
-    if claimed.is_none() {
-        return Err(error(409, "topic already exists"));
-    }
-    let event = GroupEvent {
-        actor_device: claims.dev,
-        source_node: gw.node_id.clone(),
-        ..GroupEvent::new(
-            &claims.ten,
-            &topic,
-            claims.uid,
-            GroupEventBody::GroupCreated(GroupCreated {
-                group_id,
-                name: body.name,
-                owner_uid: claims.uid,
-                members: body.members,
-            }),
-        )
+    let created = GroupCreated {
+        group_id,
+        name: body.name,
+        owner_uid: claims.uid,
+        members: body.members,
     };
-    let produced = gw
-        .sender
-        .producer()
-        .send(
-            TopicKind::GroupEvents,
-            &format!("{}:{topic}", claims.ten),
-            &event,
-            None,
-        )
-        .await;
-    if let Err(e) = produced {
-        // Not created: free the name again (only our own claim). Should the
-        // event still reach the log, the projection keeps the first group.
-        let _: redis::RedisResult<i64> =
-            redis::Script::new(include_str!("../../lua/release_lock.lua"))
-                .key(&claim)
-                .arg(group_id)
-                .invoke_async(&mut redis)
-                .await;
-        return Err(unavailable(e));
+    let outcome = gw
+        .governance
+        .create(&claims.ten, &topic, claims.uid, created, &origin)
+        .await
+        .map_err(|r| error(r.0, r.1))?;
+    // A retry of the same create answers with the group it made.
+    let group_id = outcome.group_id.unwrap_or(group_id);
+    let mut answer = json!({"topic": topic, "group_id": group_id, "events": outcome.event_ids});
+    if !outcome.invited.is_empty() {
+        answer["invited"] = json!(outcome.invited);
     }
-    Ok((
-        StatusCode::CREATED,
-        Json(json!({"topic": topic, "group_id": group_id})),
-    )
-        .into_response())
+    Ok((StatusCode::CREATED, Json(answer)).into_response())
 }
 
 pub(super) fn refused(r: super::reads::Refusal) -> ApiError {

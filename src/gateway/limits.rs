@@ -1,6 +1,6 @@
 //! What one user or one client address may make the gateway do (issue 13):
 //! per-user token buckets in Redis (`lua/rate_limit.lua`), failed-login
-//! lockouts with exponential backoff (`lua/login_failed.lua`) and the
+//! lockouts with exponential backoff (`lua/login_attempt.lua`) and the
 //! per-address connection count of this gateway. Over a limit a request is
 //! refused with a retry-after (HTTP `429` + `Retry-After`, WebSocket
 //! `{ctrl 429 params.retry_after_ms}`); nothing else about the connection
@@ -26,8 +26,12 @@ pub enum Action {
     /// `{get topic="fnd" what="sub"}`: one directory search.
     Find,
     GroupCreate,
+    /// Users added or invited to groups (one token each).
+    MemberAdd,
     FriendRequest,
     Report,
+    /// `PUT /v1/me/password`.
+    PasswordChange,
 }
 
 impl Action {
@@ -39,8 +43,10 @@ impl Action {
             Action::Search => "search",
             Action::Find => "find",
             Action::GroupCreate => "group_create",
+            Action::MemberAdd => "member_add",
             Action::FriendRequest => "friend_request",
             Action::Report => "report",
+            Action::PasswordChange => "password_change",
         }
     }
 
@@ -52,8 +58,10 @@ impl Action {
             Action::Search => limits.searches,
             Action::Find => limits.finds,
             Action::GroupCreate => limits.group_creates,
+            Action::MemberAdd => limits.member_adds,
             Action::FriendRequest => limits.friend_requests,
             Action::Report => limits.reports,
+            Action::PasswordChange => limits.password_changes,
         }
     }
 }
@@ -92,12 +100,24 @@ pub async fn take(
     uid: i64,
     action: Action,
 ) -> Result<(), Limited> {
+    take_n(redis, limits, tenant, uid, action, 1).await
+}
+
+/// Takes `cost` tokens of `action` from the user's bucket at once.
+pub async fn take_n(
+    redis: &mut Redis,
+    limits: &LimitsConfig,
+    tenant: &str,
+    uid: i64,
+    action: Action,
+    cost: u32,
+) -> Result<(), Limited> {
     let bucket = action.bucket(limits);
     let wait: Result<u64, _> = redis::Script::new(include_str!("../../lua/rate_limit.lua"))
         .key(bucket_key(tenant, uid, action))
         .arg(bucket.burst.max(1))
         .arg(bucket.per_minute.max(1))
-        .arg(1)
+        .arg(cost.max(1))
         .invoke_async(redis)
         .await;
     match wait {
@@ -114,25 +134,22 @@ pub async fn take(
     }
 }
 
-/// The login name of a `basic` secret (`base64(login:password)`), if it
-/// has one; failed logins are counted against it.
-pub fn basic_login_name(secret_b64: &str) -> Option<String> {
-    use base64::Engine;
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(secret_b64)
-        .ok()?;
-    let text = String::from_utf8(raw).ok()?;
-    text.split_once(':').map(|(login, _)| login.to_string())
-}
-
-/// The subjects a login attempt is counted against: the login name of a
-/// `basic` login (any tenant) and the client address.
+/// The subjects a login attempt is counted against: the normalized login
+/// name of a `basic` login (any tenant, [`super::auth::basic_login_name`])
+/// and the client address. Each attempt is reserved before its
+/// credentials are checked (`lua/login_attempt.lua`), so attempts racing
+/// each other are counted one by one: at most the free ones are checked
+/// before a lockout, however many arrive at once.
 pub struct LoginSubjects {
-    /// (failure counter, lock, free failures) per subject.
+    /// (attempt counter, lock, free attempts) per subject.
     keys: Vec<(String, String, u32)>,
     /// Whether the first subject is a login name.
     named: bool,
 }
+
+/// Gives one reserved attempt back (never below zero).
+const GIVE_BACK: &str = "local n = redis.call('DECR', KEYS[1]) \
+    if n <= 0 then redis.call('DEL', KEYS[1]) end return n";
 
 impl LoginSubjects {
     pub fn new(login_name: Option<&str>, ip: Option<IpAddr>, limits: &LimitsConfig) -> Self {
@@ -162,31 +179,14 @@ impl LoginSubjects {
         }
     }
 
-    /// Refuses the attempt while any subject is locked out.
-    pub async fn check(&self, redis: &mut Redis) -> Result<(), Limited> {
-        for (_, lock, _) in &self.keys {
-            let ttl: i64 = redis::cmd("PTTL")
-                .arg(lock)
-                .query_async(redis)
-                .await
-                .map_err(|e| {
-                    tracing::warn!(request_id = %crate::request_id::current(), error = %e, "login lockout check unavailable; refusing");
-                    Limited::Unavailable
-                })?;
-            if ttl > 0 {
-                metrics::counter!(crate::metrics::RATE_LIMITED_TOTAL, "what" => "login")
-                    .increment(1);
-                return Err(Limited::Over(ttl as u64));
-            }
-        }
-        Ok(())
-    }
-
-    /// Counts a failed attempt against every subject.
-    pub async fn failed(&self, redis: &mut Redis, limits: &LimitsConfig) {
-        for (fail, lock, free) in &self.keys {
-            let r: redis::RedisResult<i64> =
-                redis::Script::new(include_str!("../../lua/login_failed.lua"))
+    /// Reserves this attempt against every subject, or refuses it while
+    /// any subject is locked out (nothing stays reserved then). A reserved
+    /// attempt counts as a failure until [`Self::succeeded`] or
+    /// [`Self::give_back`]: a failed one needs nothing more.
+    pub async fn reserve(&self, redis: &mut Redis, limits: &LimitsConfig) -> Result<(), Limited> {
+        for (i, (fail, lock, free)) in self.keys.iter().enumerate() {
+            let r: redis::RedisResult<u64> =
+                redis::Script::new(include_str!("../../lua/login_attempt.lua"))
                     .key(fail)
                     .key(lock)
                     .arg(*free)
@@ -194,21 +194,122 @@ impl LoginSubjects {
                     .arg(limits.login_lockout_max_ms.max(1))
                     .invoke_async(redis)
                     .await;
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "failed login not counted");
+            let refused = match r {
+                Ok(0) => continue,
+                Ok(ms) => {
+                    metrics::counter!(crate::metrics::RATE_LIMITED_TOTAL, "what" => "login")
+                        .increment(1);
+                    Limited::Over(ms)
+                }
+                Err(e) => {
+                    tracing::warn!(request_id = %crate::request_id::current(), error = %e, "login lockout check unavailable; refusing");
+                    Limited::Unavailable
+                }
+            };
+            for (fail, _, _) in &self.keys[..i] {
+                give_back(redis, fail).await;
+            }
+            return Err(refused);
+        }
+        Ok(())
+    }
+
+    /// The credentials were right: the login name's count and lockout are
+    /// forgotten, the address gets its attempt back (one valid account
+    /// must not unlock guessing others from that address).
+    pub async fn succeeded(&self, redis: &mut Redis) {
+        for (i, (fail, lock, _)) in self.keys.iter().enumerate() {
+            if i == 0 && self.named {
+                let _: redis::RedisResult<i64> = redis::cmd("DEL")
+                    .arg(fail)
+                    .arg(lock)
+                    .query_async(redis)
+                    .await;
+            } else {
+                give_back(redis, fail).await;
             }
         }
     }
 
-    /// A successful login forgets the login name's failures (not the
-    /// address's: one valid account must not unlock guessing others).
-    pub async fn succeeded(&self, redis: &mut Redis) {
-        if self.named {
-            if let Some((fail, _, _)) = self.keys.first() {
-                let _: redis::RedisResult<i64> =
-                    redis::cmd("DEL").arg(fail).query_async(redis).await;
+    /// The attempt was not decided (the logins table could not be read):
+    /// it does not count.
+    pub async fn give_back(&self, redis: &mut Redis) {
+        for (fail, _, _) in &self.keys {
+            give_back(redis, fail).await;
+        }
+    }
+}
+
+async fn give_back(redis: &mut Redis, counter: &str) {
+    let r: redis::RedisResult<i64> = redis::Script::new(GIVE_BACK)
+        .key(counter)
+        .invoke_async(redis)
+        .await;
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "a login attempt was not given back");
+    }
+}
+
+/// Failed admin tokens per client address on this gateway's operator
+/// port (in process: the port is loopback, and a shared Redis count would
+/// let one host's mistakes lock out another's). Beyond
+/// `limits.admin_failures` the address is refused every admin call, the
+/// right token included, for a lockout that doubles with each further
+/// failure; the count is forgotten a while after the longest lockout.
+#[derive(Clone, Default)]
+pub struct AdminFailures(Arc<Mutex<HashMap<IpAddr, AdminRecord>>>);
+
+#[derive(Debug, Clone, Copy)]
+struct AdminRecord {
+    failures: u32,
+    last: std::time::Instant,
+    locked_until: Option<std::time::Instant>,
+}
+
+/// Addresses remembered at most (expired ones are dropped first).
+const ADMIN_FAILURES_MAX_ADDRESSES: usize = 10_000;
+
+impl AdminFailures {
+    /// Judges one admin call from `ip` whose token is `valid` or not, under
+    /// one lock: `Err(retry_after_ms)` while the address is locked out
+    /// (the token is not even looked at then); else a failure is counted,
+    /// the one that uses up the free failures starting the lockout.
+    pub fn attempt(&self, ip: IpAddr, valid: bool, limits: &LimitsConfig) -> Result<(), u64> {
+        let now = std::time::Instant::now();
+        let first = limits.login_lockout_ms.max(1);
+        let longest = limits.login_lockout_max_ms.max(first);
+        let forget = std::time::Duration::from_millis(longest.saturating_mul(2));
+        let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = t.get(&ip) {
+            if let Some(until) = r.locked_until.filter(|u| *u > now) {
+                let ms = until.duration_since(now).as_millis() as u64;
+                return Err(ms.max(1));
+            }
+            if now.duration_since(r.last) > forget {
+                t.remove(&ip);
             }
         }
+        if valid {
+            return Ok(());
+        }
+        if t.len() >= ADMIN_FAILURES_MAX_ADDRESSES && !t.contains_key(&ip) {
+            t.retain(|_, r| now.duration_since(r.last) <= forget);
+        }
+        let r = t.entry(ip).or_insert(AdminRecord {
+            failures: 0,
+            last: now,
+            locked_until: None,
+        });
+        r.failures += 1;
+        r.last = now;
+        let free = limits.admin_failures.max(1);
+        if r.failures >= free {
+            let ms = first
+                .saturating_mul(1u64 << (r.failures - free).min(30))
+                .min(longest);
+            r.locked_until = Some(now + std::time::Duration::from_millis(ms));
+        }
+        Ok(())
     }
 }
 
@@ -267,6 +368,33 @@ mod tests {
     #[test]
     fn bucket_keys_use_the_users_hash_tag() {
         assert_eq!(bucket_key("acme", 7, Action::Send), "im:{acme:u:7}:rl:send");
+    }
+
+    #[test]
+    fn failed_admin_tokens_lock_the_address_out() {
+        let limits = LimitsConfig {
+            admin_failures: 3,
+            login_lockout_ms: 60_000,
+            ..LimitsConfig::default()
+        };
+        let f = AdminFailures::default();
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        // A valid token costs nothing.
+        for _ in 0..10 {
+            assert_eq!(f.attempt(ip, true, &limits), Ok(()));
+        }
+        for _ in 0..3 {
+            assert_eq!(f.attempt(ip, false, &limits), Ok(()));
+        }
+        // Locked: everything from that address, the right token included.
+        let wait = f.attempt(ip, false, &limits).unwrap_err();
+        assert!(wait > 59_000 && wait <= 60_000, "{wait}");
+        assert!(f.attempt(ip, true, &limits).is_err());
+        // Another address is not concerned.
+        assert_eq!(
+            f.attempt("127.0.0.2".parse().unwrap(), true, &limits),
+            Ok(())
+        );
     }
 
     #[test]

@@ -171,7 +171,7 @@ pub async fn set_group_profile(
             &topic,
             Actor::User(claims.uid, standing),
             change,
-            &origin(&claims, &headers),
+            &origin(&claims, &headers)?,
         )
         .await
         .map_err(|r| error(r.0, r.1))?;
@@ -213,4 +213,129 @@ pub async fn members(
         .await
         .map_err(refused)?;
     Ok(Json(json!({"topic": topic, "subscribers": subs})).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasswordBody {
+    pub old_password: String,
+    pub new_password: String,
+}
+
+/// `PUT /v1/me/password` `{old_password, new_password}`: the caller changes
+/// their own password login (Argon2id). The old password is checked like a
+/// login: the attempt is counted against the login's name and the client
+/// address before it is verified ([`super::limits::LoginSubjects`]), so a
+/// stolen token guesses no faster here than at `{login}`, and a locked-out
+/// name gets `429`; the caller's `password_changes` bucket bounds the
+/// hashing. On success every session of the user is signed out (a
+/// `PasswordReset` session-control event) and the answer carries a new
+/// token for the calling device, under the new auth version. A login of
+/// the configuration's development users cannot be changed here (`409`).
+pub async fn change_password(
+    State(gw): State<Arc<Gateway>>,
+    info: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let claims = authenticate(&gw, &headers).await?;
+    let body: PasswordBody =
+        serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
+    crate::users::check_password(&body.new_password)
+        .map_err(|e| error(400, format!("malformed: new_password: {e}")))?;
+    if body.old_password.len() > crate::users::MAX_PASSWORD_BYTES {
+        return Err(error(400, "malformed: old_password is too long"));
+    }
+    super::http::rate(&gw, &claims, super::limits::Action::PasswordChange).await?;
+    if gw
+        .config
+        .auth
+        .dev_users
+        .iter()
+        .any(|u| u.tenant == claims.ten && u.uid == claims.uid)
+    {
+        return Err(error(
+            409,
+            "this login is defined in the configuration; change it there",
+        ));
+    }
+    let pool = gw
+        .sender
+        .pools()
+        .get(&claims.ten)
+        .map_err(|_| error(401, "authentication failed"))?;
+    let Some((login, stored)) = crate::users::login_of(pool, claims.uid)
+        .await
+        .map_err(super::http::unavailable)?
+    else {
+        return Err(error(404, "no password login for this user"));
+    };
+    let ip = super::server::peer_of(info.map(|axum::Extension(i)| i));
+    let subjects = super::limits::LoginSubjects::new(Some(&login), ip, &gw.config.limits);
+    let mut redis = gw.sender.redis();
+    subjects
+        .reserve(&mut redis, &gw.config.limits)
+        .await
+        .map_err(super::http::limited)?;
+    let (old, hash) = (body.old_password.clone(), stored.clone());
+    let right = tokio::task::spawn_blocking(move || crate::users::verify_password(&old, &hash))
+        .await
+        .unwrap_or(false);
+    if !right {
+        // The reserved attempt stays counted as a failed login.
+        return Err(ApiError(
+            StatusCode::FORBIDDEN,
+            "the old password is wrong".into(),
+            Some(json!({"code": "WRONG_PASSWORD"})),
+        ));
+    }
+    subjects.succeeded(&mut redis).await;
+    let new_hash = crate::users::hash_password_async(&body.new_password)
+        .await
+        .map_err(super::http::unavailable)?;
+    if !crate::users::replace_password_hash(pool, claims.uid, &stored, &new_hash)
+        .await
+        .map_err(super::http::unavailable)?
+    {
+        return Err(error(
+            409,
+            "the password changed meanwhile; try again with the current one",
+        ));
+    }
+    // Every token issued so far is refused from now on; the caller gets one
+    // under the new auth version (its device keeps its generation).
+    let current = crate::session_control::load(pool, claims.uid)
+        .await
+        .map_err(super::http::unavailable)?;
+    let auth_version = current.auth_version + 1;
+    let event = crate::events::SessionControlEvent {
+        event_id: crate::events::new_event_id(),
+        tenant_id: claims.ten.clone(),
+        uid: claims.uid,
+        occurred_at: crate::events::now_ms(),
+        actor_uid: claims.uid,
+        reason: "password changed by the user".into(),
+        body: crate::events::SessionControlBody::PasswordReset(crate::events::AuthVersion {
+            auth_version,
+        }),
+    };
+    gw.sender
+        .producer()
+        .send(
+            crate::kafka::topics::TopicKind::SessionControl,
+            &format!("{}:{}", claims.ten, claims.uid),
+            &event,
+            None,
+        )
+        .await
+        .map_err(super::http::unavailable)?;
+    let issued = gw.tokens.issue(
+        &claims.ten,
+        claims.uid,
+        &claims.dev,
+        auth_version,
+        current.generation(&claims.dev),
+    );
+    tracing::info!(tenant = %claims.ten, uid = claims.uid, "password changed by the user; sessions signed out");
+    Ok(Json(json!({"token": issued.token, "expires": issued.expires})).into_response())
 }

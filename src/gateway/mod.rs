@@ -21,6 +21,7 @@ pub mod reads;
 pub mod references;
 pub mod relations;
 pub mod replies;
+pub mod routes;
 pub mod search;
 mod server;
 pub mod session;
@@ -33,9 +34,8 @@ use std::sync::Arc;
 use axum::extract::{State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
-use axum::Router;
 
+use self::routes::{delete, get, post, put, RouteInfo, Routes};
 use crate::config::Config;
 use crate::events::EventCodec;
 use crate::kafka::producer::EventProducer;
@@ -65,12 +65,21 @@ pub struct Gateway {
 
 /// A started gateway.
 pub struct RunningGateway {
+    /// The public port: WebSocket and the users' HTTP API.
     pub addr: SocketAddr,
+    /// The operator port (`gateway.admin_addr`): `/v1/admin/…` only.
+    pub admin_addr: SocketAddr,
     pub task: tokio::task::JoinHandle<()>,
+    /// Every route its listeners serve, as the router was built.
+    pub routes: Vec<RouteInfo>,
+    /// Each listener's address, by the name its routes give
+    /// ([`RouteInfo::listener`]).
+    pub listeners: Vec<(&'static str, SocketAddr)>,
 }
 
 /// Connects to Redis, MySQL and Kafka, then serves on `addr` (port 0 picks
-/// one) until `shutdown`.
+/// one), and the operator endpoints on `gateway.admin_addr`, until
+/// `shutdown`.
 pub async fn start(
     config: &Config,
     addr: SocketAddr,
@@ -97,13 +106,17 @@ pub async fn start(
     let history = crate::history::History::new(pools.clone(), redis.clone()).with_archives(
         crate::history::archived::Archives::from_config(&config.shards),
     );
-    let governance = crate::governance::Executor::new(
-        pools.clone(),
-        redis.clone(),
+    let sender = Sender::new(
+        config.clone(),
+        redis,
+        pools,
         producer.clone(),
-        node_id.clone(),
+        snowflake.clone(),
     );
-    let sender = Sender::new(config.clone(), redis, pools, producer, snowflake.clone());
+    // Governance decides on the same group write model the send path
+    // checks senders against.
+    let governance =
+        crate::governance::Executor::new(sender.groups().clone(), producer, node_id.clone());
     let gateway = Arc::new(Gateway {
         config: config.clone(),
         node_id: node_id.clone(),
@@ -119,23 +132,133 @@ pub async fn start(
     });
     let tenants: std::collections::HashSet<String> =
         config.tenants.iter().map(|t| t.id.clone()).collect();
+    // After a lost subscription, the gap is filled from the newest stored
+    // messages (the hot copy, else the month tables).
+    let history = gateway.history.clone();
+    let model = gateway.sender.groups().clone();
+    let refill: crate::realtime::bus::Refill = Arc::new(move |tenant, topic| {
+        let history = history.clone();
+        let model = model.clone();
+        Box::pin(async move {
+            let departures = if crate::tinode::is_group_topic(&topic) {
+                match model.departures(&tenant, &topic).await {
+                    Ok(d) => d,
+                    // Who left is unknown: hand over nothing rather than
+                    // risk a message to a removed member.
+                    Err(_) => return (Vec::new(), Default::default()),
+                }
+            } else {
+                Default::default()
+            };
+            let newest = crate::history::PageQuery::new(None, None, Some(100), false);
+            let messages = match newest {
+                Ok(q) => history
+                    .page(&tenant, &topic, 0, q)
+                    .await
+                    .map(|p| p.messages)
+                    .unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
+            (messages, departures)
+        })
+    });
     tokio::spawn(crate::realtime::bus::run_subscriber(
         config.redis.url.clone(),
         node_id.clone(),
         gateway.hub.clone(),
         tenants,
+        Some(refill),
         shutdown.clone(),
     ));
     tokio::spawn(heartbeat(gateway.clone()));
     if dev_profiles::any(config) {
         tokio::spawn(dev_profiles::seed(gateway.clone()));
     }
+    tokio::spawn(sweep_governance(gateway.clone()));
     tokio::spawn(process_gauges(gateway.clone()));
-    let app = Router::new()
+    let app = public_router(gateway.clone())
+        // `/metrics` is served on the telemetry port only, never here.
+        .merge(crate::telemetry::health_routes(
+            routes::PUBLIC,
+            readiness.clone(),
+        ));
+    let web_routes = Routes::new(routes::PUBLIC)
+        .when("gateway.webapp_dir")
+        .route("/v0/file/u/", post(webapp::no_files))
+        .route("/v0/file/s/{*path}", get(webapp::no_files))
+        .fallback(webapp::serve);
+    let app = match webapp {
+        Some(web) => app.merge(
+            web_routes
+                .with_state(web)
+                .map_router(|r| r.layer(axum::middleware::map_response(webapp::harden))),
+        ),
+        None => app.not_served(web_routes),
+    };
+    let (app, mut routes) = app.into_parts();
+    let (admin_app, admin_routes) = admin_router(gateway.clone()).into_parts();
+    routes.extend(admin_routes);
+    let app = server::limited(app, &config.limits);
+    let admin_app = server::limited(admin_app, &config.limits);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let admin_listener = tokio::net::TcpListener::bind(config.gateway.admin_addr)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "binding gateway.admin_addr {}: {e}",
+                config.gateway.admin_addr
+            )
+        })?;
+    let admin_bound = admin_listener.local_addr()?;
+    if !admin_bound.ip().is_loopback() {
+        tracing::warn!(%admin_bound, "operator endpoints listen beyond loopback (gateway.admin_addr)");
+    }
+    readiness.set_ready(true);
+    tracing::info!(%bound, %admin_bound, node = %gateway.node_id, "gateway listening (operator endpoints on admin_bound)");
+    let (limits, connections) = (config.limits.clone(), gateway.connections.clone());
+    let task = tokio::spawn(async move {
+        tokio::join!(
+            server::serve(listener, app, limits.clone(), connections, shutdown.clone()),
+            server::serve(
+                admin_listener,
+                admin_app,
+                limits,
+                limits::Connections::default(),
+                shutdown
+            ),
+        );
+        gateway
+            .sender
+            .producer()
+            .flush(std::time::Duration::from_secs(5));
+    });
+    Ok(RunningGateway {
+        addr: bound,
+        admin_addr: admin_bound,
+        task,
+        routes,
+        listeners: vec![(routes::PUBLIC, bound), (routes::ADMIN, admin_bound)],
+    })
+}
+
+/// Every route of the public port: WebSocket and the users' HTTP API.
+/// Operator routes (`/v1/admin/…`) are not here: they answer 404 on this
+/// port ([`admin_router`]).
+fn public_router(gateway: Arc<Gateway>) -> Routes {
+    Routes::new(routes::PUBLIC)
         .route("/v0/channels", get(upgrade))
         .route("/v1/groups", post(http::create_group))
         .route("/v1/groups/{topic}", delete(governance::dissolve))
         .route("/v1/groups/{topic}/members", post(governance::add_member))
+        .route(
+            "/v1/groups/{topic}/invitation",
+            post(governance::accept_invitation).delete(governance::decline_invitation),
+        )
+        .route(
+            "/v1/me/settings",
+            get(governance::settings).put(governance::set_settings),
+        )
         .route(
             "/v1/groups/{topic}/members/{uid}",
             delete(governance::remove_member),
@@ -174,11 +297,6 @@ pub async fn start(
             "/v1/me/favorites/{topic}/{seq}",
             put(references::add_favorite).delete(references::remove_favorite),
         )
-        .route("/v1/admin/reports", get(references::list_reports))
-        .route(
-            "/v1/admin/reports/{report_id}/resolve",
-            post(references::resolve_report),
-        )
         .route("/v1/groups/{topic}/search", get(http::search))
         .route(
             "/v1/users/{peer}/messages",
@@ -187,6 +305,42 @@ pub async fn start(
         .route(
             "/v1/groups/{topic}/history/clear",
             post(http::clear_history),
+        )
+        .route("/v1/friends/requests", post(relations::request_friend))
+        .route(
+            "/v1/friends/requests/{uid}/accept",
+            post(relations::accept_friend),
+        )
+        .route("/v1/friends/{uid}", delete(relations::remove_friend))
+        .route("/v1/blocks", post(relations::block))
+        .route("/v1/blocks/{uid}", delete(relations::unblock))
+        .route("/v1/me/conversations", get(me_http::conversations))
+        .route("/v1/me/unread", get(me_http::unread))
+        .route("/v1/search", get(search::search))
+        .route("/v1/me/profile", put(me_http::set_profile))
+        .route("/v1/me/password", put(me_http::change_password))
+        .route(
+            "/v1/groups/{topic}/profile",
+            put(me_http::set_group_profile),
+        )
+        .route("/v1/groups/{topic}/subscribers", get(me_http::members))
+        .route("/v1/me/notifications", get(notifications::list))
+        .route("/v1/me/notifications/read", post(notifications::read))
+        .route("/v1/me/push", put(relations::set_dnd))
+        .route("/v1/me/push/topics/{topic}", put(relations::mute_topic))
+        .with_state(gateway)
+}
+
+/// The operator routes (`/v1/admin/…`, admin token), served on their own
+/// listener (`gateway.admin_addr`, loopback by default), behind the
+/// per-address throttle of failed admin tokens ([`admin::throttle`]).
+fn admin_router(gateway: Arc<Gateway>) -> Routes {
+    let throttle = (gateway.clone(), limits::AdminFailures::default());
+    Routes::new(routes::ADMIN)
+        .route("/v1/admin/reports", get(references::list_reports))
+        .route(
+            "/v1/admin/reports/{report_id}/resolve",
+            post(references::resolve_report),
         )
         .route(
             "/v1/admin/users/{uid}/devices/{device}/revoke",
@@ -202,55 +356,13 @@ pub async fn start(
         .route("/v1/admin/stats", get(admin::stats))
         .route("/v1/admin/notifications", post(relations::notify))
         .route("/v1/admin/badges", post(relations::badge))
-        .route("/v1/friends/requests", post(relations::request_friend))
-        .route(
-            "/v1/friends/requests/{uid}/accept",
-            post(relations::accept_friend),
-        )
-        .route("/v1/friends/{uid}", delete(relations::remove_friend))
-        .route("/v1/blocks", post(relations::block))
-        .route("/v1/blocks/{uid}", delete(relations::unblock))
-        .route("/v1/me/conversations", get(me_http::conversations))
-        .route("/v1/me/unread", get(me_http::unread))
-        .route("/v1/search", get(search::search))
-        .route("/v1/me/profile", put(me_http::set_profile))
-        .route(
-            "/v1/groups/{topic}/profile",
-            put(me_http::set_group_profile),
-        )
-        .route("/v1/groups/{topic}/subscribers", get(me_http::members))
-        .route("/v1/me/notifications", get(notifications::list))
-        .route("/v1/me/notifications/read", post(notifications::read))
-        .route("/v1/me/push", put(relations::set_dnd))
-        .route("/v1/me/push/topics/{topic}", put(relations::mute_topic))
-        .with_state(gateway.clone())
-        // `/metrics` is served on the telemetry port only, never here.
-        .merge(crate::telemetry::health_router(readiness.clone()));
-    let app = match webapp {
-        Some(web) => app.merge(
-            Router::new()
-                .route("/v0/file/u/", post(webapp::no_files))
-                .route("/v0/file/s/{*path}", get(webapp::no_files))
-                .fallback(webapp::serve)
-                .with_state(web)
-                .layer(axum::middleware::map_response(webapp::harden)),
-        ),
-        None => app,
-    };
-    let app = server::limited(app, &config.limits);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    readiness.set_ready(true);
-    tracing::info!(%bound, node = %gateway.node_id, "gateway listening");
-    let (limits, connections) = (config.limits.clone(), gateway.connections.clone());
-    let task = tokio::spawn(async move {
-        server::serve(listener, app, limits, connections, shutdown).await;
-        gateway
-            .sender
-            .producer()
-            .flush(std::time::Duration::from_secs(5));
-    });
-    Ok(RunningGateway { addr: bound, task })
+        .with_state(gateway)
+        .map_router(|r| {
+            r.route_layer(axum::middleware::from_fn_with_state(
+                throttle,
+                admin::throttle,
+            ))
+        })
 }
 
 /// A second live gateway with the same node id would split its users'
@@ -404,68 +516,73 @@ async fn heartbeat(gw: Arc<Gateway>) {
             tracing::warn!(error = %e, "presence refresh failed");
         }
         recheck_members(&gw, &mut redis).await;
-        match control::recheck(&mut redis, gw.sender.pools(), &gw.hub.all_sessions()).await {
-            Ok(refused) => {
-                for (session, why) in refused {
-                    tracing::info!(sid = %session.sid, uid = session.uid, why, "closing session on heartbeat");
-                    session.offer(crate::realtime::hub::Outbound::Close(Arc::from(why)));
-                }
+        let checked = control::recheck(&mut redis, gw.sender.pools(), &gw.hub.all_sessions()).await;
+        for (session, why) in checked.refused {
+            tracing::info!(sid = %session.sid, uid = session.uid, why, "closing session on heartbeat");
+            session.offer(crate::realtime::hub::Outbound::Close(Arc::from(why)));
+        }
+        if let Some((_, e)) = checked.unknown.first() {
+            // Their next command is refused until their state can be read.
+            tracing::warn!(sessions = checked.unknown.len(), error = %e, "session control check failed");
+        }
+    }
+}
+
+/// Every few seconds, produces the events of governance commands whose
+/// gateway died between the change in the group write model and the
+/// produce (see `governance::exec`); every gateway sweeps, and an event
+/// produced twice changes nothing.
+async fn sweep_governance(gw: Arc<Gateway>) {
+    let every = std::time::Duration::from_secs(10);
+    loop {
+        tokio::select! {
+            _ = gw.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        for tenant in &gw.config.tenants {
+            if let Err(e) = gw.governance.sweep(&tenant.id).await {
+                tracing::warn!(tenant = %tenant.id, error = %e, "governance sweep failed");
             }
-            Err(e) => tracing::warn!(error = %e, "session control check failed"),
         }
     }
 }
 
 /// Evicts local sessions from groups their user no longer belongs to (or
 /// that were dissolved): the Pub/Sub eviction may have been lost, so each
-/// heartbeat checks every attachment against the membership cache.
-async fn recheck_members(gw: &Gateway, redis: &mut crate::redis_util::Redis) {
+/// heartbeat checks every attachment against the group write model.
+async fn recheck_members(gw: &Gateway, _redis: &mut crate::redis_util::Redis) {
     let attached: Vec<_> = gw
         .hub
         .attached_members()
         .into_iter()
         .filter(|(_, topic, _)| crate::tinode::is_group_topic(topic))
         .collect();
-    if attached.is_empty() {
-        return;
+    // One read of the model per group, for all its attached users.
+    let mut by_group: std::collections::BTreeMap<(String, String), Vec<i64>> =
+        std::collections::BTreeMap::new();
+    for (tenant, topic, uid) in attached {
+        by_group
+            .entry((tenant.to_string(), topic.to_string()))
+            .or_default()
+            .push(uid);
     }
-    // One round trip for every cached answer; a group not cached is loaded.
-    let mut pipe = redis::pipe();
-    for (tenant, topic, uid) in &attached {
-        let keys = crate::keys::TopicKeys::new(tenant, topic);
-        pipe.sismember(keys.members(), uid)
-            .exists(keys.members())
-            .hget(keys.meta(), "status");
-    }
-    type Cached = (bool, bool, Option<String>);
-    let cached: Vec<Cached> = match pipe.query_async::<Vec<redis::Value>>(redis).await {
-        Ok(values) => values
-            .chunks(3)
-            .map(|c| redis::from_redis_value(&redis::Value::Array(c.to_vec())).unwrap_or_default())
-            .collect(),
-        Err(e) => {
-            tracing::warn!(error = %e, "membership re-check failed");
-            return;
-        }
-    };
-    for ((tenant, topic, uid), (is_member, members_cached, status)) in attached.iter().zip(cached) {
-        let gone = if members_cached && status.is_some() {
-            status.as_deref() == Some("dissolved") || !is_member
-        } else {
-            let Ok(pool) = gw.sender.pools().get(tenant) else {
+    let model = gw.sender.groups();
+    for ((tenant, topic), uids) in by_group {
+        let snapshot = match model.read(&tenant, &topic, &uids, None).await {
+            Ok(crate::group_model::Read::State(s)) => s,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "membership re-check failed");
                 continue;
-            };
-            match crate::groups::membership(pool, redis, tenant, topic, *uid).await {
-                Ok(m) => m != crate::groups::Membership::Member,
-                Err(e) => {
-                    tracing::warn!(error = %e, "membership re-check failed");
-                    continue;
-                }
             }
         };
-        if gone {
-            let n = crate::realtime::bus::evict(&gw.hub, tenant, topic, Some(*uid));
-            tracing::info!(%tenant, %topic, uid, sessions = n, "evicted on heartbeat: no longer a member");
+        for uid in uids {
+            let member = snapshot.status == crate::group_model::Status::Active
+                && matches!(snapshot.place(uid), crate::group_model::Place::Member(_));
+            if !member {
+                let n = crate::realtime::bus::evict(&gw.hub, &tenant, &topic, Some(uid));
+                tracing::info!(%tenant, %topic, uid, sessions = n, "evicted on heartbeat: no longer a member");
+            }
         }
     }
 }

@@ -69,9 +69,8 @@ pub async fn ensure_member(
     if !tinode::is_conversation_topic(topic) {
         return Err(Refusal(404, "topic not found".into()));
     }
-    let pool = gw.sender.pools().get(tenant).map_err(Refusal::internal)?;
-    let mut redis = gw.sender.redis();
-    match crate::groups::membership(pool, &mut redis, tenant, topic, uid).await {
+    gw.sender.pools().get(tenant).map_err(Refusal::internal)?;
+    match gw.sender.groups().membership(tenant, topic, uid).await {
         Ok(Membership::Member) => Ok(()),
         Ok(Membership::NotMember) => Err(Refusal(403, "permission denied".into())),
         Ok(Membership::Dissolved) => Err(Refusal(404, "topic not found".into())),
@@ -159,20 +158,36 @@ pub async fn clear_history(
     if ranges.is_empty() || ranges.len() > 100 {
         return Err(Refusal(400, "malformed: 1 to 100 ranges".into()));
     }
+    let keys = TopicKeys::new(tenant, topic);
+    let mut redis = gw.sender.redis();
     // Every read filters by the reader's delete log: it stays bounded.
+    // Checked and counted in one step (`caps`), so concurrent clears never
+    // pass the cap together; a clear refused below after this leaves the
+    // count conservative until it is derived from MySQL again.
     let cap = gw.config.limits.dellog_per_user;
     let pool = gw.sender.pools().get(tenant).map_err(Refusal::internal)?;
-    let rows = crate::history::dellog::own_rows(pool, topic, uid)
-        .await
-        .map_err(Refusal::unavailable)?;
-    if rows as usize + ranges.len() > cap {
+    for r in ranges {
+        if r.low < 1 || r.hi.is_some_and(|hi| hi <= r.low) {
+            return Err(Refusal(400, "malformed: invalid range".into()));
+        }
+    }
+    let taken = crate::caps::take(
+        &mut redis,
+        pool,
+        tenant,
+        crate::caps::Cap::Dellog { topic, uid },
+        cap,
+        ranges.len() as i64,
+        None,
+    )
+    .await
+    .map_err(Refusal::unavailable)?;
+    if let crate::caps::Taken::Full(_) = taken {
         return Err(Refusal(
             409,
             format!("too many history clears in this topic (at most {cap} ranges per user)"),
         ));
     }
-    let keys = TopicKeys::new(tenant, topic);
-    let mut redis = gw.sender.redis();
     let last: Option<i64> = redis::cmd("HGET")
         .arg(keys.seq())
         .arg("last_seq")

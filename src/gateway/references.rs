@@ -256,11 +256,22 @@ pub async fn add_favorite(
     if found.state != RefState::Ok {
         return Err(error(404, "message not found"));
     }
+    // Checked and taken in one step (`caps`): concurrent saves never pass
+    // the cap together.
     let cap = gw.config.limits.favorites_per_user;
-    let saved = favorites::count(pool(&gw, &claims.ten)?, claims.uid)
-        .await
-        .map_err(unavailable)?;
-    if saved >= cap as i64 {
+    let mut redis = gw.sender.redis();
+    let taken = crate::caps::take(
+        &mut redis,
+        pool(&gw, &claims.ten)?,
+        &claims.ten,
+        crate::caps::Cap::Favorites { uid: claims.uid },
+        cap,
+        1,
+        Some(&crate::caps::favorite_item(&topic, seq)),
+    )
+    .await
+    .map_err(unavailable)?;
+    if let crate::caps::Taken::Full(_) = taken {
         return Err(error(
             409,
             format!("at most {cap} favorites; remove some first"),
@@ -299,7 +310,25 @@ pub async fn remove_favorite(
 ) -> Result<Response, ApiError> {
     let seq = seq_of(&seq)?;
     let (claims, topic) = conversation_of(&gw, &headers, &topic).await?;
-    favorite_event(&gw, &claims, topic, seq, UserEventBody::FavoriteRemoved).await
+    let response = favorite_event(
+        &gw,
+        &claims,
+        topic.clone(),
+        seq,
+        UserEventBody::FavoriteRemoved,
+    )
+    .await?;
+    // Its place under the cap is free once the removal is in the log.
+    let mut redis = gw.sender.redis();
+    crate::caps::give(
+        &mut redis,
+        &claims.ten,
+        crate::caps::Cap::Favorites { uid: claims.uid },
+        &crate::caps::favorite_item(&topic, seq),
+    )
+    .await
+    .map_err(unavailable)?;
+    Ok(response)
 }
 
 #[derive(Deserialize)]
@@ -334,11 +363,12 @@ pub async fn list_favorites(
         let may_read = match member.get(f.topic.as_str()) {
             Some(m) => *m,
             None => {
-                let mut redis = gw.sender.redis();
-                let m =
-                    crate::groups::membership(pool, &mut redis, &claims.ten, &f.topic, claims.uid)
-                        .await
-                        .map_err(unavailable)?;
+                let m = gw
+                    .sender
+                    .groups()
+                    .membership(&claims.ten, &f.topic, claims.uid)
+                    .await
+                    .map_err(unavailable)?;
                 let m = m == Membership::Member;
                 member.insert(&f.topic, m);
                 m
@@ -402,14 +432,17 @@ pub async fn list_files(
         let Some(m) = &r.message else {
             continue;
         };
+        // A file an operator blocked is listed without its file.
         let file = m
             .content
             .as_deref()
+            .filter(|_| f.audit != files::Audit::Blocked.as_str())
             .and_then(|c| serde_json::from_str::<Value>(c).ok())
             .and_then(|c| files::attachment(&c));
         entries.push(json!({
             "seq": f.seq,
             "kind": f.kind,
+            "audit": f.audit,
             "state": r.state,
             "from": tinode::user_id(m.from),
             "ts": tinode::timestamp_ms(m.ts),

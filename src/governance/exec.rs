@@ -1,18 +1,28 @@
-//! Executes governance: reads standings from the group cache, asks the
-//! rules, and produces the events (key `{tenant}:{topic}`, acks=all). The
-//! members, store, hot and fan-out pipelines make them take effect.
+//! Executes governance against the group write model
+//! ([`crate::group_model`]): reads the facts an action needs (the actor's
+//! and the targets' standings, the owner) in one step, asks the rules,
+//! applies the change there atomically if those facts still hold (else
+//! decides again), then produces the events (key `{tenant}:{topic}`,
+//! acks=all) and answers. A command's claim keeps its answer and events,
+//! so a retry with the same command id gets the same ones; the members,
+//! store, hot and fan-out pipelines make the events visible in the
+//! projections.
 
-use crate::redis_util::Redis;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::events::{new_event_id, now_ms, GroupEvent, GroupEventBody, MessageDeleted, SeqRange};
-use crate::groups::{self, Standing};
+use crate::events::{
+    now_ms, GroupCreated, GroupEvent, GroupEventBody, MemberInviteDeclined, MemberInvited,
+    MemberJoined, MessageDeleted, SeqRange,
+};
+use crate::group_model::{Applied, Change, GroupModel, Place, Read, Snapshot, Status};
+use crate::groups::{Role, Standing};
 use crate::kafka::producer::EventProducer;
 use crate::kafka::topics::TopicKind;
-use crate::keys::TopicKeys;
-use crate::tenant::TenantPools;
+use crate::keys::{TenantKeys, TopicKeys};
 use crate::tinode;
 
+use super::consent::{self, Admission};
 use super::{authorize, events, Action, Actor, Refused};
 
 /// Most ranges one delete may name.
@@ -24,8 +34,10 @@ pub struct Origin {
     pub device: String,
     pub sid: String,
     pub traceparent: String,
-    /// Set for admin commands: event ids derive from it, so executing the
-    /// same command again produces the same events (projections dedup).
+    /// The command's id (an admin command's, an HTTP `Idempotency-Key`):
+    /// event ids derive from it, and a governance command's claim is kept
+    /// under it, so executing the same command again gives the same answer
+    /// and the same events (projections dedup).
     pub command_id: Option<String>,
 }
 
@@ -33,7 +45,7 @@ impl Origin {
     fn event_id(&self, n: usize) -> String {
         match &self.command_id {
             Some(c) => derived_event_id(c, n),
-            None => new_event_id(),
+            None => crate::events::new_event_id(),
         }
     }
 }
@@ -58,53 +70,106 @@ pub struct Outcome {
     pub event_ids: Vec<String>,
     /// The delete transaction id, for deletes.
     pub del_id: Option<i32>,
+    /// Users who got an invitation instead of being added (their policy).
+    pub invited: Vec<i64>,
+    /// A retry answered from the command's claim.
+    pub replayed: bool,
+    /// The group a create made (a retry's too).
+    pub group_id: Option<i64>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> Refused {
     let request_id = crate::request_id::current();
     tracing::warn!(%request_id, error = %e, "governance: dependency failed");
+    metrics::counter!(crate::metrics::GOVERNANCE_COMMANDS_TOTAL, "outcome" => "unavailable")
+        .increment(1);
     Refused(503, "service unavailable, retry".into())
+}
+
+/// How often a command is decided again after its facts moved under it.
+const MAX_DECISIONS: usize = 32;
+/// How long a command keeps producing its events again after a failed
+/// attempt (like the send path).
+const PRODUCE_RETRY_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
+/// A pending command older than this is swept (its gateway may be gone).
+const SWEEP_AFTER_MS: i64 = 30_000;
+
+/// What a command's claim records: its answer and, for a change, its
+/// events, so a retry with the same command id gets the same answer and
+/// the same events (produced again while the claim is pending).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct CommandClaim {
+    done: bool,
+    code: u16,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    error: String,
+    #[serde(default)]
+    events: Vec<GroupEvent>,
+    #[serde(default)]
+    invited: Vec<i64>,
+}
+
+/// A decision on one snapshot: the change and the events it becomes.
+pub(crate) struct Decision {
+    change: Change,
+    bodies: Vec<GroupEventBody>,
+    invited: Vec<i64>,
+}
+
+impl Decision {
+    fn new(change: Change, bodies: Vec<GroupEventBody>) -> Self {
+        Self {
+            change,
+            bodies,
+            invited: Vec::new(),
+        }
+    }
 }
 
 /// Everything governance needs; cheap to clone.
 #[derive(Clone)]
 pub struct Executor {
-    pools: TenantPools,
-    redis: Redis,
+    model: GroupModel,
     producer: EventProducer,
     node: String,
 }
 
 impl Executor {
-    pub fn new(pools: TenantPools, redis: Redis, producer: EventProducer, node: String) -> Self {
+    pub fn new(model: GroupModel, producer: EventProducer, node: String) -> Self {
         Self {
-            pools,
-            redis,
+            model,
             producer,
             node,
         }
     }
 
+    pub fn model(&self) -> &GroupModel {
+        &self.model
+    }
+
     fn pool(&self, tenant: &str) -> Result<&sqlx::MySqlPool, Refused> {
-        self.pools
+        self.model
+            .pools()
             .get(tenant)
             .map_err(|_| Refused(404, format!("unknown tenant {tenant}")))
     }
 
-    /// `uid`'s standing in `topic` (cache-aside).
+    /// `uid`'s standing in `topic`, from the group's write model.
     pub async fn standing(&self, tenant: &str, topic: &str, uid: i64) -> Result<Standing, Refused> {
         if !tinode::is_conversation_topic(topic) {
             return Ok(Standing::NoGroup);
         }
-        let pool = self.pool(tenant)?;
-        let mut redis = self.redis.clone();
-        groups::standing(pool, &mut redis, tenant, topic, uid)
+        self.pool(tenant)?;
+        self.model
+            .standing(tenant, topic, uid)
             .await
             .map_err(unavailable)
     }
 
-    /// Authorizes and produces one governance action (not moderation: see
-    /// [`moderate`](Self::moderate)).
+    /// Decides and carries out one governance action (not moderation: see
+    /// [`moderate`](Self::moderate)) against the group's write model. The
+    /// actor's standing is the model's, read with the target's in one step
+    /// (whatever standing the caller passes).
     pub async fn act(
         &self,
         tenant: &str,
@@ -126,42 +191,445 @@ impl Executor {
         if action == Action::EditProfile {
             return Err(Refused(400, "a profile change names the profile".into()));
         }
-        if let Actor::User(_, Standing::NoGroup) = actor {
-            return Err(Refused(404, "group not found".into()));
+        if let Action::AddMember(uid) = action {
+            return self.add_members(tenant, topic, actor, &[uid], origin).await;
         }
-        let target = match action.target() {
-            Some(uid) => self.standing(tenant, topic, uid).await?,
-            None => Standing::NotMember,
-        };
-        // An operator has no standing of their own: a group-wide action
-        // still needs the group to exist (uid 0 is the cache's placeholder).
-        if actor == Actor::Operator
-            && action.target().is_none()
-            && self.standing(tenant, topic, 0).await? == Standing::NoGroup
-        {
-            return Err(Refused(404, "group not found".into()));
+        self.pool(tenant)?;
+        let actor_uid = actor_uid(actor);
+        let mut uids: Vec<i64> = action.target().into_iter().collect();
+        if actor_uid > 0 {
+            uids.push(actor_uid);
         }
-        authorize(actor, action, target)?;
-        let owner = match action {
-            Action::TransferOwner(_) => groups::owner(self.pool(tenant)?, topic)
-                .await
-                .map_err(unavailable)?,
-            _ => None,
-        };
-        let actor_uid = match actor {
-            Actor::User(uid, _) => uid,
-            Actor::Operator => 0,
-        };
-        let bodies = events(action, actor_uid, owner, reason);
-        let ids = self
-            .produce(tenant, topic, actor_uid, bodies, origin)
-            .await?;
-        Ok(Outcome {
-            event_ids: ids,
-            del_id: None,
+        let reason = reason.to_string();
+        self.run(tenant, topic, actor_uid, &uids, origin, move |s| {
+            decide(s, actor, action, &reason)
         })
+        .await
     }
 
+    /// Adds `uids` to a group as `actor`: each is added, or invited when
+    /// their add policy asks for it (operators add directly); refused
+    /// (403) when any of them blocked the adder, and (409) when any is a
+    /// member or invited already.
+    pub async fn add_members(
+        &self,
+        tenant: &str,
+        topic: &str,
+        actor: Actor,
+        uids: &[i64],
+        origin: &Origin,
+    ) -> Result<Outcome, Refused> {
+        if !tinode::is_group_topic(topic) {
+            return Err(Refused(404, "group not found".into()));
+        }
+        if uids.is_empty() || uids.iter().any(|u| *u <= 0) {
+            return Err(Refused(400, "malformed: uids must be positive".into()));
+        }
+        let pool = self.pool(tenant)?;
+        let mut targets = uids.to_vec();
+        targets.sort_unstable();
+        targets.dedup();
+        let actor_uid = actor_uid(actor);
+        let admissions = match actor {
+            Actor::Operator => targets.iter().map(|u| (*u, Admission::Direct)).collect(),
+            Actor::User(uid, _) => consent::admissions(pool, uid, &targets).await?,
+        };
+        let mut read = targets.clone();
+        if actor_uid > 0 {
+            read.push(actor_uid);
+        }
+        self.run(tenant, topic, actor_uid, &read, origin, move |s| {
+            let actor = with_standing(actor, s);
+            for uid in &targets {
+                authorize(actor, Action::AddMember(*uid), s.standing(*uid))?;
+                if s.place(*uid) == Place::Invited {
+                    return Err(Refused(409, format!("usr{uid} is invited already")));
+                }
+            }
+            let mut change = Change::on_active();
+            expect_actor(&mut change, s, actor);
+            let mut bodies = Vec::new();
+            let mut invited = Vec::new();
+            for uid in &targets {
+                change.expect(*uid, Place::Out);
+                match admissions.get(uid).copied().unwrap_or(Admission::Direct) {
+                    Admission::Direct => {
+                        change.op("join", uid, "member");
+                        bodies.extend(events(Action::AddMember(*uid), actor_uid, None, ""));
+                    }
+                    Admission::Invite => {
+                        change.op("invite", uid, actor_uid);
+                        invited.push(*uid);
+                        bodies.push(GroupEventBody::MemberInvited(MemberInvited {
+                            uid: *uid,
+                            invited_by: actor_uid,
+                        }));
+                    }
+                }
+            }
+            Ok(Decision {
+                change,
+                bodies,
+                invited,
+            })
+        })
+        .await
+    }
+
+    /// Creates group `topic` owned by `owner`: the members are added, or
+    /// invited when their add policy asks for it; refused (403) when any of
+    /// them blocked the owner, and (409) when the name is taken.
+    pub async fn create(
+        &self,
+        tenant: &str,
+        topic: &str,
+        owner: i64,
+        created: GroupCreated,
+        origin: &Origin,
+    ) -> Result<Outcome, Refused> {
+        if !tinode::is_group_topic(topic) {
+            return Err(Refused(400, "malformed: not a group topic".into()));
+        }
+        let pool = self.pool(tenant)?;
+        let mut members: Vec<i64> = created
+            .members
+            .iter()
+            .copied()
+            .filter(|m| *m != owner)
+            .collect();
+        members.sort_unstable();
+        members.dedup();
+        let admissions = consent::admissions(pool, owner, &members).await?;
+        // The name's model is live (a `none` marker when no group has it).
+        self.model
+            .prepare_create(tenant, topic)
+            .await
+            .map_err(unavailable)?;
+        self.run(tenant, topic, owner, &[owner], origin, move |s| {
+            if s.status != Status::None {
+                return Err(Refused(409, "topic already exists".into()));
+            }
+            let mut change = Change::on_none();
+            change.op("create", created.group_id, owner);
+            let (direct, invited): (Vec<i64>, Vec<i64>) = members
+                .iter()
+                .partition(|m| admissions.get(m) != Some(&Admission::Invite));
+            for uid in &direct {
+                change.op("join", uid, "member");
+            }
+            for uid in &invited {
+                change.op("invite", uid, owner);
+            }
+            let mut bodies = vec![GroupEventBody::GroupCreated(GroupCreated {
+                members: direct,
+                ..created.clone()
+            })];
+            bodies.extend(invited.iter().map(|uid| {
+                GroupEventBody::MemberInvited(MemberInvited {
+                    uid: *uid,
+                    invited_by: owner,
+                })
+            }));
+            Ok(Decision {
+                change,
+                bodies,
+                invited,
+            })
+        })
+        .await
+    }
+
+    /// `uid` accepts (joins) or declines their invitation to `topic`.
+    pub async fn answer_invitation(
+        &self,
+        tenant: &str,
+        topic: &str,
+        uid: i64,
+        accept: bool,
+        origin: &Origin,
+    ) -> Result<Outcome, Refused> {
+        if !tinode::is_group_topic(topic) {
+            return Err(Refused(404, "group not found".into()));
+        }
+        self.pool(tenant)?;
+        self.run(tenant, topic, uid, &[uid], origin, move |s| {
+            if s.status != Status::Active {
+                return Err(Refused(404, "group not found".into()));
+            }
+            let Some(inviter) = s.inviter(uid) else {
+                return Err(match s.place(uid) {
+                    Place::Member(_) => Refused(409, "already a member".into()),
+                    _ => Refused(404, "no invitation to this group".into()),
+                });
+            };
+            let mut change = Change::on_active();
+            change.expect(uid, Place::Invited);
+            let body = if accept {
+                change.op("join", uid, "member");
+                GroupEventBody::MemberJoined(MemberJoined {
+                    uid,
+                    role: Role::Member.as_str().into(),
+                    invited_by: inviter,
+                })
+            } else {
+                change.op("uninvite", uid, "");
+                GroupEventBody::MemberInviteDeclined(MemberInviteDeclined { uid })
+            };
+            Ok(Decision::new(change, vec![body]))
+        })
+        .await
+    }
+
+    /// One command against the write model: read (or the claim of an
+    /// earlier attempt), decide, apply if the facts still hold (else decide
+    /// again), produce the events, answer.
+    async fn run<F>(
+        &self,
+        tenant: &str,
+        topic: &str,
+        actor_uid: i64,
+        uids: &[i64],
+        origin: &Origin,
+        decide: F,
+    ) -> Result<Outcome, Refused>
+    where
+        F: Fn(&Snapshot) -> Result<Decision, Refused>,
+    {
+        let command_id = origin
+            .command_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let keys = TopicKeys::new(tenant, topic);
+        let claim_key = keys.command(actor_uid, &command_id);
+        let mut redis = self.model.redis();
+        for attempt in 0..MAX_DECISIONS {
+            let read = self
+                .model
+                .read(tenant, topic, uids, Some(&claim_key))
+                .await
+                .map_err(unavailable)?;
+            let snapshot = match read {
+                Read::Claim(c) => return self.replay(tenant, topic, &claim_key, &c).await,
+                Read::State(s) => s,
+            };
+            let decision = match decide(&snapshot) {
+                Ok(d) => d,
+                Err(refused) => {
+                    // Only a command the client named can be retried: a
+                    // refusal of an unnamed one leaves nothing behind.
+                    if origin.command_id.is_some() {
+                        remember_refusal(&mut redis, &claim_key, &refused).await;
+                    }
+                    metrics::counter!(crate::metrics::GOVERNANCE_COMMANDS_TOTAL, "outcome" => "refused")
+                        .increment(1);
+                    return Err(refused);
+                }
+            };
+            let occurred_at = now_ms();
+            let events: Vec<GroupEvent> = decision
+                .bodies
+                .into_iter()
+                .enumerate()
+                .map(|(n, body)| GroupEvent {
+                    event_id: derived_event_id(&command_id, n),
+                    occurred_at,
+                    actor_device: origin.device.clone(),
+                    source_sid: origin.sid.clone(),
+                    source_node: self.node.clone(),
+                    traceparent: origin.traceparent.clone(),
+                    ..GroupEvent::new(tenant, topic, actor_uid, body)
+                })
+                .collect();
+            let mut claim = CommandClaim {
+                done: false,
+                code: 202,
+                error: String::new(),
+                events,
+                invited: decision.invited,
+            };
+            let text = serde_json::to_string(&claim).map_err(unavailable)?;
+            // Known to be pending before the change exists: a gateway that
+            // dies after the change leaves its events for the sweeper.
+            let pending = pending_entry(topic, &claim_key);
+            let pending_key = TenantKeys::new(tenant).governance_pending();
+            let _: () = redis::cmd("ZADD")
+                .arg(&pending_key)
+                .arg(occurred_at)
+                .arg(&pending)
+                .query_async(&mut redis)
+                .await
+                .map_err(unavailable)?;
+            let applied = self
+                .model
+                .apply(tenant, topic, &decision.change, Some((&claim_key, &text)))
+                .await;
+            let applied = match applied {
+                Ok(a) => a,
+                Err(e) => {
+                    // The change may have been made: the sweeper looks.
+                    return Err(unavailable(e));
+                }
+            };
+            match applied {
+                Applied::Done(version) => {
+                    tracing::debug!(tenant, topic, version, attempt, "governance change applied");
+                    self.produce_claim(&mut redis, &claim_key, &mut claim)
+                        .await?;
+                    let _: redis::RedisResult<()> = redis::cmd("ZREM")
+                        .arg(&pending_key)
+                        .arg(&pending)
+                        .query_async(&mut redis)
+                        .await;
+                    let outcome = "ok";
+                    metrics::counter!(crate::metrics::GOVERNANCE_COMMANDS_TOTAL, "outcome" => outcome)
+                        .increment(1);
+                    return Ok(outcome_of(&claim, false));
+                }
+                Applied::Claim(c) => {
+                    let _: redis::RedisResult<()> = redis::cmd("ZREM")
+                        .arg(&pending_key)
+                        .arg(&pending)
+                        .query_async(&mut redis)
+                        .await;
+                    return self.replay(tenant, topic, &claim_key, &c).await;
+                }
+                Applied::Conflict => {
+                    let _: redis::RedisResult<()> = redis::cmd("ZREM")
+                        .arg(&pending_key)
+                        .arg(&pending)
+                        .query_async(&mut redis)
+                        .await;
+                    metrics::counter!(crate::metrics::GOVERNANCE_COMMANDS_TOTAL, "outcome" => "conflict_retried")
+                        .increment(1);
+                }
+            }
+        }
+        Err(Refused(503, "the group kept changing; retry".into()))
+    }
+
+    /// Answers a command that ran before from its claim; a pending one's
+    /// events are produced again (the same events).
+    async fn replay(
+        &self,
+        tenant: &str,
+        topic: &str,
+        claim_key: &str,
+        text: &str,
+    ) -> Result<Outcome, Refused> {
+        let mut claim: CommandClaim = serde_json::from_str(text)
+            .map_err(|e| unavailable(format!("unreadable command claim {claim_key}: {e}")))?;
+        metrics::counter!(crate::metrics::GOVERNANCE_COMMANDS_TOTAL, "outcome" => "replayed")
+            .increment(1);
+        if claim.code >= 300 {
+            return Err(Refused(claim.code, claim.error));
+        }
+        if !claim.done {
+            let mut redis = self.model.redis();
+            self.produce_claim(&mut redis, claim_key, &mut claim)
+                .await?;
+            let _: redis::RedisResult<()> = redis::cmd("ZREM")
+                .arg(TenantKeys::new(tenant).governance_pending())
+                .arg(pending_entry(topic, claim_key))
+                .query_async(&mut redis)
+                .await;
+        }
+        Ok(outcome_of(&claim, true))
+    }
+
+    /// Produces a claim's events (in order, retried within the budget) and
+    /// marks it done.
+    async fn produce_claim(
+        &self,
+        redis: &mut crate::redis_util::Redis,
+        claim_key: &str,
+        claim: &mut CommandClaim,
+    ) -> Result<(), Refused> {
+        for event in &claim.events {
+            let tp = (!event.traceparent.is_empty()).then_some(event.traceparent.as_str());
+            let deadline = std::time::Instant::now() + PRODUCE_RETRY_BUDGET;
+            loop {
+                match self
+                    .producer
+                    .send(TopicKind::GroupEvents, &event.key(), event, tp)
+                    .await
+                {
+                    Ok(_) => break,
+                    Err(e) if e.is_retryable() && std::time::Instant::now() < deadline => {
+                        tracing::warn!(topic = %event.topic, error = %e, "governance produce failed; producing the same event again");
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                    // The claim stays pending: a retry or the sweeper
+                    // produces the same events.
+                    Err(e) => return Err(unavailable(e)),
+                }
+            }
+        }
+        evict_removed(redis, &claim.events).await;
+        claim.done = true;
+        if let Ok(text) = serde_json::to_string(claim) {
+            // Best effort: a claim left pending only produces the same
+            // events once more.
+            let _: redis::RedisResult<()> = redis::cmd("SET")
+                .arg(claim_key)
+                .arg(text)
+                .arg("XX")
+                .arg("KEEPTTL")
+                .query_async(redis)
+                .await;
+        }
+        Ok(())
+    }
+
+    /// Produces the events of commands whose gateway died between their
+    /// change and their produce (pending for a while); run periodically by
+    /// every gateway. Producing an event twice changes nothing.
+    pub async fn sweep(&self, tenant: &str) -> Result<usize, Refused> {
+        let mut redis = self.model.redis();
+        let key = TenantKeys::new(tenant).governance_pending();
+        let stale: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(now_ms() - SWEEP_AFTER_MS)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(100)
+            .query_async(&mut redis)
+            .await
+            .map_err(unavailable)?;
+        let mut produced = 0;
+        for entry in stale {
+            let Some((topic, claim_key)) = entry.split_once('\n') else {
+                continue;
+            };
+            let text: Option<String> = redis::cmd("GET")
+                .arg(claim_key)
+                .query_async(&mut redis)
+                .await
+                .map_err(unavailable)?;
+            if let Some(text) = text {
+                let pending = serde_json::from_str::<CommandClaim>(&text)
+                    .map(|c| !c.done && c.code < 300)
+                    .unwrap_or(false);
+                if pending {
+                    self.replay(tenant, topic, claim_key, &text).await?;
+                    produced += 1;
+                    tracing::warn!(
+                        tenant,
+                        topic,
+                        claim = claim_key,
+                        "swept a governance command whose events were not produced"
+                    );
+                }
+            }
+            let _: () = redis::cmd("ZREM")
+                .arg(&key)
+                .arg(&entry)
+                .query_async(&mut redis)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(produced)
+    }
     /// Deletes messages for everyone as a moderator (owner, admin or
     /// operator): `MessageDeleted` with a new delete id. Ranges are
     /// `[low, hi)`, clamped to the topic's last seq.
@@ -203,6 +671,7 @@ impl Executor {
         Ok(Outcome {
             event_ids: ids,
             del_id: Some(del_id),
+            ..Default::default()
         })
     }
 
@@ -237,7 +706,7 @@ impl Executor {
             .await?;
         Ok(Outcome {
             event_ids: ids,
-            del_id: None,
+            ..Default::default()
         })
     }
 
@@ -303,7 +772,7 @@ impl Executor {
 
     /// The topic's last allocated seq (0 when none).
     pub async fn last_seq(&self, tenant: &str, topic: &str) -> Result<i64, Refused> {
-        let mut redis = self.redis.clone();
+        let mut redis = self.model.redis();
         let last: Option<i64> = redis::cmd("HGET")
             .arg(TopicKeys::new(tenant, topic).seq())
             .arg("last_seq")
@@ -315,7 +784,7 @@ impl Executor {
 
     /// A new delete transaction id of the topic (Tinode's `clear`).
     pub async fn next_del_id(&self, tenant: &str, topic: &str) -> Result<i32, Refused> {
-        let mut redis = self.redis.clone();
+        let mut redis = self.model.redis();
         let id: i64 = redis::cmd("INCR")
             .arg(TopicKeys::new(tenant, topic).del_id())
             .query_async(&mut redis)
@@ -351,6 +820,181 @@ impl Executor {
             ids.push(event.event_id);
         }
         Ok(ids)
+    }
+}
+
+fn actor_uid(actor: Actor) -> i64 {
+    match actor {
+        Actor::User(uid, _) => uid,
+        Actor::Operator => 0,
+    }
+}
+
+/// The actor as the snapshot knows them.
+fn with_standing(actor: Actor, s: &Snapshot) -> Actor {
+    match actor {
+        Actor::User(uid, _) => Actor::User(uid, s.standing(uid)),
+        Actor::Operator => Actor::Operator,
+    }
+}
+
+/// The change holds only while a user actor keeps the place it was decided on.
+fn expect_actor(change: &mut Change, s: &Snapshot, actor: Actor) {
+    if let Actor::User(uid, _) = actor {
+        change.expect(uid, s.place(uid));
+    }
+}
+
+/// The rules on one snapshot: the change an action makes and its events.
+fn decide(s: &Snapshot, actor: Actor, action: Action, reason: &str) -> Result<Decision, Refused> {
+    let actor = with_standing(actor, s);
+    if s.status != Status::Active {
+        return Err(Refused(404, "group not found".into()));
+    }
+    if let (Action::TransferOwner(_), Actor::User(uid, Standing::Member { role, .. })) =
+        (action, actor)
+    {
+        // The owner this request was made as has handed the group on (two
+        // transfers raced, or one followed another): the request conflicts
+        // with the group's history, it is not a question of rights.
+        if role != Role::Owner && s.prev_owner == Some(uid) {
+            let to = s.owner.map(tinode::user_id).unwrap_or_default();
+            return Err(Refused(
+                409,
+                format!("ownership was transferred to {to} meanwhile"),
+            ));
+        }
+    }
+    let target = action.target();
+    let target_standing = target.map_or(Standing::NotMember, |t| s.standing(t));
+    authorize(actor, action, target_standing)?;
+    let actor_uid = actor_uid(actor);
+    let mut change = Change::on_active();
+    expect_actor(&mut change, s, actor);
+    if let Some(t) = target {
+        change.expect(t, s.place(t));
+    }
+    let owner = s.owner;
+    match action {
+        Action::Leave => {
+            change.op("leave", actor_uid, "");
+        }
+        Action::Kick(uid) => {
+            change.op("leave", uid, "");
+        }
+        Action::SetAdmin(uid) => {
+            change.op("role", uid, "admin");
+        }
+        Action::RemoveAdmin(uid) => {
+            change.op("role", uid, "member");
+        }
+        Action::TransferOwner(uid) => {
+            change.op("role", uid, "owner").op("owner", uid, "");
+            if let Some(old) = owner.filter(|o| *o != uid) {
+                change.expect(old, Place::Member(Role::Owner));
+                change.op("role", old, "admin");
+            }
+        }
+        Action::Mute(uid, until) => {
+            change.op(
+                "mute",
+                uid,
+                until.map(|u| u.to_string()).unwrap_or_default(),
+            );
+        }
+        Action::MuteAll(on) => {
+            change.op("muteall", if on { "1" } else { "0" }, "");
+        }
+        Action::Dissolve => {
+            change.op("dissolve", "", "");
+        }
+        Action::AddMember(_) | Action::Moderate | Action::EditProfile => {
+            return Err(Refused(
+                400,
+                format!("{} is not decided here", action.name()),
+            ));
+        }
+    }
+    Ok(Decision::new(
+        change,
+        events(action, actor_uid, owner, reason),
+    ))
+}
+
+/// Keeps a refusal as the command's answer (a retry gets it again).
+async fn remember_refusal(
+    redis: &mut crate::redis_util::Redis,
+    claim_key: &str,
+    refused: &Refused,
+) {
+    if refused.0 == 503 {
+        return;
+    }
+    let claim = CommandClaim {
+        done: true,
+        code: refused.0,
+        error: refused.1.clone(),
+        events: Vec::new(),
+        invited: Vec::new(),
+    };
+    if let Ok(text) = serde_json::to_string(&claim) {
+        let _: redis::RedisResult<Option<String>> = redis::cmd("SET")
+            .arg(claim_key)
+            .arg(text)
+            .arg("NX")
+            .arg("PX")
+            .arg(crate::send::CLAIM_TTL_MS)
+            .query_async(redis)
+            .await;
+    }
+}
+
+/// Evicts the sessions of removed members (of every member, for a dissolved
+/// group) on every gateway as soon as the removal is in the log, with the
+/// envelope id the members pipeline uses later (a gateway acts once).
+/// Best effort: the pipeline's copy, the fan-out's exclusions and every
+/// gateway's heartbeat re-check cover a lost one; no membership check
+/// depends on it.
+async fn evict_removed(redis: &mut crate::redis_util::Redis, events: &[GroupEvent]) {
+    use crate::realtime::{Envelope, Kind, TargetType};
+    for event in events {
+        let payload = match &event.body {
+            GroupEventBody::MemberLeft(l) => l.uid.to_string(),
+            GroupEventBody::GroupDissolved(_) => String::new(),
+            _ => continue,
+        };
+        let envelope = Envelope {
+            event_id: format!("{}:evict", event.event_id),
+            tenant_id: event.tenant_id.clone(),
+            kind: Kind::Evict,
+            target_type: TargetType::Topic,
+            target: event.topic.clone(),
+            skip_sid: String::new(),
+            dedup_key: String::new(),
+            occurred_at: event.occurred_at,
+            payload,
+            exclude: Vec::new(),
+        };
+        if let Err(e) = crate::realtime::bus::publish(redis, None, &envelope).await {
+            tracing::warn!(topic = %event.topic, error = %e, "eviction not published; the members pipeline publishes it");
+        }
+    }
+}
+
+fn pending_entry(topic: &str, claim_key: &str) -> String {
+    format!("{topic}\n{claim_key}")
+}
+
+fn outcome_of(claim: &CommandClaim, replayed: bool) -> Outcome {
+    Outcome {
+        event_ids: claim.events.iter().map(|e| e.event_id.clone()).collect(),
+        del_id: None,
+        invited: claim.invited.clone(),
+        replayed,
+        group_id: claim.events.iter().find_map(|e| match &e.body {
+            GroupEventBody::GroupCreated(g) => Some(g.group_id),
+            _ => None,
+        }),
     }
 }
 

@@ -1,9 +1,13 @@
 //! Group governance (seed 002 §5 and §7): who may do what to whom, and the
 //! past-tense events each action becomes. The rules here are pure; the
-//! [`exec`] half reads standings from the group cache, asks the rules and
-//! produces the events. The gateway's HTTP API and the admin-command
-//! pipeline both go through it, so a rule holds however an action arrives.
+//! [`exec`] half reads the facts from the group write model
+//! ([`crate::group_model`]), asks the rules, applies the change there
+//! atomically and produces the events; [`consent`] says whether an added
+//! user is added or invited. The gateway's HTTP API, its WebSocket paths
+//! and the admin-command pipeline all go through it, so a rule holds however
+//! an action arrives.
 
+pub mod consent;
 pub mod exec;
 
 pub use exec::{Executor, Outcome};

@@ -107,6 +107,38 @@ pub async fn max_in_tail(
     Ok(out)
 }
 
+/// Every event of `key`'s topic in the part of the log `group` has not
+/// committed yet, in log order (a rebuild of a group's write model applies
+/// them on top of what the members projection stored). Records nobody can
+/// decode are skipped (logged), as in [`max_in_tail`].
+pub async fn events_in_tail(
+    config: &Config,
+    group: &str,
+    key: &str,
+    codec: &EventCodec,
+    deadline: Duration,
+) -> Result<Vec<GroupEvent>, TailError> {
+    let topic = TopicNames::new(&config.kafka).name(TopicKind::GroupEvents);
+    let config = config.clone();
+    let group = group.to_string();
+    let key_bytes = key.as_bytes().to_vec();
+    let payloads =
+        tokio::task::spawn_blocking(move || scan(&config, &topic, &group, &key_bytes, deadline))
+            .await
+            .map_err(|_| TailError::Timeout(deadline))??;
+    let mut out = Vec::new();
+    for payload in payloads.0 {
+        match codec.decode::<GroupEvent>(Some(&payload)).await {
+            Ok(e) => out.push(e),
+            Err(e) if e.is_retryable() => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(key, error = %e, "skipping an undecodable record in the log tail");
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn scan(
     config: &Config,
     topic: &str,

@@ -12,13 +12,13 @@
 //! crash between producing the result and recording it can repeat a
 //! result; consumers key results by command id.
 
-use crate::redis_util::Redis;
 use chrono::{TimeZone, Utc};
 use serde_json::json;
 
 use crate::events::{
     now_ms, AdminCommand, AdminCommandBody, AdminResult, AuthVersion, DeviceRevoked, Empty,
-    EventCodec, SeqRange, SessionControlBody, SessionControlEvent,
+    EventCodec, FileAuditUpdated, GroupEvent, GroupEventBody, MessageReportResolved, SeqRange,
+    SessionControlBody, SessionControlEvent,
 };
 use crate::governance::exec::{derived_event_id, Origin};
 use crate::governance::{Action, Actor, Executor, Refused};
@@ -41,11 +41,11 @@ impl CommandsHandler {
     pub fn new(
         codec: EventCodec,
         pools: TenantPools,
-        redis: Redis,
+        model: crate::group_model::GroupModel,
         producer: EventProducer,
         node: String,
     ) -> Self {
-        let governance = Executor::new(pools.clone(), redis, producer.clone(), node);
+        let governance = Executor::new(model, producer.clone(), node);
         Self {
             codec,
             pools,
@@ -68,6 +68,9 @@ pub fn kind_name(body: &AdminCommandBody) -> &'static str {
         AdminCommandBody::GroupAdminRemove(_) => "group.admin.remove",
         AdminCommandBody::GroupMemberMute(_) => "group.member.mute",
         AdminCommandBody::MessageModerate(_) => "message.moderate",
+        AdminCommandBody::GroupMemberAdd(_) => "group.member.add",
+        AdminCommandBody::FileAuditUpdate(_) => "file.audit.update",
+        AdminCommandBody::AbuseReportResolve(_) => "abuse.report.resolve",
     }
 }
 
@@ -226,13 +229,90 @@ impl CommandsHandler {
                     .await
             }
             AdminCommandBody::UserPasswordReset(u) => {
+                // The stored password first (the same hash again when the
+                // command runs twice), then every session is refused.
+                let hash = if u.password_hash.is_empty() {
+                    crate::users::LOCKED_HASH
+                } else if crate::users::is_argon2id_hash(&u.password_hash) {
+                    u.password_hash.as_str()
+                } else {
+                    return Err(Refused(
+                        400,
+                        "password_hash must be an Argon2id PHC string".into(),
+                    ));
+                };
+                if u.uid <= 0 {
+                    return Err(Refused(400, "uid must be positive".into()));
+                }
+                let pool = self
+                    .pools
+                    .get(tenant)
+                    .map_err(|e| Refused(404, e.to_string()))?;
+                let found = crate::users::set_password_hash(pool, u.uid, hash)
+                    .await
+                    .map_err(|e| Refused(503, e.to_string()))?;
+                if !found {
+                    return Err(Refused(404, format!("uid {} has no password login", u.uid)));
+                }
                 return self
                     .control(cmd, u.uid, |c| {
                         SessionControlBody::PasswordReset(AuthVersion {
                             auth_version: c.auth_version + 1,
                         })
                     })
+                    .await;
+            }
+            AdminCommandBody::FileAuditUpdate(f) => {
+                let audit = crate::references::files::Audit::parse(&f.status)
+                    .ok_or_else(|| Refused(400, "status must be ok or blocked".into()))?;
+                let pool = self
+                    .pools
+                    .get(tenant)
+                    .map_err(|e| Refused(404, e.to_string()))?;
+                let recorded = crate::references::files::exists(pool, &f.topic, f.seq)
                     .await
+                    .map_err(|e| Refused(503, e.to_string()))?;
+                if !recorded {
+                    return Err(Refused(
+                        404,
+                        format!("no file message {} in {}", f.seq, f.topic),
+                    ));
+                }
+                let body = GroupEventBody::FileAuditUpdated(FileAuditUpdated {
+                    seq: f.seq,
+                    status: audit.as_str().into(),
+                });
+                return self.group_event(cmd, &f.topic, body).await;
+            }
+            AdminCommandBody::AbuseReportResolve(r) => {
+                let resolution = crate::references::reports::Status::parse(&r.resolution)
+                    .filter(|s| *s != crate::references::reports::Status::Open)
+                    .ok_or_else(|| {
+                        Refused(400, "resolution must be dismissed or actioned".into())
+                    })?;
+                if r.note.chars().count() > crate::references::reports::MAX_REASON {
+                    return Err(Refused(400, "note is at most 500 characters".into()));
+                }
+                let pool = self
+                    .pools
+                    .get(tenant)
+                    .map_err(|e| Refused(404, e.to_string()))?;
+                let report = crate::references::reports::get(pool, &r.report_id)
+                    .await
+                    .map_err(|e| Refused(503, e.to_string()))?
+                    .ok_or_else(|| Refused(404, format!("no report {}", r.report_id)))?;
+                if report.status != crate::references::reports::Status::Open.as_str() {
+                    return Err(Refused(
+                        409,
+                        format!("the report is already {}", report.status),
+                    ));
+                }
+                let body = GroupEventBody::MessageReportResolved(MessageReportResolved {
+                    report_id: report.report_id.clone(),
+                    resolution: resolution.as_str().into(),
+                    note: r.note.clone(),
+                });
+                return self.group_event(cmd, &report.topic, body).await;
             }
             AdminCommandBody::UserDeviceRevoke(d) => {
                 let device = d.device.clone();
@@ -255,6 +335,49 @@ impl CommandsHandler {
             AdminCommandBody::GroupAdminSet(t) => (&t.topic, Action::SetAdmin(t.uid)),
             AdminCommandBody::GroupAdminRemove(t) => (&t.topic, Action::RemoveAdmin(t.uid)),
             AdminCommandBody::GroupMemberMute(t) => (&t.topic, Action::Mute(t.uid, t.until)),
+            AdminCommandBody::GroupMemberAdd(t) => {
+                // Bulk membership: no add policy, no limit; in slices so
+                // one script never carries an unbounded list.
+                let mut ids = Vec::new();
+                for (n, chunk) in t.uids.chunks(1_000).enumerate() {
+                    let origin = Origin {
+                        command_id: Some(format!("{}#{n}", cmd.command_id)),
+                        ..origin.clone()
+                    };
+                    match gov
+                        .add_members(tenant, &t.topic, Actor::Operator, chunk, &origin)
+                        .await
+                    {
+                        Ok(outcome) => ids.extend(outcome.event_ids),
+                        // Members already there stay; the rest go on.
+                        Err(Refused(409, _)) if chunk.len() == 1 => {}
+                        Err(Refused(409, _)) => {
+                            for uid in chunk {
+                                let origin = Origin {
+                                    command_id: Some(format!("{}#{n}:{uid}", cmd.command_id)),
+                                    ..origin.clone()
+                                };
+                                match gov
+                                    .add_members(
+                                        tenant,
+                                        &t.topic,
+                                        Actor::Operator,
+                                        &[*uid],
+                                        &origin,
+                                    )
+                                    .await
+                                {
+                                    Ok(outcome) => ids.extend(outcome.event_ids),
+                                    Err(Refused(409, _)) => {}
+                                    Err(e) => return Err(e),
+                                }
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                return Ok(ids);
+            }
             AdminCommandBody::MessageModerate(t) => {
                 let range = [SeqRange {
                     low: t.seq,
@@ -270,6 +393,32 @@ impl CommandsHandler {
             .act(tenant, topic, Actor::Operator, action, &origin, reason)
             .await?;
         Ok(outcome.event_ids)
+    }
+
+    /// Produces one group event on `topic` (key `{tenant}:{topic}`, so it
+    /// applies in order with the conversation's other events) with an id
+    /// derived from the command; the actor is the operator.
+    async fn group_event(
+        &self,
+        cmd: &AdminCommand,
+        topic: &str,
+        body: GroupEventBody,
+    ) -> Result<Vec<String>, Refused> {
+        let event = GroupEvent {
+            event_id: derived_event_id(&cmd.command_id, 0),
+            actor_device: cmd.operator.clone(),
+            ..GroupEvent::new(&cmd.tenant_id, topic, 0, body)
+        };
+        self.producer
+            .send(
+                TopicKind::GroupEvents,
+                &format!("{}:{topic}", cmd.tenant_id),
+                &event,
+                None,
+            )
+            .await
+            .map_err(|e| Refused(503, e.to_string()))?;
+        Ok(vec![event.event_id])
     }
 
     /// Produces one session-control event for `uid` (versions bumped past

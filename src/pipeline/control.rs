@@ -87,6 +87,7 @@ impl ControlHandler {
             dedup_key: String::new(),
             occurred_at: e.occurred_at,
             payload: reason.to_string(),
+            exclude: Vec::new(),
         };
         bus::publish(&mut redis, None, &envelope)
             .await

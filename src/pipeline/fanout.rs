@@ -26,13 +26,23 @@ use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 pub struct FanoutHandler {
     codec: EventCodec,
     redis: Redis,
+    /// Who left each group when (the group write model): a message is never
+    /// delivered to someone removed before it was sent, even while the
+    /// members projection (and so their eviction) lags.
+    model: crate::group_model::GroupModel,
 }
 
 impl FanoutHandler {
-    pub fn new(codec: EventCodec, redis: Redis) -> Self {
-        Self { codec, redis }
+    pub fn new(codec: EventCodec, redis: Redis, model: crate::group_model::GroupModel) -> Self {
+        Self {
+            codec,
+            redis,
+            model,
+        }
     }
 }
+
+type Departures = HashMap<i64, (i64, Option<i64>)>;
 
 /// Where an envelope goes: the nodes with online members of its topic, or
 /// every node (a user's sessions may be anywhere).
@@ -47,17 +57,47 @@ impl Handler for FanoutHandler {
         let mut redis = self.redis.clone();
         let now = now_ms();
         let mut nodes_of: HashMap<(String, String), Option<Vec<String>>> = HashMap::new();
+        let mut departures_of: HashMap<(String, String), Departures> = HashMap::new();
         let mut pipe = redis::pipe();
         let mut queued: Vec<usize> = Vec::new();
         let events = decode_all::<GroupEvent>(&self.codec, records, &mut failures).await;
         // A topic's frames go out in log order: after a failed one, wait.
         let mut gate = KeyGate::new(records, failures);
         for (i, event) in events {
-            let outgoing = envelopes(&event);
+            let mut outgoing = envelopes(&event);
             if outgoing.is_empty() || !gate.admit(i) {
                 continue;
             }
             let key = (event.tenant_id.clone(), event.topic.clone());
+            if let GroupEventBody::MessageSent(m) = &event.body {
+                if tinode::is_group_topic(&event.topic) {
+                    if !departures_of.contains_key(&key) {
+                        match self.model.departures(&key.0, &key.1).await {
+                            Ok(d) => {
+                                departures_of.insert(key.clone(), d);
+                            }
+                            Err(e) => {
+                                gate.fail(RecordFailure::outage(i, e.to_string()));
+                                continue;
+                            }
+                        }
+                    }
+                    let mut exclude: Vec<i64> = departures_of[&key]
+                        .iter()
+                        .filter(|(_, d)| crate::group_model::excluded(m.seq, **d))
+                        .map(|(uid, _)| *uid)
+                        .collect();
+                    exclude.sort_unstable();
+                    for (envelope, _) in outgoing.iter_mut() {
+                        if matches!(
+                            envelope.target_type,
+                            TargetType::Topic | TargetType::Watchers
+                        ) {
+                            envelope.exclude = exclude.clone();
+                        }
+                    }
+                }
+            }
             if !nodes_of.contains_key(&key) {
                 match presence::online_nodes(&mut redis, &key.0, &key.1, now).await {
                     Ok(n) => {
@@ -117,6 +157,7 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
                 dedup_key: String::new(),
                 occurred_at: event.occurred_at,
                 payload,
+                exclude: Vec::new(),
             }
         };
     let to_topic = |payload: String| {
@@ -276,10 +317,97 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
             ),
         ],
         // Reports are for the tenant's moderators only: never delivered.
+        // An invitation shows in the invitee's chat list (Tinode's `given`
+        // without `want`); its answer changes their access again.
+        GroupEventBody::MemberInvited(i) => vec![to_user(
+            i.uid,
+            frames::pres_me_invite_frame(topic, &tinode::user_id(i.invited_by)),
+        )],
+        GroupEventBody::MemberInviteDeclined(d) => vec![to_user(
+            d.uid,
+            frames::pres_me_acs_frame(topic, "N", None),
+        )],
         GroupEventBody::MessageEdited(_)
         | GroupEventBody::HistoryCleared(_)
         | GroupEventBody::GroupCreated(_)
         | GroupEventBody::MessageReported(_)
-        | GroupEventBody::MessageReportResolved(_) => Vec::new(),
+        | GroupEventBody::MessageReportResolved(_)
+        | GroupEventBody::FileAuditUpdated(_) => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{GroupEvent, GroupEventBody, MessageSent};
+
+    fn sent(topic: &str) -> GroupEvent {
+        GroupEvent::new(
+            "acme",
+            topic,
+            1001,
+            GroupEventBody::MessageSent(MessageSent {
+                message_id: 1,
+                group_id: 1,
+                seq: 42,
+                shard_month: "202612".into(),
+                client_msg_id: None,
+                from_user: 1001,
+                msg_type: "text".into(),
+                head: None,
+                content: Some("\"hi\"".into()),
+                mentioned_user_ids: Vec::new(),
+                mention_all: false,
+                reply_seq: None,
+                root_seq: None,
+                file_count: 0,
+                content_size: 4,
+                has_risk: false,
+                audit_status: "pass".into(),
+                created_at: 1_700_000_000_000,
+                expires_at: None,
+            }),
+        )
+    }
+
+    /// A gateway filling a gap after a lost subscription hands over a
+    /// message under the identity the fan-out gave it: a session gets it
+    /// once, whichever way comes first.
+    #[test]
+    fn a_gap_fill_is_the_fan_outs_delivery_under_the_same_identity() {
+        for topic in ["grpX", &crate::tinode::p2p_topic(1001, 1002)] {
+            let event = sent(topic);
+            let GroupEventBody::MessageSent(m) = &event.body else {
+                unreachable!()
+            };
+            let stored = StoredMessage::sent(m);
+            let ours: Vec<(String, String, String, String)> = envelopes(&event)
+                .into_iter()
+                .map(|(e, _)| e)
+                .filter(|e| e.dedup_key.starts_with("msg:"))
+                .map(|e| {
+                    (
+                        format!("{:?}", e.target_type),
+                        e.target,
+                        e.dedup_key,
+                        e.payload,
+                    )
+                })
+                .collect();
+            let refilled: Vec<(String, String, String, String)> =
+                crate::realtime::bus::message_envelopes("acme", topic, &stored)
+                    .into_iter()
+                    .map(|e| {
+                        (
+                            format!("{:?}", e.target_type),
+                            e.target,
+                            e.dedup_key,
+                            e.payload,
+                        )
+                    })
+                    .collect();
+            assert!(!ours.is_empty());
+            assert_eq!(ours, refilled, "{topic}");
+        }
     }
 }

@@ -20,6 +20,33 @@ pub fn spawn(
     group: String,
     shutdown: Shutdown,
 ) -> tokio::task::JoinHandle<()> {
+    spawn_reader(kafka, pipeline, source, group, None, shutdown)
+}
+
+/// Reports the dead letters of `dlq` that the replay group `replay_group`
+/// has not handled (`imstream_pipeline_dlq_pending{pipeline, source}`, one
+/// sum over the DLQ's partitions) until `shutdown`.
+pub fn spawn_dlq(
+    kafka: KafkaConfig,
+    pipeline: String,
+    source: String,
+    dlq: String,
+    replay_group: String,
+    shutdown: Shutdown,
+) -> tokio::task::JoinHandle<()> {
+    spawn_reader(kafka, pipeline, dlq, replay_group, Some(source), shutdown)
+}
+
+/// The loop of [`spawn`] (`dlq_of`: `None`) and [`spawn_dlq`] (`dlq_of`:
+/// the pipeline's source, `topic` its DLQ).
+fn spawn_reader(
+    kafka: KafkaConfig,
+    pipeline: String,
+    source: String,
+    group: String,
+    dlq_of: Option<String>,
+    shutdown: Shutdown,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         // One probe for the pipeline's life (opened again after a failure):
         // a new client every interval was most of an idle pipeline's CPU,
@@ -38,7 +65,13 @@ pub fn spawn(
             match read {
                 Ok(Ok((backlog, p))) => {
                     probe = Some(p);
-                    for b in backlog {
+                    if let Some(main) = &dlq_of {
+                        metrics::gauge!(m::PIPELINE_DLQ_PENDING,
+                            "pipeline" => pipeline.clone(),
+                            "source" => main.clone())
+                        .set(lag::total_lag(&backlog) as f64);
+                    }
+                    for b in backlog.iter().filter(|_| dlq_of.is_none()) {
                         metrics::gauge!(m::PIPELINE_LAG,
                             "pipeline" => pipeline.clone(),
                             "source" => source.clone(),

@@ -1,7 +1,11 @@
 //! The members pipeline's handler: membership events into MySQL
-//! (`im_groups`, `im_group_members`) and the cached group facts in Redis,
-//! and the chat lists' hot copy, then the eviction of a removed member's
-//! (or a dissolved group's) sessions on every gateway.
+//! (`im_groups`, `im_group_members`, `im_group_invites`) and the chat
+//! lists' hot copy, then the eviction of a removed member's (or a dissolved
+//! group's) sessions on every gateway. A pure projection: the group write
+//! model in Redis ([`crate::group_model`]) is changed by the commands
+//! themselves, before their events exist, and never by this pipeline (a
+//! replay of old events must not take it back in time); it is rebuilt from
+//! what this pipeline stored plus the log tail it has not committed.
 //! Events are applied in log order (a topic's events after a failed one
 //! wait for it); every write is an upsert or a delete, so redelivery and
 //! replay converge to the same state.
@@ -12,8 +16,7 @@ use sqlx::mysql::MySqlPool;
 
 use crate::conversations::hot::{self, HotError};
 use crate::events::{EventCodec, GroupEvent, GroupEventBody};
-use crate::groups::{self, GroupError, Role};
-use crate::keys::TopicKeys;
+use crate::groups::{GroupError, Role};
 use crate::realtime::{Envelope, Kind, TargetType};
 use crate::tenant::TenantPools;
 
@@ -75,6 +78,8 @@ impl MembersHandler {
                 | GroupEventBody::GroupMuteChanged(_)
                 | GroupEventBody::GroupDissolved(_)
                 | GroupEventBody::GroupProfileChanged(_)
+                | GroupEventBody::MemberInvited(_)
+                | GroupEventBody::MemberInviteDeclined(_)
         );
         if !membership_event {
             return Ok(());
@@ -87,11 +92,10 @@ impl MembersHandler {
             return Ok(());
         }
         let mut redis = self.redis.clone();
-        apply_redis(pool, &mut redis, event).await?;
         chat_lists(pool, &mut redis, event).await?;
-        // Evicted only now that MySQL and the Redis member set say so: a
-        // client told `{ctrl 205}` that asks again is refused, never served
-        // by a membership check that has not caught up.
+        // The gateway that decided a removal evicted at once; this copy
+        // (the same envelope id, so a gateway acts on it once) covers a
+        // gateway that died before it published.
         let evicted = match &event.body {
             GroupEventBody::MemberLeft(l) => Some(l.uid.to_string()),
             GroupEventBody::GroupDissolved(_) => Some(String::new()),
@@ -108,6 +112,7 @@ impl MembersHandler {
                 dedup_key: String::new(),
                 occurred_at: event.occurred_at,
                 payload,
+                exclude: Vec::new(),
             };
             crate::realtime::bus::publish(&mut redis, None, &envelope).await?;
         }
@@ -129,6 +134,8 @@ async fn chat_lists(
         GroupEventBody::MemberLeft(l) => vec![l.uid],
         GroupEventBody::MemberRoleChanged(c) => vec![c.uid],
         GroupEventBody::MemberMuted(m) => vec![m.uid],
+        GroupEventBody::MemberInvited(i) => vec![i.uid],
+        GroupEventBody::MemberInviteDeclined(d) => vec![d.uid],
         _ => Vec::new(),
     };
     hot::forget(redis, &event.tenant_id, &changed).await?;
@@ -214,13 +221,44 @@ async fn apply_mysql(pool: &MySqlPool, event: &GroupEvent) -> Result<bool, sqlx:
             .bind(when)
             .execute(pool)
             .await?;
-        }
-        GroupEventBody::MemberLeft(l) => {
-            sqlx::query("DELETE FROM im_group_members WHERE topic = ? AND uid = ?")
+            sqlx::query("DELETE FROM im_group_invites WHERE topic = ? AND uid = ?")
                 .bind(topic)
-                .bind(l.uid)
+                .bind(j.uid)
                 .execute(pool)
                 .await?;
+        }
+        GroupEventBody::MemberInvited(i) => {
+            // An invitation of someone who is a member already is none.
+            sqlx::query(
+                "INSERT INTO im_group_invites (topic, uid, invited_by, invited_at) \
+                 SELECT ?, ?, ?, ? FROM DUAL WHERE NOT EXISTS \
+                 (SELECT 1 FROM im_group_members WHERE topic = ? AND uid = ?) \
+                 ON DUPLICATE KEY UPDATE invited_by = VALUES(invited_by)",
+            )
+            .bind(topic)
+            .bind(i.uid)
+            .bind(i.invited_by)
+            .bind(when)
+            .bind(topic)
+            .bind(i.uid)
+            .execute(pool)
+            .await?;
+        }
+        GroupEventBody::MemberInviteDeclined(d) => {
+            sqlx::query("DELETE FROM im_group_invites WHERE topic = ? AND uid = ?")
+                .bind(topic)
+                .bind(d.uid)
+                .execute(pool)
+                .await?;
+        }
+        GroupEventBody::MemberLeft(l) => {
+            for table in ["im_group_members", "im_group_invites"] {
+                sqlx::query(&format!("DELETE FROM {table} WHERE topic = ? AND uid = ?"))
+                    .bind(topic)
+                    .bind(l.uid)
+                    .execute(pool)
+                    .await?;
+            }
         }
         GroupEventBody::MemberRoleChanged(c) => {
             sqlx::query("UPDATE im_group_members SET role = ? WHERE topic = ? AND uid = ?")
@@ -257,6 +295,10 @@ async fn apply_mysql(pool: &MySqlPool, event: &GroupEvent) -> Result<bool, sqlx:
                 .bind(topic)
                 .execute(pool)
                 .await?;
+            sqlx::query("DELETE FROM im_group_invites WHERE topic = ?")
+                .bind(topic)
+                .execute(pool)
+                .await?;
         }
         GroupEventBody::GroupProfileChanged(p) => {
             sqlx::query(
@@ -287,97 +329,4 @@ async fn apply_mysql(pool: &MySqlPool, event: &GroupEvent) -> Result<bool, sqlx:
         .await?;
     }
     Ok(true)
-}
-
-async fn apply_redis(
-    pool: &MySqlPool,
-    redis: &mut Redis,
-    event: &GroupEvent,
-) -> Result<(), GroupError> {
-    let keys = TopicKeys::new(&event.tenant_id, &event.topic);
-    // First: a load that read MySQL before this change must not cache
-    // what it read (see `lua/cache_group.lua`).
-    groups::bump_version(redis, &event.tenant_id, &event.topic).await?;
-    match &event.body {
-        // A new group: cache it whole from what MySQL now holds.
-        GroupEventBody::GroupCreated(_) => {
-            groups::load(pool, redis, &event.tenant_id, &event.topic).await?;
-        }
-        GroupEventBody::MemberJoined(j) => {
-            groups::if_cached(redis, &keys.members(), "SADD", &[j.uid.to_string()]).await?;
-            let role = Role::parse(&j.role);
-            if role != Role::Member {
-                let _: () = redis::cmd("HSET")
-                    .arg(keys.roles())
-                    .arg(j.uid)
-                    .arg(role.as_str())
-                    .query_async(redis)
-                    .await?;
-            }
-        }
-        GroupEventBody::MemberLeft(l) => {
-            let uid = l.uid.to_string();
-            let _: () = redis::pipe()
-                .srem(keys.members(), &uid)
-                .hdel(keys.roles(), &uid)
-                .hdel(keys.mutes(), &uid)
-                .query_async(redis)
-                .await?;
-        }
-        GroupEventBody::MemberRoleChanged(c) => {
-            let uid = c.uid.to_string();
-            match Role::parse(&c.role) {
-                Role::Member => {
-                    let _: () = redis::cmd("HDEL")
-                        .arg(keys.roles())
-                        .arg(&uid)
-                        .query_async(redis)
-                        .await?;
-                }
-                role => {
-                    let _: () = redis::cmd("HSET")
-                        .arg(keys.roles())
-                        .arg(&uid)
-                        .arg(role.as_str())
-                        .query_async(redis)
-                        .await?;
-                }
-            }
-        }
-        GroupEventBody::MemberMuted(mu) => {
-            let uid = mu.uid.to_string();
-            match mu.muted_until {
-                Some(until) => {
-                    let _: () = redis::cmd("HSET")
-                        .arg(keys.mutes())
-                        .arg(&uid)
-                        .arg(until)
-                        .query_async(redis)
-                        .await?;
-                }
-                None => {
-                    let _: () = redis::cmd("HDEL")
-                        .arg(keys.mutes())
-                        .arg(&uid)
-                        .query_async(redis)
-                        .await?;
-                }
-            }
-        }
-        GroupEventBody::GroupMuteChanged(g) => {
-            let v = if g.mute_all { "1" } else { "0" };
-            groups::if_cached(redis, &keys.meta(), "HSET", &["mute_all".into(), v.into()]).await?;
-        }
-        GroupEventBody::GroupDissolved(_) => {
-            groups::if_cached(
-                redis,
-                &keys.meta(),
-                "HSET",
-                &["status".into(), "dissolved".into()],
-            )
-            .await?;
-        }
-        _ => {}
-    }
-    Ok(())
 }

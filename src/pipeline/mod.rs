@@ -176,7 +176,16 @@ pub async fn with_handler<W: WithHandler>(
             then.with(control::ControlHandler::new(codec, pools, redis))
                 .await
         }
-        "fanout" => then.with(fanout::FanoutHandler::new(codec, redis)).await,
+        "fanout" => {
+            let model = crate::group_model::GroupModel::new(
+                config.clone(),
+                pools,
+                redis.clone(),
+                codec.clone(),
+            );
+            then.with(fanout::FanoutHandler::new(codec, redis, model))
+                .await
+        }
         "hot" => {
             let cap = config.limits.hot_per_topic;
             then.with(hot::HotHandler::new(codec, redis).per_topic(cap))
@@ -189,8 +198,14 @@ pub async fn with_handler<W: WithHandler>(
         "commands" => {
             let producer = EventProducer::new(&config.kafka, codec.clone())?;
             let node = config.node.resolved_id();
+            let model = crate::group_model::GroupModel::new(
+                config.clone(),
+                pools.clone(),
+                redis,
+                codec.clone(),
+            );
             then.with(commands::CommandsHandler::new(
-                codec, pools, redis, producer, node,
+                codec, pools, model, producer, node,
             ))
             .await
         }
@@ -215,9 +230,15 @@ pub async fn with_handler<W: WithHandler>(
             let producer = EventProducer::new(&config.kafka, codec.clone())?;
             let cap = config.limits.push_group_members;
             then.with(
-                push::PushHandler::new(codec, pools, redis, producer)
-                    .group_cap(cap)
-                    .horizon_secs(config.push.horizon_secs),
+                push::PushHandler::new(
+                    codec.clone(),
+                    pools.clone(),
+                    redis.clone(),
+                    producer,
+                    crate::group_model::GroupModel::new(config.clone(), pools, redis, codec),
+                )
+                .group_cap(cap)
+                .horizon_secs(config.push.horizon_secs),
             )
             .await
         }

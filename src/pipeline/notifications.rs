@@ -59,6 +59,7 @@ impl NotificationsHandler {
                 dedup_key: String::new(),
                 occurred_at: e.occurred_at,
                 payload: n.frame(),
+                exclude: Vec::new(),
             };
             bus::publish(&mut redis, None, &envelope)
                 .await

@@ -114,6 +114,7 @@ impl Handler for NotifyHandler {
                 dedup_key: String::new(),
                 occurred_at: e.occurred_at,
                 payload: frame(&e),
+                exclude: Vec::new(),
             };
             // A user's sessions may be on any gateway.
             if let Err(err) = bus::publish(&mut redis, None, &envelope).await {

@@ -32,7 +32,7 @@ use crate::metrics as m;
 use crate::tenant::TenantPools;
 use crate::tinode;
 
-use super::failure::{group_failure, produce_failure, redis_failure, FailureKind};
+use super::failure::{produce_failure, redis_failure, FailureKind};
 use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 /// How long a message's push claim is kept.
@@ -44,6 +44,7 @@ pub struct PushHandler {
     codec: EventCodec,
     pools: TenantPools,
     redis: Redis,
+    model: crate::group_model::GroupModel,
     producer: EventProducer,
     /// Groups with more members push only to mentioned users
     /// (`limits.push_group_members`): one message never fans out into
@@ -59,11 +60,13 @@ impl PushHandler {
         pools: TenantPools,
         redis: Redis,
         producer: EventProducer,
+        model: crate::group_model::GroupModel,
     ) -> Self {
         Self {
             codec,
             pools,
             redis,
+            model,
             producer,
             group_cap: crate::config::LimitsConfig::default().push_group_members,
             horizon_ms: crate::config::PushConfig::default().horizon_secs as i64 * 1000,
@@ -94,29 +97,26 @@ impl PushHandler {
         if let Some(peer) = tinode::p2p_peer(&e.topic, m.from_user) {
             return Ok(vec![peer]);
         }
-        let pool = self
-            .pools
+        self.pools
             .get(&e.tenant_id)
             .map_err(|e| (FailureKind::Poison, e.to_string()))?;
-        let mut redis = self.redis.clone();
-        let keys = TopicKeys::new(&e.tenant_id, &e.topic);
-        let cached: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(keys.members())
-            .query_async(&mut redis)
+        // The members now, from the group's write model (not a projection
+        // that may not have applied a removal yet); nobody removed before
+        // this message was allocated is pushed (`group_model::excluded`).
+        let audience = self
+            .model
+            .audience(&e.tenant_id, &e.topic)
             .await
-            .map_err(rd)?;
-        // Skips the cache's placeholder (not a uid).
-        let mut members: Vec<i64> = cached.iter().filter_map(|u| u.parse().ok()).collect();
-        if members.is_empty() {
-            members = crate::groups::load(pool, &mut redis, &e.tenant_id, &e.topic)
-                .await
-                .map_err(|e| (group_failure(&e), e.to_string()))?
-                .members
-                .iter()
-                .map(|m| m.0)
-                .collect();
-        }
-        members.retain(|u| *u > 0 && *u != m.from_user);
+            .map_err(|e| (FailureKind::Outage, e.to_string()))?;
+        let mut members = audience.members;
+        members.retain(|u| {
+            *u > 0
+                && *u != m.from_user
+                && !audience
+                    .left
+                    .get(u)
+                    .is_some_and(|d| crate::group_model::excluded(m.seq, *d))
+        });
         let everyone = !mentions_only && (members.len() <= self.group_cap || m.mention_all);
         if !everyone {
             // A big group (or a coalesced message): only the members it

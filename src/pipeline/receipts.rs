@@ -83,6 +83,7 @@ impl ReceiptsHandler {
             dedup_key: String::new(),
             occurred_at: e.occurred_at,
             payload: frames::info_frame(&e.topic, e.uid, what, Some(seq)),
+            exclude: Vec::new(),
         };
         // One-to-one: the peer's devices see the topic as `usr<reader>`.
         if let Some(peer) = tinode::p2p_peer(&e.topic, e.uid) {

@@ -1,7 +1,7 @@
 //! The references pipeline's handler: group events → the references that
 //! must keep finding their messages (seed 000 §12 item 8): which messages
-//! carry a file (`im_group_files`) and the moderation queue
-//! (`im_message_reports`). Records apply in log order per conversation (a
+//! carry a file (`im_group_files`, with its audit verdict) and the
+//! moderation queue (`im_message_reports`). Records apply in log order per conversation (a
 //! report before its resolution); every write is an insert-if-absent or an
 //! update to fixed values, so redelivery and replay change nothing.
 
@@ -68,6 +68,26 @@ impl ReferencesHandler {
                     status,
                     &e.actor_device,
                     &r.note,
+                    e.occurred_at,
+                )
+                .await
+                .map_err(db)?;
+            }
+            GroupEventBody::FileAuditUpdated(a) => {
+                let audit = files::Audit::parse(&a.status).ok_or_else(|| {
+                    (
+                        FailureKind::Poison,
+                        format!("unknown file audit status {:?}", a.status),
+                    )
+                })?;
+                // A file message not recorded (yet) is left alone: the
+                // command checked it was recorded before producing this.
+                files::set_audit(
+                    pool()?,
+                    &e.topic,
+                    a.seq,
+                    audit,
+                    &e.actor_device,
                     e.occurred_at,
                 )
                 .await

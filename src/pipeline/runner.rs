@@ -344,6 +344,18 @@ pub async fn run_on<H: Handler>(
         group.to_string(),
         shutdown.clone(),
     );
+    // The live pipeline (not a DLQ replay) also reports its DLQ's dead
+    // letters that no replay has handled yet (alert `DeadLettersWaiting`).
+    let dlq_gauge = (source != dlq).then(|| {
+        super::lag::spawn_dlq(
+            config.kafka.clone(),
+            topology.name.clone(),
+            source.to_string(),
+            dlq.to_string(),
+            super::dlq::replay_group(config, &topology.name),
+            shutdown.clone(),
+        )
+    });
     let worker = Worker::new(
         topology,
         handler,
@@ -433,6 +445,9 @@ pub async fn run_on<H: Handler>(
         }
     }
     lag_gauge.abort();
+    if let Some(g) = dlq_gauge {
+        g.abort();
+    }
     tracing::info!(pipeline = %topology.name, "pipeline stopped");
     Ok(())
 }

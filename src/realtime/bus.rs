@@ -2,7 +2,13 @@
 //! channel and the broadcast channel, drops loops and duplicates (event id
 //! LRU), checks the tenant, and hands envelopes to its local sessions.
 //! Pub/Sub only delays or loses realtime copies; every message has a
-//! durable source of truth the client catches up from by seq.
+//! durable source of truth the client catches up from by seq. A gateway
+//! whose subscription was lost (Redis restarted, failed over, the
+//! connection dropped) fills the gap itself once it is subscribed again:
+//! the recent messages of every topic its sessions are attached to are
+//! read back ([`Refill`]) and handed over like the fan-out's envelopes,
+//! under the same identities, so each reaches a session once whichever way
+//! it came ([`refill`]).
 //!
 //! On a Redis Cluster the bus is classic Pub/Sub: a `PUBLISH` on any node
 //! reaches the subscribers of every node (the cluster bus forwards it), so
@@ -13,7 +19,7 @@
 //! member) classic Pub/Sub costs little, and a separate Redis for the bus
 //! is not needed.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +30,29 @@ use crate::metrics as m;
 use crate::shutdown::Shutdown;
 
 use super::envelope::{node_channel, Envelope, Kind, TargetType, BROADCAST_CHANNEL};
+use crate::history::StoredMessage;
+
+/// Reads a topic's newest stored messages (tenant, topic), newest first,
+/// with the group's departures (uid → the seqs between which its messages
+/// must not reach that user, see [`crate::group_model::excluded`]): what a
+/// gateway hands its sessions again after a lost subscription.
+pub type Refill =
+    Arc<dyn Fn(String, String) -> futures::future::BoxFuture<'static, RefillPage> + Send + Sync>;
+
+/// A topic's newest stored messages and who left it when.
+pub type RefillPage = (Vec<StoredMessage>, HashMap<i64, (i64, Option<i64>)>);
+
+/// After a lost subscription, the gap is filled now and again after these
+/// delays (a message published while nobody listened may reach the hot copy
+/// or the month table only a moment later).
+const REFILL_AFTER: [Duration; 3] = [
+    Duration::ZERO,
+    Duration::from_secs(3),
+    Duration::from_secs(10),
+];
+/// Messages this long before the subscription was lost are filled too (the
+/// loss is noticed late: the connection dies before the stream ends).
+const REFILL_MARGIN_MS: i64 = 5_000;
 use super::hub::{Frame, Hub, Outbound};
 
 /// Recently seen event ids; the oldest are forgotten first.
@@ -134,7 +163,18 @@ pub fn dispatch(
     let delivered = match envelope.target_type {
         TargetType::Topic => match &out {
             Outbound::Frame(frame) => {
-                hub.to_topic(tenant, &envelope.target, &envelope.skip_sid, frame)
+                // Removed members still attached here (their eviction is
+                // on its way): skipped, and evicted now.
+                for uid in &envelope.exclude {
+                    evict(hub, tenant, &envelope.target, Some(*uid));
+                }
+                hub.to_topic(
+                    tenant,
+                    &envelope.target,
+                    &envelope.skip_sid,
+                    &envelope.exclude,
+                    frame,
+                )
             }
             Outbound::Close(_) => 0,
         },
@@ -152,7 +192,9 @@ pub fn dispatch(
                 .count()
         }
         TargetType::Watchers => match &out {
-            Outbound::Frame(frame) => hub.to_watchers(tenant, &envelope.target, frame),
+            Outbound::Frame(frame) => {
+                hub.to_watchers_except(tenant, &envelope.target, frame, &envelope.exclude)
+            }
             Outbound::Close(_) => 0,
         },
         TargetType::UserOutside => {
@@ -184,26 +226,38 @@ pub fn dispatch(
 }
 
 /// Subscribes to `node`'s channel and the broadcast channel until shutdown,
-/// reconnecting after errors.
+/// reconnecting after errors; after a lost subscription, fills the gap from
+/// `refill` (see the module docs).
 pub async fn run_subscriber(
     redis_url: String,
     node: String,
     hub: Hub,
     tenants: HashSet<String>,
+    refill: Option<Refill>,
     shutdown: Shutdown,
 ) {
     let mut seen = SeenIds::new(20_000);
     let channels = [node_channel(&node), BROADCAST_CHANNEL.to_string()];
     // A cluster's nodes, tried in turn; one server's URL as it is.
     let urls = crate::redis_util::cluster_nodes(&redis_url).unwrap_or_else(|| vec![redis_url]);
+    // When the subscription was lost (epoch ms), until its gap is filled.
+    let mut lost_at: Option<i64> = None;
     for attempt in 0.. {
         if shutdown.is_triggered() {
             return;
         }
         let url = &urls[attempt % urls.len()];
-        match subscribe_once(url, &channels, &hub, &tenants, &mut seen, &shutdown).await {
+        let bus = Bus {
+            channels: &channels,
+            hub: &hub,
+            tenants: &tenants,
+            refill: refill.as_ref(),
+            shutdown: &shutdown,
+        };
+        match bus.subscribe_once(url, &mut seen, &mut lost_at).await {
             Ok(()) => return,
             Err(e) => {
+                lost_at.get_or_insert_with(crate::events::now_ms);
                 tracing::warn!(%node, error = %e, "realtime subscription lost; resubscribing");
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -214,41 +268,144 @@ pub async fn run_subscriber(
     }
 }
 
-async fn subscribe_once(
-    url: &str,
-    channels: &[String],
+/// What one subscription works with.
+struct Bus<'a> {
+    channels: &'a [String],
+    hub: &'a Hub,
+    tenants: &'a HashSet<String>,
+    refill: Option<&'a Refill>,
+    shutdown: &'a Shutdown,
+}
+
+impl Bus<'_> {
+    /// Subscribes and hands envelopes over until the stream ends; with
+    /// `lost_at`, fills the gap of an earlier lost subscription meanwhile
+    /// (and forgets it once the last fill is done).
+    async fn subscribe_once(
+        &self,
+        url: &str,
+        seen: &mut SeenIds,
+        lost_at: &mut Option<i64>,
+    ) -> redis::RedisResult<()> {
+        let (hub, tenants, shutdown) = (self.hub, self.tenants, self.shutdown);
+        let client = redis::Client::open(url)?;
+        let mut pubsub = client.get_async_pubsub().await?;
+        for c in self.channels {
+            pubsub.subscribe(c).await?;
+        }
+        tracing::info!(channels = ?self.channels, "realtime bus subscribed");
+        let mut refills = match (*lost_at, self.refill) {
+            (Some(_), Some(_)) => REFILL_AFTER.to_vec(),
+            _ => Vec::new(),
+        };
+        let subscribed = tokio::time::Instant::now();
+        let mut stream = pubsub.on_message();
+        loop {
+            let next_refill = refills.first().map(|d| subscribed + *d);
+            let msg = tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = tokio::time::sleep_until(next_refill.unwrap_or(subscribed)), if next_refill.is_some() => {
+                    refills.remove(0);
+                    if let (Some(since), Some(read)) = (*lost_at, self.refill) {
+                        let n = refill(hub, tenants, seen, read, since - REFILL_MARGIN_MS).await;
+                        tracing::info!(handed_over = n, "realtime gap after a lost subscription filled from stored messages");
+                    }
+                    if refills.is_empty() {
+                        *lost_at = None;
+                    }
+                    continue;
+                }
+                m = stream.next() => m,
+            };
+            let Some(msg) = msg else {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::IoError,
+                    "pubsub stream ended",
+                )));
+            };
+            let Ok(payload) = msg.get_payload::<String>() else {
+                continue;
+            };
+            match serde_json::from_str::<Envelope>(&payload) {
+                Ok(envelope) => {
+                    dispatch(hub, tenants, seen, envelope);
+                }
+                Err(e) => tracing::warn!(error = %e, "malformed realtime envelope"),
+            }
+        }
+    }
+}
+
+/// Hands the local sessions every stored message since `since` (epoch ms)
+/// of each topic they are attached to, as the fan-out does (the same
+/// identities: what they already got is not given twice). Returns how many
+/// deliveries it made.
+pub async fn refill(
     hub: &Hub,
     tenants: &HashSet<String>,
     seen: &mut SeenIds,
-    shutdown: &Shutdown,
-) -> redis::RedisResult<()> {
-    let client = redis::Client::open(url)?;
-    let mut pubsub = client.get_async_pubsub().await?;
-    for c in channels {
-        pubsub.subscribe(c).await?;
-    }
-    tracing::info!(?channels, "realtime bus subscribed");
-    let mut stream = pubsub.on_message();
-    loop {
-        let msg = tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            m = stream.next() => m,
-        };
-        let Some(msg) = msg else {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::IoError,
-                "pubsub stream ended",
-            )));
-        };
-        let Ok(payload) = msg.get_payload::<String>() else {
-            continue;
-        };
-        match serde_json::from_str::<Envelope>(&payload) {
-            Ok(envelope) => {
-                dispatch(hub, tenants, seen, envelope);
+    read: &Refill,
+    since: i64,
+) -> usize {
+    let (_, topics) = hub.snapshot();
+    let mut delivered = 0;
+    for (tenant, topic) in topics {
+        let (page, departures) = read(tenant.clone(), topic.clone()).await;
+        let mut messages: Vec<StoredMessage> = page.into_iter().filter(|m| m.ts >= since).collect();
+        messages.sort_by_key(|m| m.seq);
+        for m in &messages {
+            // As the fan-out: never to a member removed before the message.
+            let mut exclude: Vec<i64> = departures
+                .iter()
+                .filter(|(_, d)| crate::group_model::excluded(m.seq, **d))
+                .map(|(uid, _)| *uid)
+                .collect();
+            exclude.sort_unstable();
+            for mut envelope in message_envelopes(&tenant, &topic, m) {
+                if envelope.target_type == TargetType::Topic {
+                    envelope.exclude = exclude.clone();
+                }
+                delivered += dispatch(hub, tenants, seen, envelope);
             }
-            Err(e) => tracing::warn!(error = %e, "malformed realtime envelope"),
         }
+    }
+    delivered
+}
+
+/// A stored message as the fan-out's envelopes of its `MessageSent`: one to
+/// the topic, or one to each user of a one-to-one topic (each sees the
+/// other's id as the topic name).
+pub(crate) fn message_envelopes(tenant: &str, topic: &str, m: &StoredMessage) -> Vec<Envelope> {
+    let envelope = |target_type, target: String, shown: &str, dedup_key: String| Envelope {
+        event_id: format!("refill:{dedup_key}"),
+        tenant_id: tenant.to_string(),
+        kind: Kind::Deliver,
+        target_type,
+        target,
+        skip_sid: String::new(),
+        dedup_key,
+        occurred_at: m.ts,
+        payload: super::frames::data_frame(shown, m),
+        exclude: Vec::new(),
+    };
+    match crate::tinode::parse_p2p_topic(topic) {
+        Some((a, b)) => [(a, b), (b, a)]
+            .into_iter()
+            .map(|(me, peer)| {
+                envelope(
+                    TargetType::User,
+                    me.to_string(),
+                    &crate::tinode::user_id(peer),
+                    format!("msg:{topic}:{}:{me}", m.seq),
+                )
+            })
+            .collect(),
+        None => vec![envelope(
+            TargetType::Topic,
+            topic.to_string(),
+            topic,
+            format!("msg:{topic}:{}", m.seq),
+        )],
     }
 }
 
@@ -299,6 +456,7 @@ mod tests {
             dedup_key: String::new(),
             occurred_at: 0,
             payload: "{\"data\":{}}".into(),
+            exclude: Vec::new(),
         };
         assert_eq!(
             dispatch(&hub, &tenants, &mut seen, env("e1", "b")),

@@ -57,6 +57,11 @@ pub struct Envelope {
     #[serde(default)]
     pub occurred_at: i64,
     pub payload: String,
+    /// Users who must not get this (removed from the group before the
+    /// message was sent, whatever the members projection has applied):
+    /// their sessions are skipped, and evicted from a topic target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<i64>,
 }
 
 /// Pub/Sub channel of one gateway node.

@@ -119,6 +119,21 @@ pub fn pres_acs_frame(topic: &str, uid: i64, mode: &str, role: Option<&str>) -> 
 }
 
 /// `{pres topic="me" what="acs"}` telling a user their mode in `topic` changed.
+/// `{pres topic="me" what="acs"}` of an invitation to `topic`: access
+/// given but not wanted yet (Tinode's web app shows Accept / Ignore).
+pub fn pres_me_invite_frame(topic: &str, actor: &str) -> String {
+    json!({"pres": {"topic": "me", "src": topic, "what": "acs", "act": actor,
+        "dacs": {"want": INVITED_WANT, "given": INVITED_GIVEN}}})
+    .to_string()
+}
+
+/// What an invitation gives (a member's access once wanted).
+pub const INVITED_GIVEN: &str = "JRWPS";
+/// What an invited user wants until they answer, as Tinode keeps it: join
+/// and presence only, so their mode (want ∩ given) reads nothing, and the
+/// app lists the group and offers Accept / Ignore / Block.
+pub const INVITED_WANT: &str = "JP";
+
 pub fn pres_me_acs_frame(topic: &str, mode: &str, role: Option<&str>) -> String {
     let mut pres = json!({"topic": "me", "src": topic, "what": "acs",
         "dacs": {"want": mode, "given": mode}});

@@ -199,6 +199,17 @@ impl Hub {
     /// Queues `frame` for the watchers of `topic` that are not attached to
     /// it; returns how many got it.
     pub fn to_watchers(&self, tenant: &str, topic: &str, frame: &Frame) -> usize {
+        self.to_watchers_except(tenant, topic, frame, &[])
+    }
+
+    /// [`to_watchers`](Self::to_watchers) but not to users in `exclude`.
+    pub fn to_watchers_except(
+        &self,
+        tenant: &str,
+        topic: &str,
+        frame: &Frame,
+        exclude: &[i64],
+    ) -> usize {
         let targets: Vec<SessionHandle> = {
             let idx = self.index.lock().expect("hub lock");
             let key: TopicKey = (Arc::from(tenant), Arc::from(topic));
@@ -209,6 +220,7 @@ impl Hub {
             watchers
                 .values()
                 .filter(|s| attached.is_none_or(|a| !a.contains_key(&s.sid)))
+                .filter(|s| !exclude.contains(&s.uid))
                 .cloned()
                 .collect()
         };
@@ -244,13 +256,22 @@ impl Hub {
 
     /// Queues `frame` for every session attached to the topic except
     /// `skip_sid`; returns how many got it.
-    pub fn to_topic(&self, tenant: &str, topic: &str, skip_sid: &str, frame: &Frame) -> usize {
+    /// Sessions attached to `topic`, except `skip_sid` and the sessions of
+    /// users in `exclude` (removed before the frame's message was sent).
+    pub fn to_topic(
+        &self,
+        tenant: &str,
+        topic: &str,
+        skip_sid: &str,
+        exclude: &[i64],
+        frame: &Frame,
+    ) -> usize {
         let targets: Vec<SessionHandle> = {
             let idx = self.index.lock().expect("hub lock");
             match idx.by_topic.get(&(Arc::from(tenant), Arc::from(topic))) {
                 Some(map) => map
                     .values()
-                    .filter(|s| &*s.sid != skip_sid)
+                    .filter(|s| &*s.sid != skip_sid && !exclude.contains(&s.uid))
                     .cloned()
                     .collect(),
                 None => return 0,

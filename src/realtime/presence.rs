@@ -33,23 +33,13 @@ impl TenantKeys {
     pub fn presence_node_users(&self, node: &str) -> String {
         format!("{}:presence:users", self.node_base(node))
     }
-    /// INT: sessions must re-authenticate when their token's auth_version is lower.
-    pub fn auth_version(&self, uid: i64) -> String {
-        format!("{}:control:auth_version", self.user_base(uid))
-    }
-    /// INT revocation generation of the device: its tokens (and sessions)
-    /// with a lower `gen` are revoked.
-    pub fn device_revoked(&self, uid: i64, device: &str) -> String {
-        format!("{}:control:device:{device}:generation", self.user_base(uid))
-    }
-    /// INT row version of the user's cached control state
-    /// (`session_control`); absent: not cached, read MySQL.
-    pub fn control_version(&self, uid: i64) -> String {
-        format!("{}:control:version", self.user_base(uid))
-    }
-    /// Present while the user is disabled.
-    pub fn user_disabled(&self, uid: i64) -> String {
-        format!("{}:control:disabled", self.user_base(uid))
+    /// HASH: the user's whole session-control state (`session_control`),
+    /// fields `v` (row version; absent: not cached, read MySQL), `av`
+    /// (auth version), `disabled` (present while disabled) and
+    /// `d:<device>` (a revoked device's generation). One key, so Redis
+    /// evicts or loses it whole, never a revocation out of a cached state.
+    pub fn control(&self, uid: i64) -> String {
+        format!("{}:control", self.user_base(uid))
     }
 }
 

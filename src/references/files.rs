@@ -4,6 +4,13 @@
 //! them newest first and resolves each through the read path, so the name,
 //! size and link come from the message as it is now (a recalled file
 //! shows as recalled, without them).
+//!
+//! File audit (seed 002 §7.2 `file.audit.update`): an operator's verdict
+//! on a file message, `ok` or `blocked`, applied by the references pipeline
+//! from `FileAuditUpdated`. A blocked file stays in the list (`audit:
+//! "blocked"`) without its file (no name, size or link): its references no
+//! longer show it. The message itself stays in history; taking it away is
+//! `message.moderate`.
 
 use serde_json::Value;
 use sqlx::mysql::MySqlPool;
@@ -77,6 +84,67 @@ pub fn attachment(content: &Value) -> Option<Value> {
 pub struct FileRef {
     pub seq: i64,
     pub kind: String,
+    /// `ok` or `blocked` ([`Audit`]).
+    pub audit: String,
+}
+
+/// An operator's verdict on a file (`file.audit.update`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audit {
+    Ok,
+    Blocked,
+}
+
+impl Audit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Audit::Ok => "ok",
+            Audit::Blocked => "blocked",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Audit> {
+        match text {
+            "ok" => Some(Audit::Ok),
+            "blocked" => Some(Audit::Blocked),
+            _ => None,
+        }
+    }
+}
+
+/// Whether `(topic, seq)` is a recorded file message.
+pub async fn exists(pool: &MySqlPool, topic: &str, seq: i64) -> sqlx::Result<bool> {
+    let n: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM im_group_files WHERE topic = ? AND seq = ?")
+            .bind(topic)
+            .bind(seq)
+            .fetch_one(pool)
+            .await?;
+    Ok(n > 0)
+}
+
+/// Records an audit verdict (applied again, it writes the same values).
+/// Returns whether the file message was recorded (an audit of a message
+/// the pipeline has not recorded as a file changes nothing).
+pub async fn set_audit(
+    pool: &MySqlPool,
+    topic: &str,
+    seq: i64,
+    audit: Audit,
+    by: &str,
+    at: i64,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE im_group_files SET audit = ?, audited_by = ?, audited_at = ? WHERE topic = ? AND seq = ?",
+    )
+    .bind(audit.as_str())
+    .bind(by)
+    .bind(crate::store::writer::naive(at))
+    .bind(topic)
+    .bind(seq)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() > 0 || exists(pool, topic, seq).await?)
 }
 
 /// Records file messages `(topic, seq, kind, created_at ms)`; recording
@@ -108,8 +176,8 @@ pub async fn list(
     before: Option<i64>,
     limit: i64,
 ) -> sqlx::Result<Vec<FileRef>> {
-    let rows: Vec<(i64, String)> = sqlx::query_as(
-        "SELECT seq, kind FROM im_group_files WHERE topic = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+    let rows: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT seq, kind, audit FROM im_group_files WHERE topic = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
     )
     .bind(topic)
     .bind(before.unwrap_or(i64::MAX))
@@ -118,7 +186,7 @@ pub async fn list(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(seq, kind)| FileRef { seq, kind })
+        .map(|(seq, kind, audit)| FileRef { seq, kind, audit })
         .collect())
 }
 

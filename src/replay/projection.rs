@@ -92,12 +92,12 @@ pub async fn stats_days(pool: &MySqlPool) -> sqlx::Result<BTreeMap<String, Summa
 }
 
 /// The references projection: per topic, its file messages (seq, kind,
-/// time) and the reports of its messages (seq, reporter, reason, status,
+/// audit, time) and the reports of its messages (seq, reporter, reason, status,
 /// who closed it, note; times of reports are the events').
 pub async fn references(pool: &MySqlPool) -> sqlx::Result<BTreeMap<String, Summary>> {
     let mut digests = Digests::default();
     let mut files = sqlx::query(
-        "SELECT topic, seq, CONCAT_WS('|', kind, DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f'))          FROM im_group_files ORDER BY topic, seq",
+        "SELECT topic, seq, CONCAT_WS('|', kind, audit, DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f'))          FROM im_group_files ORDER BY topic, seq",
     )
     .fetch(pool);
     while let Some(r) = files.try_next().await? {

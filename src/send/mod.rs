@@ -12,7 +12,7 @@
 //! hole only when no event for it ever reaches the log.
 
 mod content;
-mod reseed;
+pub(crate) mod reseed;
 
 pub use content::{derive, replied_seq, ContentError, Derived, MAX_JSON_DEPTH, MAX_MENTIONS};
 
@@ -281,8 +281,13 @@ struct Inner {
     producer: EventProducer,
     snowflake: Snowflake,
     node: String,
-    active_months: Mutex<HashMap<String, (ShardMonth, Instant)>>,
+    /// Per tenant: the active month and announced switch as read, and until
+    /// when the copy may be used (Redis Cluster only: on one server the
+    /// allocation script reads them itself).
+    active_months: Mutex<HashMap<String, (MonthArgs, Instant)>>,
     reseeds: reseed::Reseeds,
+    /// The group write model the allocator checks the sender against.
+    groups: crate::group_model::GroupModel,
     /// Sends admitted and not yet answered (see `limits.sends_in_flight`).
     in_flight: Arc<AtomicUsize>,
 }
@@ -296,10 +301,17 @@ impl Sender {
         snowflake: Snowflake,
     ) -> Self {
         let node = config.node.resolved_id();
+        let groups = crate::group_model::GroupModel::new(
+            config.clone(),
+            pools.clone(),
+            redis.clone(),
+            producer.codec().clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 config,
                 redis,
+                groups,
                 pools,
                 producer,
                 snowflake,
@@ -325,6 +337,11 @@ impl Sender {
 
     pub fn producer(&self) -> &EventProducer {
         &self.inner.producer
+    }
+
+    /// The group write model (membership checks, governance).
+    pub fn groups(&self) -> &crate::group_model::GroupModel {
+        &self.inner.groups
     }
 
     /// Sends one message; see the module docs for the steps.
@@ -440,22 +457,35 @@ impl Sender {
             Some(_) => digest(req),
             None => String::new(),
         };
+        let one_server = matches!(redis, Redis::Single(_));
+        let tenant_keys = TenantKeys::new(&req.tenant);
         for _ in 0..4 {
             // Before the allocation: a failure here leaves no seq taken.
             let content = self.content(req, &keys, derived.clone()).await?;
-            let active = self.active_month(&req.tenant, pool).await?;
+            // On one Redis server the script reads the tenant's month state
+            // itself; on a cluster it lives in another slot, so the gateway
+            // passes what it read (see lua/allocate_seq.lua).
+            let month = if one_server {
+                MonthArgs::default()
+            } else {
+                self.month_args(&req.tenant, pool).await?
+            };
             let message_id = self.inner.snowflake.next_id().map_err(SendError::retry)?;
             let event_id = crate::events::new_event_id();
             let created_at = now_ms();
-            let reply: Vec<String> = ALLOCATE
-                .key(keys.seq())
+            let mut call = ALLOCATE.prepare_invoke();
+            call.key(keys.seq())
                 .key(keys.meta())
                 .key(keys.members())
                 .key(keys.roles())
                 .key(keys.mutes())
-                .key(keys.uniq(req.uid, req.client_msg_id.as_deref().unwrap_or("-")))
-                .arg(req.uid)
-                .arg(active.to_string())
+                .key(keys.uniq(req.uid, req.client_msg_id.as_deref().unwrap_or("-")));
+            if one_server {
+                call.key(tenant_keys.active_month())
+                    .key(tenant_keys.month_switch());
+            }
+            call.arg(req.uid)
+                .arg(&month.active)
                 .arg(created_at)
                 .arg(CLAIM_TTL_MS)
                 .arg(req.client_msg_id.as_deref().unwrap_or(""))
@@ -463,6 +493,8 @@ impl Sender {
                 .arg(&event_id)
                 .arg(created_at)
                 .arg(&digest)
+                .arg(&month.switch);
+            let reply: Vec<String> = call
                 .invoke_async(&mut redis)
                 .await
                 .map_err(|e| SendError::retry(format!("redis: {e}")))?;
@@ -499,14 +531,22 @@ impl Sender {
                         .reseed(self, &req.tenant, &req.topic)
                         .await?;
                 }
-                Some("NOGROUP") | Some("NOMEMBERS") => {
-                    match crate::groups::load(pool, &mut redis, &req.tenant, &req.topic).await {
-                        Ok(_) => {}
-                        Err(crate::groups::GroupError::NotFound(_)) => {
-                            return Err(SendError::NotMember)
-                        }
-                        Err(e) => return Err(SendError::retry(e)),
+                // The group's write model is missing or stale: rebuilt
+                // from MySQL and the log before anything is decided on it.
+                Some("NOGROUP") | Some("NOMEMBERS") | Some("GFENCED") => {
+                    let found = self
+                        .inner
+                        .groups
+                        .ensure(&req.tenant, &req.topic)
+                        .await
+                        .map_err(SendError::retry)?;
+                    if found == crate::group_model::Existence::Absent {
+                        return Err(SendError::NotMember);
                     }
+                }
+                // The tenant's active month is missing (one server).
+                Some("NOMONTH") => {
+                    self.restore_active_month(&req.tenant, pool).await?;
                 }
                 Some("NOTMEMBER") => return Err(SendError::NotMember),
                 Some("DISSOLVED") => return Err(SendError::Dissolved),
@@ -701,48 +741,86 @@ impl Sender {
         Ok(())
     }
 
-    /// The tenant's active month (cached ≤ 1 s). When Redis lost it, the
-    /// latest writable month of the catalog is put back (never backwards).
-    async fn active_month(
+    /// The tenant's active month and announced switch for the allocation
+    /// script on a Redis Cluster, read together and used for at most
+    /// [`ACTIVE_MONTH_CACHE`] from when the read was sent: an announcement
+    /// is made [`crate::store::shards::SWITCH_LEAD_MS`] before its instant,
+    /// so every copy in use holds it by then. When Redis lost the active
+    /// month, the latest writable month of the catalog is put back.
+    async fn month_args(
+        &self,
+        tenant: &str,
+        pool: &sqlx::MySqlPool,
+    ) -> Result<MonthArgs, SendError> {
+        if let Some((args, until)) = self.inner.active_months.lock().expect("lock").get(tenant) {
+            if Instant::now() < *until {
+                return Ok(args.clone());
+            }
+        }
+        let mut redis = self.inner.redis.clone();
+        for _ in 0..3 {
+            let asked = Instant::now();
+            let (active, switch) = crate::redis_util::month_state(&mut redis, tenant)
+                .await
+                .map_err(|e| SendError::retry(format!("redis: {e}")))?;
+            let active = match active {
+                Some(m) => m,
+                None => {
+                    self.restore_active_month(tenant, pool).await?;
+                    continue;
+                }
+            };
+            let until = asked + ACTIVE_MONTH_CACHE;
+            if Instant::now() >= until {
+                // Too slow an answer may predate an announcement: ask again.
+                continue;
+            }
+            let args = MonthArgs {
+                active: active.to_string(),
+                switch: switch.map(|s| s.encode()).unwrap_or_default(),
+            };
+            self.inner
+                .active_months
+                .lock()
+                .expect("lock")
+                .insert(tenant.to_string(), (args.clone(), until));
+            return Ok(args);
+        }
+        Err(SendError::retry(
+            "the tenant's active month could not be read",
+        ))
+    }
+
+    /// Puts back a tenant's active month that Redis lost: the latest
+    /// writable month of the catalog (never backwards).
+    async fn restore_active_month(
         &self,
         tenant: &str,
         pool: &sqlx::MySqlPool,
     ) -> Result<ShardMonth, SendError> {
-        if let Some((month, at)) = self.inner.active_months.lock().expect("lock").get(tenant) {
-            if at.elapsed() < ACTIVE_MONTH_CACHE {
-                return Ok(*month);
-            }
-        }
-        let mut redis = self.inner.redis.clone();
-        let key = TenantKeys::new(tenant).active_month();
-        let month = match crate::redis_util::active_month(&mut redis, &key)
+        let writable = catalog::list(pool)
             .await
-            .map_err(|e| SendError::retry(format!("redis: {e}")))?
-        {
-            Some(m) => m,
-            None => {
-                let writable = catalog::list(pool)
-                    .await
-                    .map_err(SendError::retry)?
-                    .into_iter()
-                    .filter(|e| e.status == ShardStatus::Writable)
-                    .map(|e| e.month)
-                    .max()
-                    .ok_or_else(|| {
-                        SendError::retry("no writable month yet (is `imstream shards` running?)")
-                    })?;
-                crate::redis_util::advance_month(&mut redis, &key, writable)
-                    .await
-                    .map_err(|e| SendError::retry(format!("redis: {e}")))?
-            }
-        };
-        self.inner
-            .active_months
-            .lock()
-            .expect("lock")
-            .insert(tenant.to_string(), (month, Instant::now()));
-        Ok(month)
+            .map_err(SendError::retry)?
+            .into_iter()
+            .filter(|e| e.status == ShardStatus::Writable)
+            .map(|e| e.month)
+            .max()
+            .ok_or_else(|| {
+                SendError::retry("no writable month yet (is `imstream shards` running?)")
+            })?;
+        let mut redis = self.inner.redis.clone();
+        crate::redis_util::advance_month(&mut redis, tenant, writable)
+            .await
+            .map_err(|e| SendError::retry(format!("redis: {e}")))
     }
+}
+
+/// The month arguments of `lua/allocate_seq.lua` (ARGV[2], ARGV[10]):
+/// empty on one Redis server, where the script reads the keys itself.
+#[derive(Debug, Clone, Default)]
+struct MonthArgs {
+    active: String,
+    switch: String,
 }
 
 /// The head an edit leaves on the edited message: the replacement's head

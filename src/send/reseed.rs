@@ -461,7 +461,7 @@ async fn recover_stored(
 
 /// Milliseconds since this Redis dataset got its generation marker; a
 /// missing marker is created now (age 0: data may just have been lost).
-async fn generation_age_ms(
+pub(crate) async fn generation_age_ms(
     redis: &mut crate::redis_util::Redis,
     tenant: &str,
 ) -> redis::RedisResult<i64> {

@@ -471,6 +471,35 @@ impl MonthTable {
         )
     }
 
+    /// The consistency check: per topic of `count` given, `(topic,
+    /// MIN(seqid), MAX(seqid), COUNT(*))`.
+    pub fn topic_ranges_in_sql(&self, count: usize) -> String {
+        format!(
+            "SELECT topic, MIN(seqid), MAX(seqid), COUNT(*) FROM `{}` \
+             WHERE topic IN ({}) GROUP BY topic",
+            self.name(),
+            vec!["?"; count.max(1)].join(", ")
+        )
+    }
+
+    /// The same for one topic, as a locking read (the latest committed
+    /// rows, held until the repair that follows commits).
+    pub fn topic_range_locked_sql(&self) -> String {
+        format!(
+            "SELECT MIN(seqid), MAX(seqid), COUNT(*), MIN(created_at), MAX(created_at) FROM `{}` \
+             WHERE topic = ? LOCK IN SHARE MODE",
+            self.name()
+        )
+    }
+
+    /// Up to `LIMIT ?` topics after `?`, in order (the checker's next topics).
+    pub fn topics_after_sql(&self) -> String {
+        format!(
+            "SELECT DISTINCT topic FROM `{}` WHERE topic > ? ORDER BY topic LIMIT ?",
+            self.name()
+        )
+    }
+
     pub fn count_sql(&self) -> String {
         format!("SELECT COUNT(*) FROM `{}`", self.name())
     }

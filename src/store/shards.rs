@@ -28,6 +28,8 @@ pub enum ShardError {
     Redis(#[from] redis::RedisError),
     #[error("sealing check: {0}")]
     Seal(#[from] SealError),
+    #[error("consistency check: {0}")]
+    Check(String),
 }
 
 /// What one pass did for one tenant.
@@ -88,8 +90,7 @@ pub async fn run_once(
             tracing::error!(tenant, month = %current, "current month table missing; active month not advanced");
             return Ok::<_, ShardError>(None);
         }
-        let in_force = advance_month(redis, &keys.active_month(), current).await?;
-        Ok(Some(in_force))
+        Ok(Some(switch_month(redis, tenant, current).await?))
     }
     .await;
     lock.release(redis).await?;
@@ -99,6 +100,120 @@ pub async fn run_once(
         sealed: Vec::new(),
         held: Vec::new(),
     })
+}
+
+/// How long before it takes effect a month switch is announced: more than
+/// the 1 s a gateway on a Redis Cluster caches the tenant's month state
+/// (`send::ACTIVE_MONTH_CACHE`), so every gateway passes the announcement
+/// to `lua/allocate_seq.lua` before its instant.
+pub const SWITCH_LEAD_MS: i64 = 2_000;
+
+/// Moves the tenant's active month to `month` (never back) so that every
+/// node's sends change month at one instant: a first switch of an empty
+/// tenant (or one whose key Redis lost) is set at once; otherwise the
+/// switch is announced for Redis `TIME` + [`SWITCH_LEAD_MS`], this pass
+/// waits until then, and the active month is set and the announcement
+/// removed. The allocation script gives the announced month from that
+/// instant on, whatever a gateway cached. A switch announced by a pass
+/// that died before finishing is finished first (its instant may have
+/// passed: scripts already give its month). Called under the shard lock.
+pub async fn switch_month(
+    redis: &mut Redis,
+    tenant: &str,
+    month: ShardMonth,
+) -> Result<ShardMonth, ShardError> {
+    let (active, announced) = crate::redis_util::month_state(redis, tenant).await?;
+    if let Some(a) = announced {
+        let now = crate::redis_util::redis_now_ms(redis).await?;
+        if a.at_ms <= now || active.is_none() {
+            advance_month(redis, tenant, a.month).await?;
+        }
+    }
+    let (active, _) = crate::redis_util::month_state(redis, tenant).await?;
+    match active {
+        Some(a) if a >= month => return Ok(a),
+        None => return Ok(advance_month(redis, tenant, month).await?),
+        Some(_) => {}
+    }
+    let at_ms = crate::redis_util::redis_now_ms(redis).await? + SWITCH_LEAD_MS;
+    let switch = crate::redis_util::MonthSwitch { month, at_ms };
+    crate::redis_util::announce_switch(redis, tenant, switch).await?;
+    tracing::info!(tenant, %month, at_ms, "month switch announced");
+    loop {
+        let now = crate::redis_util::redis_now_ms(redis).await?;
+        if now >= at_ms {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(
+            (at_ms - now).clamp(1, 500) as u64,
+        ))
+        .await;
+    }
+    let in_force = advance_month(redis, tenant, month).await?;
+    tracing::info!(tenant, month = %in_force, "active month switched");
+    Ok(in_force)
+}
+
+/// The month lifecycle gauges of one tenant after a pass (alerts
+/// `ActiveMonthMissing`, `NextMonthTableMissing`,
+/// `CurrentMonthNotWritable`) and its MySQL server's query counters (alert
+/// `MySQLSlowQueryRateHigh`). A gauge that cannot be read is left as it was
+/// (logged): a pass that could not read it has failed elsewhere too.
+pub async fn export_gauges(tenant: &str, pool: &MySqlPool, redis: &mut Redis, now: DateTime<Utc>) {
+    use crate::metrics as m;
+    let current = ShardMonth::of(now);
+    let t = tenant.to_string();
+    match crate::redis_util::month_state(redis, tenant).await {
+        Ok((active, _)) => {
+            let number = active.map_or(0.0, |a| a.to_string().parse::<f64>().unwrap_or(0.0));
+            metrics::gauge!(m::SHARD_ACTIVE_MONTH, "tenant" => t.clone()).set(number);
+        }
+        Err(e) => tracing::warn!(tenant, error = %e, "active month not read for its gauge"),
+    }
+    let ready = |b: bool| if b { 1.0 } else { 0.0 };
+    match catalog::table_exists(pool, current.next()).await {
+        Ok(exists) => {
+            metrics::gauge!(m::SHARD_NEXT_MONTH_READY, "tenant" => t.clone()).set(ready(exists))
+        }
+        Err(e) => tracing::warn!(tenant, error = %e, "next month's table not checked"),
+    }
+    let writable = async {
+        Ok::<_, sqlx::Error>(
+            catalog::table_exists(pool, current).await?
+                && catalog::entry(pool, current)
+                    .await?
+                    .is_some_and(|e| e.status == ShardStatus::Writable),
+        )
+    };
+    match writable.await {
+        Ok(w) => {
+            metrics::gauge!(m::SHARD_CURRENT_MONTH_WRITABLE, "tenant" => t.clone()).set(ready(w))
+        }
+        Err(e) => tracing::warn!(tenant, error = %e, "current month not checked"),
+    }
+    let status: Result<Vec<(String, String)>, _> =
+        sqlx::query_as("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Slow_queries')")
+            .fetch_all(pool)
+            .await;
+    match status {
+        Ok(rows) => {
+            for (name, value) in rows {
+                let Ok(value) = value.parse::<u64>() else {
+                    continue;
+                };
+                match name.as_str() {
+                    "Questions" => metrics::counter!(m::MYSQL_QUERIES_TOTAL, "tenant" => t.clone())
+                        .absolute(value),
+                    "Slow_queries" => {
+                        metrics::counter!(m::MYSQL_SLOW_QUERIES_TOTAL, "tenant" => t.clone())
+                            .absolute(value)
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Err(e) => tracing::warn!(tenant, error = %e, "MySQL query counters not read"),
+    }
 }
 
 /// Seals every `sealing` month of one tenant that nothing holds; returns
@@ -173,6 +288,11 @@ pub struct ShardManager {
     interval: std::time::Duration,
     gate: SealGate,
     sealing_days: u32,
+    /// The consistency check's schedule (`None`: off), topics per run and
+    /// dedup rows purged per run.
+    check_every: Option<std::time::Duration>,
+    check_topics: usize,
+    purge_max: u64,
 }
 
 impl ShardManager {
@@ -193,7 +313,48 @@ impl ShardManager {
             interval: std::time::Duration::from_secs(config.shards.interval_secs.max(1)),
             gate: SealGate::new(config, topics)?,
             sealing_days: config.shards.sealing_days,
+            check_every: (config.shards.check_interval_secs > 0)
+                .then(|| std::time::Duration::from_secs(config.shards.check_interval_secs)),
+            check_topics: config.shards.check_topics_per_run.max(1),
+            purge_max: config.shards.dedup_purge_per_run,
         })
+    }
+
+    /// One consistency check of every tenant (`store::consistency`): each
+    /// goes on from `cursors` (the last topic the previous check compared)
+    /// and compares `check_topics` topics, then purges expired dedup rows.
+    /// A tenant whose check fails is logged and tried again next time.
+    pub async fn check(
+        &self,
+        cursors: &mut std::collections::HashMap<String, String>,
+    ) -> Vec<(String, super::consistency::Report)> {
+        let mut redis = self.redis.clone();
+        let mut out = Vec::new();
+        for (tenant, pool) in &self.tenants {
+            let after = cursors.get(tenant).cloned().unwrap_or_default();
+            match super::consistency::check_tenant(
+                tenant,
+                pool,
+                &mut redis,
+                &after,
+                self.check_topics,
+                self.purge_max,
+            )
+            .await
+            {
+                Ok(report) => {
+                    match &report.next_after {
+                        Some(t) => cursors.insert(tenant.clone(), t.clone()),
+                        None => cursors.remove(tenant),
+                    };
+                    tracing::info!(%tenant, topics = report.topics, mismatches = ?report.mismatches,
+                        repairs = ?report.repairs, dedup_purged = report.dedup_purged, "consistency check done");
+                    out.push((tenant.clone(), report));
+                }
+                Err(e) => tracing::error!(%tenant, error = %e, "consistency check failed"),
+            }
+        }
+        out
     }
 
     /// One pass over every tenant at the clock's "now".
@@ -206,8 +367,11 @@ impl ShardManager {
             let mut pass = run_once(tenant, pool, &mut redis, now).await?;
             (pass.sealed, pass.held) =
                 seal_ready(tenant, pool, now, self.sealing_days, &mut backlog).await?;
+            export_gauges(tenant, pool, &mut redis, now).await;
             out.push((tenant.clone(), pass));
         }
+        metrics::gauge!(crate::metrics::SHARD_LAST_PASS)
+            .set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
         Ok(out)
     }
 
@@ -215,6 +379,8 @@ impl ShardManager {
     /// retried at the next tick (the active month never moves without its
     /// table).
     pub async fn run(&self, shutdown: Shutdown) {
+        let mut cursors = std::collections::HashMap::new();
+        let mut checked: Option<std::time::Instant> = None;
         loop {
             match self.pass().await {
                 Ok(passes) => {
@@ -223,6 +389,12 @@ impl ShardManager {
                     }
                 }
                 Err(e) => tracing::error!(error = %e, "shard pass failed"),
+            }
+            if let Some(every) = self.check_every {
+                if checked.is_none_or(|at| at.elapsed() >= every) {
+                    self.check(&mut cursors).await;
+                    checked = Some(std::time::Instant::now());
+                }
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,

@@ -11,7 +11,8 @@
 // GROUP), ARTIFACTS (folder), CHAT_LIST=1 enables the steps that need the
 // `me` topic (chat list with names, unread badges, paging, typing,
 // one-to-one), NAME_A / NAME_B (the people's names), PHOTO_A (A's picture
-// reference, optional), CHROMIUM (default /usr/bin/chromium).
+// reference, optional), INVITE_NAME / INVITE_TEXT (a group C is invited
+// to, and a message in it), CHROMIUM (default /usr/bin/chromium).
 
 'use strict';
 
@@ -303,6 +304,23 @@ async function steps(browser) {
       await c.page.locator('.contact-box li', { hasText: GROUP_NAME }).first().waitFor({ state: 'detached', ...WAIT });
       await noErrorBox(c, 'leaving the group');
       await screenshot(c, 'left');
+
+      if (process.env.INVITE_NAME) {
+        // C was invited to another group (C lets nobody add them
+        // directly): it is in C's list; opening it shows the invitation;
+        // after Accept C reads the group.
+        const invite = c.page.locator('.contact-box li', { hasText: process.env.INVITE_NAME }).first();
+        await invite.waitFor(WAIT);
+        await invite.click();
+        const panel = c.page.locator('.accept-invite-panel');
+        await panel.waitFor(WAIT);
+        await screenshot(c, 'invitation');
+        await panel.locator('button.primary').click();
+        await panel.waitFor({ state: 'detached', ...WAIT });
+        await message(c, process.env.INVITE_TEXT).waitFor(WAIT);
+        await noErrorBox(c, 'accepting an invitation');
+        await screenshot(c, 'invitation-accepted');
+      }
     }
 
     if (CHAT_LIST) {

@@ -420,6 +420,21 @@ impl Stack {
         self.gateways[i].addr
     }
 
+    /// The operator port of the `i`-th gateway: `/v1/admin/…` is served
+    /// there only (`gateway.admin_addr`).
+    pub fn admin_addr(&self, i: usize) -> std::net::SocketAddr {
+        self.gateways[i].admin_addr
+    }
+
+    /// The operator port of the gateway whose public port is `addr`.
+    pub fn admin_addr_of(&self, addr: std::net::SocketAddr) -> std::net::SocketAddr {
+        self.gateways
+            .iter()
+            .find(|g| g.addr == addr)
+            .expect("a gateway of this stack")
+            .admin_addr
+    }
+
     pub fn token(&self, uid: i64, device: &str) -> String {
         imstream::gateway::auth::Tokens::new(&self.world.config)
             .issue(self.tenant(), uid, device, 0, 0)

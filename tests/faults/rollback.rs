@@ -137,6 +137,15 @@ async fn redis_cluster_replica_promoted_while_it_lagged() {
         &replica.to_string(),
         "STOP"
     ]));
+    // The primary drops its link to the paused replica: what the replica's
+    // socket already holds is all it will have (otherwise it would catch up
+    // from its receive buffer on resuming, and not lag at all).
+    let dropped = std::process::Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &primary.to_string()])
+        .args(["CLIENT", "KILL", "TYPE", "replica"])
+        .output()
+        .expect("redis-cli");
+    assert!(dropped.status.success(), "CLIENT KILL TYPE replica");
     let at_pause = load.acked_now();
     tokio::time::sleep(Duration::from_secs(6)).await;
     let at_kill = load.acked_now();

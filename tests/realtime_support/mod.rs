@@ -504,7 +504,8 @@ pub async fn publish_envelope(
         .expect("PUBLISH");
 }
 
-/// An admin session-control call through gateway `addr`; returns the status.
+/// An admin session-control call on operator port `addr` (a gateway's
+/// `admin_addr`); returns the status.
 pub async fn admin(addr: std::net::SocketAddr, admin_token: &str, path: &str, tenant: &str) -> u16 {
     reqwest::Client::new()
         .post(format!(

@@ -44,7 +44,7 @@ impl Session {
             return;
         }
         let who = self.identity.clone().expect("logged in");
-        let Ok(pool) = self.gateway.sender.pools().get(&who.tenant) else {
+        let Ok(_pool) = self.gateway.sender.pools().get(&who.tenant) else {
             self.reply(ctrl(
                 id,
                 Some(&self.shown(topic)),
@@ -56,7 +56,13 @@ impl Session {
             return;
         };
         let mut redis = self.gateway.sender.redis();
-        match crate::groups::membership(pool, &mut redis, &who.tenant, topic, who.uid).await {
+        let membership = self
+            .gateway
+            .sender
+            .groups()
+            .membership(&who.tenant, topic, who.uid)
+            .await;
+        match membership {
             Ok(Membership::Member) => {
                 self.attached.insert(topic.to_string());
                 let mut change = None;
@@ -110,6 +116,24 @@ impl Session {
                 }
             }
             Ok(Membership::NotMember) => {
+                // An invited user sees the invitation (Tinode's `given`
+                // without `want`) and nothing of the group's messages: not
+                // attached until they accept.
+                if let Ok(crate::group_model::Read::State(s)) = self
+                    .gateway
+                    .sender
+                    .groups()
+                    .read(&who.tenant, topic, &[who.uid], None)
+                    .await
+                {
+                    if s.inviter(who.uid).is_some() {
+                        use crate::realtime::frames::{INVITED_GIVEN, INVITED_WANT};
+                        let acs = json!({"acs": {"want": INVITED_WANT, "given": INVITED_GIVEN, "mode": INVITED_WANT}});
+                        self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", Some(acs)))
+                            .await;
+                        return;
+                    }
+                }
                 self.reply(ctrl(
                     id,
                     Some(&self.shown(topic)),
@@ -266,6 +290,7 @@ impl Session {
             dedup_key: String::new(),
             occurred_at: now_ms(),
             payload: frame,
+            exclude: Vec::new(),
         };
         let mut redis = self.gateway.sender.redis();
         let nodes = presence::online_nodes(&mut redis, tenant, topic, now_ms())

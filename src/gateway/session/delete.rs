@@ -16,6 +16,31 @@ impl Session {
     pub(super) async fn delete(&mut self, del: tinode::MsgDel) {
         let id = del.id.as_deref();
         let topic = del.topic.as_str();
+        if del.what == "topic" && tinode::is_group_topic(topic) {
+            // An invited user's "Ignore" (Tinode's web app deletes the
+            // topic): the invitation is declined. Anything else is not
+            // deleted this way (the owner dissolves with HTTP).
+            let who = self.identity.clone().expect("logged in");
+            let origin = self.caller(&who).origin;
+            let reply = match self
+                .gateway
+                .governance
+                .answer_invitation(&who.tenant, topic, who.uid, false, &origin)
+                .await
+            {
+                Ok(_) => ctrl(id, Some(&self.shown(topic)), 200, "ok", None),
+                Err(r) if r.0 == 404 || r.0 == 409 => ctrl(
+                    id,
+                    Some(&self.shown(topic)),
+                    501,
+                    "not implemented: only an invitation can be deleted",
+                    None,
+                ),
+                Err(r) => ctrl(id, Some(&self.shown(topic)), r.0, &r.1, None),
+            };
+            self.reply(reply).await;
+            return;
+        }
         if del.what != "msg" {
             self.reply(ctrl(
                 id,

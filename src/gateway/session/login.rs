@@ -46,14 +46,21 @@ impl Session {
             return;
         }
         let gw = self.gateway.clone();
-        // Failed logins lock out the login name and the address for a while
-        // (doubling); a locked-out attempt is not even verified.
+        if !matches!(login.scheme.as_str(), "token" | "basic") {
+            self.reply(ctrl(id, None, 401, "unknown authentication scheme", None))
+                .await;
+            return;
+        }
+        // Failed logins lock out the (normalized) login name and the
+        // address for a while (doubling). Each attempt is reserved before
+        // it is verified, so parallel ones cannot all slip past the count;
+        // a locked-out attempt is not even verified.
         let basic_name = (login.scheme == "basic")
-            .then(|| crate::gateway::limits::basic_login_name(&login.secret))
+            .then(|| auth::basic_login_name(&login.secret))
             .flatten();
         let subjects = LoginSubjects::new(basic_name.as_deref(), self.peer, &gw.config.limits);
         let mut redis = gw.sender.redis();
-        if let Err(l) = subjects.check(&mut redis).await {
+        if let Err(l) = subjects.reserve(&mut redis, &gw.config.limits).await {
             let (code, text, params) = l.ctrl_parts();
             self.reply(ctrl(id, None, code, text, Some(params))).await;
             return;
@@ -77,7 +84,9 @@ impl Session {
             "basic" => auth::check_basic_login(&gw.config.auth, gw.sender.pools(), &login.secret)
                 .await
                 .map(|(tenant, uid)| {
-                    let device = format!("basic-{}", &self.sid[..8]);
+                    // A device of its own for every password login, so
+                    // revoking one never closes another.
+                    let device = format!("basic-{}", uuid::Uuid::new_v4().simple());
                     (
                         Identity {
                             tenant,
@@ -91,19 +100,24 @@ impl Session {
             _ => Err(AuthError::UnknownScheme),
         };
         let (identity, token_av, token_gen) = match identity {
-            Ok(i) if gw.config.tenant(&i.0.tenant).is_some() => i,
+            Ok(i) if gw.config.tenant(&i.0.tenant).is_some() => {
+                subjects.succeeded(&mut redis).await;
+                i
+            }
+            // The reserved attempt stays counted as a failure.
             Ok(_) | Err(AuthError::Failed) => {
-                subjects.failed(&mut redis, &gw.config.limits).await;
                 self.reply(ctrl(id, None, 401, "authentication failed", None))
                     .await;
                 return;
             }
             Err(AuthError::UnknownScheme) => {
+                subjects.give_back(&mut redis).await;
                 self.reply(ctrl(id, None, 401, "unknown authentication scheme", None))
                     .await;
                 return;
             }
             Err(AuthError::Unavailable) => {
+                subjects.give_back(&mut redis).await;
                 self.reply(ctrl(id, None, 503, "service unavailable, retry", None))
                     .await;
                 return;
@@ -142,7 +156,6 @@ impl Session {
             .await;
             return;
         }
-        subjects.succeeded(&mut redis).await;
         // At most `sessions_per_user` on this gateway: the new one is
         // refused and closed, the user's existing sessions stay.
         let max = gw.config.limits.sessions_per_user.max(1);

@@ -156,13 +156,24 @@ impl Session {
             let topics: Vec<String> = list.iter().map(|c| c.topic.clone()).collect();
             self.gateway.hub.watch(handle, &topics);
         }
-        if list.is_empty() {
+        // Pending invitations, with the whole list (or asked for by topic).
+        let invitations = if query.after.is_none() && query.changed_since_ms.is_none() {
+            chats::invitations(&self.gateway, &who.tenant, who.uid, query.topic.as_deref())
+                .await?
+                .into_iter()
+                .filter(|i| !list.iter().any(|c| c.topic == i.topic))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if list.is_empty() && invitations.is_empty() {
             let params = json!({"what": "sub"});
             self.reply(ctrl(id, Some("me"), 204, "no content", Some(params)))
                 .await;
             return Ok(());
         }
-        let entries = chats::me_sub_entries(&self.gateway, &who.tenant, who.uid, &list).await;
+        let mut entries = chats::me_sub_entries(&self.gateway, &who.tenant, who.uid, &list).await;
+        entries.extend(invitations.iter().map(chats::invitation_entry));
         #[derive(serde::Serialize)]
         struct Frame<'a> {
             meta: MetaSub<'a>,

@@ -38,6 +38,47 @@ use super::edits;
 use super::Gateway;
 use crate::tinode::{self, ctrl, ClientMsg};
 
+/// Every kind of client message the session dispatches, by Tinode's name
+/// (the one field of a [`ClientMsg`] that is set). tests/adversary.rs
+/// attacks each kind that names a topic or a user.
+pub const CLIENT_MESSAGE_KINDS: &[&str] = &[
+    "hi", "login", "sub", "pub", "get", "leave", "note", "del", "set", "acc",
+];
+
+/// Each kind and whether `msg` is of it. Every field is named (no `..`),
+/// so a kind added to [`ClientMsg`] does not compile until it is listed.
+fn kinds(msg: &ClientMsg) -> [(&'static str, bool); 10] {
+    let ClientMsg {
+        hi,
+        login,
+        sub,
+        publish,
+        get,
+        leave,
+        note,
+        del,
+        set,
+        acc,
+    } = msg;
+    [
+        ("hi", hi.is_some()),
+        ("login", login.is_some()),
+        ("sub", sub.is_some()),
+        ("pub", publish.is_some()),
+        ("get", get.is_some()),
+        ("leave", leave.is_some()),
+        ("note", note.is_some()),
+        ("del", del.is_some()),
+        ("set", set.is_some()),
+        ("acc", acc.is_some()),
+    ]
+}
+
+/// The kind of `msg` (the first field set), if any.
+fn kind_of(msg: &ClientMsg) -> Option<&'static str> {
+    kinds(msg).into_iter().find(|(_, set)| *set).map(|(k, _)| k)
+}
+
 /// Outbound messages queued per session before it counts as too slow and
 /// is closed (room for a burst after an outage; slots are allocated only as
 /// they fill, so an idle session does not pay for them).
@@ -385,8 +426,11 @@ impl Session {
     }
 
     /// Closes the session if session control says so (checked at most every
-    /// few seconds on uplink). Returns false when the session is closing.
-    pub(super) async fn still_allowed(&mut self) -> bool {
+    /// few seconds on uplink). Returns false when the command must not run:
+    /// the session is closing, or its state could be read from neither
+    /// Redis nor MySQL (the command is refused with 503 and the next one
+    /// checks again: fail closed, without dropping the connection).
+    pub(super) async fn still_allowed(&mut self, msg: &ClientMsg) -> bool {
         if self.closing.is_triggered() {
             return false;
         }
@@ -399,19 +443,31 @@ impl Session {
         }
         self.checked_at = now;
         let mut redis = self.gateway.sender.redis();
-        match control::recheck(
+        let checked = control::recheck(
             &mut redis,
             self.gateway.sender.pools(),
             std::slice::from_ref(handle),
         )
-        .await
-        {
-            Ok(refused) if !refused.is_empty() => {
-                self.close(refused[0].1);
-                false
-            }
-            _ => true,
+        .await;
+        if let Some((_, why)) = checked.refused.first() {
+            self.close(why);
+            return false;
         }
+        if let Some((_, e)) = checked.unknown.first() {
+            tracing::warn!(error = %e, sid = %self.sid, "session control unavailable on uplink; refusing the command");
+            self.checked_at = 0;
+            let (id, topic) = (message_id(msg), message_topic(msg));
+            self.reply(ctrl(
+                id.as_deref(),
+                topic.as_deref(),
+                503,
+                "service unavailable, retry",
+                None,
+            ))
+            .await;
+            return false;
+        }
+        true
     }
 
     pub(super) async fn dispatch(&mut self, text: &str) {
@@ -433,6 +489,7 @@ impl Session {
                 return;
             }
         };
+        tracing::trace!(sid = %self.sid, kind = kind_of(&msg).unwrap_or("none"), "client message");
         if let Some(hi) = msg.hi {
             return self.hello(hi).await;
         }
@@ -464,7 +521,7 @@ impl Session {
             .await;
             return;
         }
-        if !self.still_allowed().await {
+        if !self.still_allowed(&msg).await {
             return;
         }
         // Clients name a one-to-one topic by the peer (`usr<peer>`); every
@@ -538,4 +595,29 @@ fn message_topic(msg: &ClientMsg) -> Option<String> {
         .or_else(|| msg.leave.as_ref().map(|m| m.topic.clone()))
         .or_else(|| msg.del.as_ref().map(|m| m.topic.clone()))
         .or_else(|| msg.set.as_ref().map(|m| m.topic.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listed_kinds_are_the_dispatched_ones() {
+        let listed: Vec<&str> = kinds(&ClientMsg::default()).map(|(k, _)| k).to_vec();
+        assert_eq!(listed, CLIENT_MESSAGE_KINDS);
+        for kind in CLIENT_MESSAGE_KINDS {
+            let body = match *kind {
+                "hi" | "acc" => json!({}),
+                "login" => json!({"scheme": "token", "secret": "x"}),
+                "note" => json!({"topic": "grpA", "what": "kp"}),
+                "del" => json!({"topic": "grpA", "what": "msg"}),
+                "get" => json!({"topic": "grpA", "what": "data"}),
+                _ => json!({"topic": "grpA"}),
+            };
+            let msg: ClientMsg = serde_json::from_value(json!({ *kind: body }))
+                .unwrap_or_else(|e| panic!("{kind}: {e}"));
+            assert_eq!(kind_of(&msg), Some(*kind));
+        }
+        assert_eq!(kind_of(&ClientMsg::default()), None);
+    }
 }

@@ -6,6 +6,8 @@
 use crate::gateway::chats;
 use crate::gateway::reads::Refusal;
 use crate::governance::Actor;
+use serde_json::json;
+
 use crate::tinode::{self, ctrl, MsgSet};
 
 use super::Session;
@@ -18,6 +20,11 @@ impl Session {
             return self.set_fnd(id, public).await;
         }
         let shown = self.shown(&set.topic);
+        if let Some(mode) = own_mode(set.sub.as_ref()) {
+            if tinode::is_group_topic(&set.topic) && set.desc.is_none() {
+                return self.set_own_mode(id, &set.topic, &mode).await;
+            }
+        }
         let unsupported = set.sub.is_some()
             || set.tags.is_some()
             || set.aux.is_some()
@@ -44,6 +51,81 @@ impl Session {
             Err(Refusal(code, text)) => ctrl(id, Some(&shown), code, &text, None),
         };
         self.reply(reply).await;
+    }
+
+    /// `{set sub={mode}}` of the caller's own subscription: to an invited
+    /// user it answers the invitation (a mode that joins and reads, `J` and
+    /// `R`, accepts; one without `J` declines: Tinode's web app Accept /
+    /// Block). A member's own mode (notification settings) is not kept
+    /// here: `501`.
+    async fn set_own_mode(&mut self, id: Option<&str>, topic: &str, mode: &str) {
+        let who = self.identity.clone().expect("logged in");
+        let shown = self.shown(topic);
+        let gov = &self.gateway.governance;
+        let invited = match gov.model().read(&who.tenant, topic, &[who.uid], None).await {
+            Ok(crate::group_model::Read::State(s)) => s.inviter(who.uid).is_some(),
+            Ok(_) => false,
+            Err(e) => {
+                tracing::warn!(request_id = %crate::request_id::current(), error = %e, "invitation check failed");
+                self.reply(ctrl(
+                    id,
+                    Some(&shown),
+                    503,
+                    "service unavailable, retry",
+                    None,
+                ))
+                .await;
+                return;
+            }
+        };
+        if !invited {
+            self.reply(ctrl(
+                id,
+                Some(&shown),
+                501,
+                "not implemented: only an invitation's answer can be set",
+                None,
+            ))
+            .await;
+            return;
+        }
+        let accept = mode.contains('J') && mode.contains('R');
+        if mode.contains('J') && !accept {
+            self.reply(ctrl(
+                id,
+                Some(&shown),
+                400,
+                "malformed: accept with a mode that reads (J and R), decline without J",
+                None,
+            ))
+            .await;
+            return;
+        }
+        let origin = self.caller(&who).origin;
+        match gov
+            .answer_invitation(&who.tenant, topic, who.uid, accept, &origin)
+            .await
+        {
+            Ok(_) => {
+                let mode = if accept {
+                    crate::realtime::frames::access_mode(Some(crate::groups::Role::Member), false)
+                } else {
+                    "N".to_string()
+                };
+                if accept {
+                    // The session asked for the topic before: it is attached
+                    // now that it may read.
+                    if let Some(handle) = self.handle.clone() {
+                        self.attached.insert(topic.to_string());
+                        self.gateway.hub.attach(&handle, topic);
+                    }
+                }
+                let acs = json!({"acs": {"want": mode, "given": mode, "mode": mode}});
+                self.reply(ctrl(id, Some(&shown), 200, "ok", Some(acs)))
+                    .await;
+            }
+            Err(r) => self.reply(ctrl(id, Some(&shown), r.0, &r.1, None)).await,
+        }
     }
 
     async fn set_public(&mut self, topic: &str, public: &serde_json::Value) -> Result<(), Refusal> {
@@ -77,4 +159,14 @@ impl Session {
         .map(|_| ())
         .map_err(|r| Refusal(r.0, r.1))
     }
+}
+
+/// The mode of `{set sub={mode}}` about the caller's own subscription (no
+/// `user`, or nothing else).
+fn own_mode(sub: Option<&serde_json::Value>) -> Option<String> {
+    let sub = sub?.as_object()?;
+    if sub.keys().any(|k| k != "mode") {
+        return None;
+    }
+    sub.get("mode")?.as_str().map(str::to_string)
 }

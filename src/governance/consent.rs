@@ -1,0 +1,223 @@
+//! Consent to membership (issue 30): nobody is put into a group by someone
+//! they blocked, and each user says who may add them directly — anyone,
+//! only their contacts (friends), or nobody. Whoever may not add a user
+//! directly invites them instead (Tinode's `given` access without `want`):
+//! the user accepts (and joins) or declines. Operators add through admin
+//! commands and are not asked (bulk membership).
+
+use std::collections::{HashMap, HashSet};
+
+use sqlx::MySqlPool;
+
+use super::Refused;
+
+/// Who may add a user to a group directly (`im_user_settings.add_policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddPolicy {
+    Anyone,
+    Contacts,
+    Nobody,
+}
+
+impl AddPolicy {
+    pub fn parse(s: &str) -> Option<AddPolicy> {
+        match s {
+            "anyone" => Some(AddPolicy::Anyone),
+            "contacts" => Some(AddPolicy::Contacts),
+            "nobody" => Some(AddPolicy::Nobody),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AddPolicy::Anyone => "anyone",
+            AddPolicy::Contacts => "contacts",
+            AddPolicy::Nobody => "nobody",
+        }
+    }
+}
+
+/// How one user comes into a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Added now.
+    Direct,
+    /// Invited: a member once they accept.
+    Invite,
+}
+
+/// The rule, on facts already read: a blocked adder is refused; the
+/// target's policy says whether the adder adds or invites.
+pub fn admission(policy: AddPolicy, blocked_adder: bool, contact: bool) -> Option<Admission> {
+    if blocked_adder {
+        return None;
+    }
+    Some(match policy {
+        AddPolicy::Anyone => Admission::Direct,
+        AddPolicy::Contacts if contact => Admission::Direct,
+        AddPolicy::Contacts | AddPolicy::Nobody => Admission::Invite,
+    })
+}
+
+fn unavailable(e: sqlx::Error) -> Refused {
+    let request_id = crate::request_id::current();
+    tracing::warn!(%request_id, error = %e, "consent: database failed");
+    Refused(503, "service unavailable, retry".into())
+}
+
+/// How each of `targets` comes in when `adder` adds them; refused (403,
+/// naming them) when any of them blocked the adder. Reads the relations
+/// and settings the user made (one query each, whatever the count).
+pub async fn admissions(
+    pool: &MySqlPool,
+    adder: i64,
+    targets: &[i64],
+) -> Result<HashMap<i64, Admission>, Refused> {
+    let mut out = HashMap::new();
+    let others: Vec<i64> = targets
+        .iter()
+        .copied()
+        .filter(|t| *t != adder)
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    if others.is_empty() {
+        return Ok(out);
+    }
+    let blockers = uids_where(
+        pool,
+        "SELECT uid FROM im_blocks WHERE blocked_uid = ",
+        adder,
+        &others,
+    )
+    .await?;
+    if !blockers.is_empty() {
+        let mut named: Vec<i64> = blockers.into_iter().collect();
+        named.sort_unstable();
+        let names: Vec<String> = named.iter().map(|u| format!("usr{u}")).collect();
+        return Err(Refused(
+            403,
+            format!("{} cannot be added by you (blocked)", names.join(", ")),
+        ));
+    }
+    let contacts = uids_where(
+        pool,
+        "SELECT uid FROM im_friends WHERE friend_uid = ",
+        adder,
+        &others,
+    )
+    .await?;
+    let mut policies: HashMap<i64, AddPolicy> = HashMap::new();
+    for chunk in others.chunks(1000) {
+        let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
+            "SELECT uid, add_policy FROM im_user_settings WHERE uid IN (",
+        );
+        let mut list = q.separated(", ");
+        for uid in chunk {
+            list.push_bind(*uid);
+        }
+        q.push(")");
+        let rows: Vec<(i64, String)> = q
+            .build_query_as()
+            .fetch_all(pool)
+            .await
+            .map_err(unavailable)?;
+        for (uid, policy) in rows {
+            policies.insert(uid, AddPolicy::parse(&policy).unwrap_or(AddPolicy::Anyone));
+        }
+    }
+    for uid in others {
+        let policy = policies.get(&uid).copied().unwrap_or(AddPolicy::Anyone);
+        let how = admission(policy, false, contacts.contains(&uid))
+            .expect("a user who did not block the adder is admitted somehow");
+        out.insert(uid, how);
+    }
+    Ok(out)
+}
+
+async fn uids_where(
+    pool: &MySqlPool,
+    sql: &str,
+    adder: i64,
+    uids: &[i64],
+) -> Result<HashSet<i64>, Refused> {
+    let mut out = HashSet::new();
+    for chunk in uids.chunks(1000) {
+        // `sql` ends where the adder's uid goes; the list follows it.
+        let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(sql);
+        q.push_bind(adder);
+        q.push(" AND uid IN (");
+        let mut list = q.separated(", ");
+        for uid in chunk {
+            list.push_bind(*uid);
+        }
+        q.push(")");
+        let rows: Vec<(i64,)> = q
+            .build_query_as()
+            .fetch_all(pool)
+            .await
+            .map_err(unavailable)?;
+        out.extend(rows.into_iter().map(|r| r.0));
+    }
+    Ok(out)
+}
+
+/// A user's own policy (`anyone` when never set).
+pub async fn policy(pool: &MySqlPool, uid: i64) -> Result<AddPolicy, Refused> {
+    let p: Option<String> =
+        sqlx::query_scalar("SELECT add_policy FROM im_user_settings WHERE uid = ?")
+            .bind(uid)
+            .fetch_optional(pool)
+            .await
+            .map_err(unavailable)?;
+    Ok(p.as_deref()
+        .and_then(AddPolicy::parse)
+        .unwrap_or(AddPolicy::Anyone))
+}
+
+/// Sets a user's own policy.
+pub async fn set_policy(pool: &MySqlPool, uid: i64, policy: AddPolicy) -> Result<(), Refused> {
+    sqlx::query(
+        "INSERT INTO im_user_settings (uid, add_policy) VALUES (?, ?) \
+         ON DUPLICATE KEY UPDATE add_policy = VALUES(add_policy)",
+    )
+    .bind(uid)
+    .bind(policy.as_str())
+    .execute(pool)
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blocked_adder_never_adds_and_policies_decide_between_add_and_invite() {
+        for policy in [AddPolicy::Anyone, AddPolicy::Contacts, AddPolicy::Nobody] {
+            for contact in [false, true] {
+                assert_eq!(admission(policy, true, contact), None);
+            }
+        }
+        assert_eq!(
+            admission(AddPolicy::Anyone, false, false),
+            Some(Admission::Direct)
+        );
+        assert_eq!(
+            admission(AddPolicy::Contacts, false, true),
+            Some(Admission::Direct)
+        );
+        assert_eq!(
+            admission(AddPolicy::Contacts, false, false),
+            Some(Admission::Invite)
+        );
+        assert_eq!(
+            admission(AddPolicy::Nobody, false, true),
+            Some(Admission::Invite)
+        );
+        assert_eq!(AddPolicy::parse("contacts"), Some(AddPolicy::Contacts));
+        assert_eq!(AddPolicy::parse("everyone"), None);
+    }
+}
