@@ -5,7 +5,8 @@
 //! - user events: an operator's `SystemNotification`, a friend request
 //!   (`FriendRequestCreated`, to its recipient) and its acceptance
 //!   (`FriendRequestAccepted`, to the requester);
-//! - group events addressed to one user: being added to a group by someone
+//! - group events addressed to one user: an invitation to a group
+//!   (`MemberInvited`), being added to a group by someone
 //!   else (`MemberJoined`, `GroupCreated` of at most
 //!   [`MAX_CREATION_NOTICES`] members), removed (`MemberLeft` kicked), given
 //!   a role (`MemberRoleChanged`), muted or unmuted (`MemberMuted`), and the
@@ -50,7 +51,7 @@ pub struct Notification {
     pub uid: i64,
     pub id: String,
     /// `system`, `friend.request`, `friend.accepted`, `group.invited`,
-    /// `group.removed`, `group.role`, `group.muted`, `report.resolved`.
+    /// `group.added`, `group.removed`, `group.role`, `group.muted`, `report.resolved`.
     pub kind: String,
     /// Who caused it; 0 for the system or an operator.
     pub actor: i64,
@@ -150,13 +151,23 @@ pub fn of_group_event(e: &GroupEvent) -> Vec<Notification> {
             .iter()
             .filter(|u| **u > 0 && **u != g.owner_uid)
             .map(|u| {
-                one(*u, "group.invited", g.owner_uid).about(
+                one(*u, "group.added", g.owner_uid).about(
                     topic,
                     "Added to a group",
                     json!({"role": "member", "name": g.name}),
                 )
             })
             .collect(),
+        // An invitation waiting for the user's answer (the write model's
+        // `MemberInvited`; accepting it is their own `MemberJoined`).
+        GroupEventBody::MemberInvited(i) if i.uid > 0 && i.uid != i.invited_by => {
+            let by = if i.invited_by != 0 {
+                i.invited_by
+            } else {
+                e.actor_uid
+            };
+            vec![one(i.uid, "group.invited", by).about(topic, "Invited to a group", json!({}))]
+        }
         GroupEventBody::MemberJoined(j) => {
             let by = if j.invited_by != 0 {
                 j.invited_by
@@ -166,7 +177,7 @@ pub fn of_group_event(e: &GroupEvent) -> Vec<Notification> {
             if by == j.uid {
                 return Vec::new();
             }
-            vec![one(j.uid, "group.invited", by).about(
+            vec![one(j.uid, "group.added", by).about(
                 topic,
                 "Added to a group",
                 json!({"role": if j.role.is_empty() { "member" } else { &j.role }}),
@@ -287,9 +298,8 @@ pub async fn mark_read(
 ) -> sqlx::Result<()> {
     let at = crate::store::writer::naive(at);
     for chunk in ids.chunks(MAX_READ_IDS) {
-        let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
-            "UPDATE im_user_notifications SET read_at = ",
-        );
+        let mut q =
+            sqlx::QueryBuilder::<sqlx::MySql>::new("UPDATE im_user_notifications SET read_at = ");
         q.push_bind(at)
             .push(" WHERE uid = ")
             .push_bind(uid)
@@ -394,7 +404,9 @@ mod tests {
     }
 
     fn kinds(ns: &[Notification]) -> Vec<(i64, &str, i64)> {
-        ns.iter().map(|n| (n.uid, n.kind.as_str(), n.actor)).collect()
+        ns.iter()
+            .map(|n| (n.uid, n.kind.as_str(), n.actor))
+            .collect()
     }
 
     #[test]
@@ -408,20 +420,34 @@ mod tests {
         };
         assert_eq!(
             kinds(&of_group_event(&group(1, joined(7, 1)))),
+            vec![(7, "group.added", 1)]
+        );
+        let invited = GroupEventBody::MemberInvited(MemberInvited {
+            uid: 7,
+            invited_by: 1,
+        });
+        assert_eq!(
+            kinds(&of_group_event(&group(1, invited))),
             vec![(7, "group.invited", 1)]
         );
-        assert!(of_group_event(&group(7, joined(7, 0))).is_empty(), "joined by itself");
+        assert!(
+            of_group_event(&group(7, joined(7, 0))).is_empty(),
+            "joined by itself"
+        );
         // An operator's command acts as nobody in particular.
         assert_eq!(
             kinds(&of_group_event(&group(0, joined(7, 0)))),
-            vec![(7, "group.invited", 0)]
+            vec![(7, "group.added", 0)]
         );
         let left = |kicked| GroupEventBody::MemberLeft(MemberLeft { uid: 7, kicked });
         assert_eq!(
             kinds(&of_group_event(&group(1, left(true)))),
             vec![(7, "group.removed", 1)]
         );
-        assert!(of_group_event(&group(7, left(false))).is_empty(), "left by itself");
+        assert!(
+            of_group_event(&group(7, left(false))).is_empty(),
+            "left by itself"
+        );
         let role = GroupEventBody::MemberRoleChanged(MemberRoleChanged {
             uid: 7,
             role: "admin".into(),
@@ -460,9 +486,9 @@ mod tests {
         assert_eq!(
             kinds(&n),
             vec![
-                (2, "group.invited", 1),
-                (3, "group.invited", 1),
-                (4, "group.invited", 1)
+                (2, "group.added", 1),
+                (3, "group.added", 1),
+                (4, "group.added", 1)
             ]
         );
         // One event, one id: the key is (uid, notification_id).
@@ -501,7 +527,10 @@ mod tests {
         );
         let n = of_user_event(&e);
         assert_eq!(kinds(&n), vec![(7, "friend.request", 3)]);
-        assert_eq!((n[0].id.as_str(), n[0].text.as_str()), (e.event_id.as_str(), "hi"));
+        assert_eq!(
+            (n[0].id.as_str(), n[0].text.as_str()),
+            (e.event_id.as_str(), "hi")
+        );
         let e = UserEvent::new(
             "t",
             7,

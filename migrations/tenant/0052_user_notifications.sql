@@ -1,6 +1,7 @@
 -- A user's system notifications with their read state (issue 32, seed 002
 -- §5 and §10 item 6): operator notices, friend requests and their
--- acceptance (relations pipeline, from user events), being added to or
+-- acceptance (relations pipeline, from user events), an invitation to a
+-- group, being added to or
 -- removed from a group, a new role, a mute, and the outcome of one's report
 -- (notifications pipeline, from group events). One row per (uid,
 -- notification_id) — the event id or the operator's id — so replays write
@@ -12,7 +13,7 @@ CREATE TABLE IF NOT EXISTS im_user_notifications (
   id BIGINT NOT NULL AUTO_INCREMENT,
   uid BIGINT NOT NULL,
   notification_id VARBINARY(64) NOT NULL,
-  kind VARCHAR(32) NOT NULL COMMENT 'system, friend.request, friend.accepted, group.invited, group.removed, group.role, group.muted, report.resolved',
+  kind VARCHAR(32) NOT NULL COMMENT 'system, friend.request, friend.accepted, group.invited, group.added, group.removed, group.role, group.muted, report.resolved',
   actor_uid BIGINT NOT NULL DEFAULT 0 COMMENT 'who caused it; 0 for the system or an operator',
   topic VARBINARY(64) NULL,
   title VARCHAR(256) NOT NULL DEFAULT '',

@@ -47,10 +47,7 @@ pub async fn list(
     let claims = authenticate(&gw, &headers).await?;
     let limit = p.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(error(
-            400,
-            format!("malformed: limit is 1 to {MAX_PAGE}"),
-        ));
+        return Err(error(400, format!("malformed: limit is 1 to {MAX_PAGE}")));
     }
     if p.before.is_some_and(|b| b <= 0) {
         return Err(error(400, "malformed: before is a cursor from next_before"));
@@ -108,10 +105,7 @@ pub async fn read(
         &claims.ten,
         claims.uid,
         claims.uid,
-        UserEventBody::NotificationsRead(NotificationsRead {
-            ids,
-            up_to: 0,
-        }),
+        UserEventBody::NotificationsRead(NotificationsRead { ids, up_to: 0 }),
     );
     // "All": everything that happened up to this request.
     let event = if all {
@@ -130,5 +124,9 @@ pub async fn read(
         .send(TopicKind::UserEvents, &event.key(), &event, None)
         .await
         .map_err(unavailable)?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"events": [event.event_id]}))).into_response())
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"events": [event.event_id]})),
+    )
+        .into_response())
 }

@@ -8,8 +8,8 @@ use crate::redis_util::Redis;
 
 use crate::conversations::hot::{self, HotError};
 use crate::events::{EventCodec, UserEvent, UserEventBody};
-use crate::notifications;
 use crate::keys::TenantKeys;
+use crate::notifications;
 use crate::references::favorites;
 use crate::relations::{self, Set};
 use crate::tenant::{db_failure, TenantPools};
