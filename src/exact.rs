@@ -108,8 +108,8 @@ pub const IDENTITY_COLUMNS: &[(&str, &str, &str)] = &[
     ("im_message_reports", "report_id", "VARBINARY(120) NOT NULL"),
     ("im_message_reports", "topic", "VARBINARY(64) NOT NULL"),
     ("im_favorites", "topic", "VARBINARY(64) NOT NULL"),
-    ("im_group_invites", "topic", "VARBINARY(64) NOT NULL"),
     ("im_group_files", "topic", "VARBINARY(64) NOT NULL"),
+    ("im_group_invites", "topic", "VARBINARY(64) NOT NULL"),
     ("im_seq_collisions", "topic", "VARBINARY(64) NOT NULL"),
     ("im_seq_collisions", "event_id", "VARBINARY(64) NOT NULL"),
     ("im_seq_collisions", "client_msg_id", "VARBINARY(256) NULL"),
@@ -435,6 +435,7 @@ mod tests {
         let later = [
             include_str!("../migrations/tenant/0024_seq_collisions.sql"),
             include_str!("../migrations/tenant/0025_pipeline_checkpoints.sql"),
+            include_str!("../migrations/tenant/0031_group_invites_and_add_policy.sql"),
             include_str!("../migrations/tenant/0051_consistency_repairs.sql"),
             include_str!("../migrations/tenant/0052_user_notifications.sql"),
         ];
