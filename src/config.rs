@@ -434,7 +434,8 @@ pub struct LimitsConfig {
     /// `{get what="data"}`: most seqs all ranges of one request may span.
     pub get_range_seqs: i64,
     /// Groups up to this many members get a push task per offline member;
-    /// in bigger groups only mentioned users are pushed.
+    /// in bigger groups only mentioned users are pushed, and an owner's or
+    /// admin's `@all` pushes at most this many offline members.
     pub push_group_members: usize,
     /// Hot messages kept per topic (the newest).
     pub hot_per_topic: i64,
@@ -651,7 +652,22 @@ pub struct DevUser {
     pub uid: i64,
     pub login: String,
     pub password: String,
+    /// The name people see (`public.fn`): given to the user at gateway
+    /// start when they have no profile yet (a name set later is kept).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A picture reference (`public.photo.ref`): a URL or a path of the
+    /// gateway, or a `data:image/…;base64,` URI (what the web app shows
+    /// under its policy, which allows the page's origin and `data:`).
+    #[serde(default)]
+    pub photo: Option<String>,
 }
+
+/// Longest dev user name (`auth.dev_users[].name`), in characters: as
+/// profile names set through the API.
+pub const MAX_DEV_NAME_CHARS: usize = 128;
+/// Longest dev user picture reference, in characters.
+pub const MAX_DEV_PHOTO_CHARS: usize = 512;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -991,6 +1007,36 @@ impl Config {
                 u.login, u.uid
             )));
         }
+        for u in &self.auth.dev_users {
+            let name = u.name.as_deref().unwrap_or("x");
+            if name.trim().is_empty() || name.chars().count() > MAX_DEV_NAME_CHARS {
+                return Err(ConfigError::Invalid(format!(
+                    "auth.dev_users: {:?} has a name that is empty or longer than {MAX_DEV_NAME_CHARS} characters",
+                    u.login
+                )));
+            }
+            let photo = u.photo.as_deref().unwrap_or("/");
+            let data_uri = photo
+                .strip_prefix("data:image/")
+                .and_then(|rest| rest.split_once(";base64,"))
+                .is_some_and(|(kind, _)| {
+                    !kind.is_empty()
+                        && kind
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+                });
+            if photo.chars().count() > MAX_DEV_PHOTO_CHARS
+                || !(photo.starts_with('/')
+                    || photo.starts_with("https://")
+                    || photo.starts_with("http://")
+                    || data_uri)
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "auth.dev_users: {:?} has a photo that is not a URL, a path or a data:image/…;base64, URI of at most {MAX_DEV_PHOTO_CHARS} characters",
+                    u.login
+                )));
+            }
+        }
         if let Some(t) = self
             .auth
             .basic
@@ -1117,6 +1163,55 @@ mod tests {
     }
 
     #[test]
+    fn the_local_config_gives_the_dev_users_names_and_pictures() {
+        let c = load(include_str!("../docker/local/imstream.toml"), &[]).unwrap();
+        let users: Vec<(&str, Option<&str>, bool)> = c
+            .auth
+            .dev_users
+            .iter()
+            .map(|u| {
+                let photo = u.photo.as_deref().unwrap_or("");
+                (
+                    u.login.as_str(),
+                    u.name.as_deref(),
+                    photo.starts_with("data:image/svg+xml;base64,"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            users,
+            vec![
+                ("alice", Some("Alice Liddell"), true),
+                ("bob", Some("Bob Builder"), true)
+            ]
+        );
+    }
+
+    #[test]
+    fn dev_user_names_and_pictures_are_checked() {
+        let user = |extra: &str| {
+            format!("[[auth.dev_users]]\ntenant = \"t\"\nuid = 1\nlogin = \"a\"\npassword = \"p\"\n{extra}\n")
+        };
+        assert!(load(&user(""), &[]).is_ok());
+        assert!(load(&user("name = \"Ann\"\nphoto = \"/img/a.png\""), &[]).is_ok());
+        assert!(load(&user("photo = \"data:image/png;base64,iVBORw0=\""), &[]).is_ok());
+        for bad in [
+            "name = \"  \"".to_string(),
+            format!("name = \"{}\"", "n".repeat(MAX_DEV_NAME_CHARS + 1)),
+            "photo = \"javascript:alert(1)\"".to_string(),
+            "photo = \"data:image/svg+xml,%3Csvg/%3E\"".to_string(),
+            "photo = \"data:text/html;base64,PGI+\"".to_string(),
+            format!(
+                "photo = \"data:image/png;base64,{}\"",
+                "A".repeat(MAX_DEV_PHOTO_CHARS)
+            ),
+        ] {
+            let err = load(&user(&bad), &[]).unwrap_err().to_string();
+            assert!(err.contains("auth.dev_users"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn defaults_are_valid() {
         let c = load("", &[]).unwrap();
         assert_eq!(c.kafka.topics.group_events.retention_ms, -1);
@@ -1192,6 +1287,8 @@ mod tests {
                 uid: 1,
                 login: "alice".into(),
                 password: "alice123".into(),
+                name: None,
+                photo: None,
             }],
             ..strong
         };

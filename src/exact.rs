@@ -124,6 +124,12 @@ pub const IDENTITY_COLUMNS: &[(&str, &str, &str)] = &[
         "VARBINARY(255) NOT NULL",
     ),
     ("im_consistency_repairs", "topic", "VARBINARY(64) NOT NULL"),
+    (
+        "im_user_notifications",
+        "notification_id",
+        "VARBINARY(64) NOT NULL",
+    ),
+    ("im_user_notifications", "topic", "VARBINARY(64) NULL"),
 ];
 
 /// The identity columns of every month table, with the exact type each
@@ -431,6 +437,7 @@ mod tests {
             include_str!("../migrations/tenant/0025_pipeline_checkpoints.sql"),
             include_str!("../migrations/tenant/0031_group_invites_and_add_policy.sql"),
             include_str!("../migrations/tenant/0051_consistency_repairs.sql"),
+            include_str!("../migrations/tenant/0052_user_notifications.sql"),
         ];
         for (table, column, definition) in &listed[from_sql.len()..] {
             assert!(

@@ -34,6 +34,7 @@
 //! - [`stats`] — admin statistics: daily summaries per topic (messages, edits, recalls, deletes, senders).
 //! - [`users`] — password logins (`basic`): the logins table, Argon2id hashes.
 //! - [`relations`] — friends and blocks between users, cached for the one-to-one send path.
+//! - [`notifications`] — a user's system notifications with their read state, derived from the log.
 //! - [`pipeline`] — the consumer-group runner and the projector pipelines.
 //! - [`send`], [`snowflake`] — the send path: ACL, seq allocation, produce, ack.
 //! - [`gateway`] — the Tinode-compatible WebSocket and HTTP front end.
@@ -65,6 +66,7 @@ pub mod kafka;
 pub mod keys;
 pub mod legacy;
 pub mod metrics;
+pub mod notifications;
 pub mod pipeline;
 pub mod realtime;
 pub mod redis_util;

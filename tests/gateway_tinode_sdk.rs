@@ -30,6 +30,8 @@ async fn tinode_sdk_client_sends_through_the_gateway() {
             uid: DEV_UID,
             login: "sdkdev".into(),
             password: "sdkdev-pass".into(),
+            name: None,
+            photo: None,
         });
     stack.start_pipeline("store").await;
     stack.start_pipeline("members").await;

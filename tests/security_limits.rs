@@ -251,6 +251,8 @@ async fn failed_logins_lock_the_login_name_out_with_backoff() {
         uid: ALICE,
         login: name.clone(),
         password: "right-password".into(),
+        name: None,
+        photo: None,
     }];
     stack.start_gateway("lim").await;
     let gw = stack.gateway_addr(0);

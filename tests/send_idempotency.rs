@@ -122,6 +122,7 @@ async fn a_retry_after_a_lost_attempt_gets_its_first_seq_and_is_stored_once() {
         content: json!({"txt": "lost"}).to_string(),
         traceparent: None,
         edit_of: None,
+        reply_root: None,
     };
     drop(crashed.allocate(&request).await);
     let claim = claim_of(&stack, topic, 1, "lost").await.expect("claimed");

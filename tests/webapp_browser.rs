@@ -12,6 +12,11 @@
 //! open) sees an unread badge that clears when C opens the group, and a
 //! one-to-one chat B starts (new chat, search A by name, pick, write)
 //! appears in A's list under B's name and opens with B's message.
+//! The people's names and Alice's picture come from the config
+//! (`auth.dev_users`, as `docker/local/run` has them), never from the test:
+//! B sees Alice's name and picture under her messages (never "Not found",
+//! the app's text for an author it has no `public` for), and the one-to-one
+//! chat is titled with the peer's name (never "Unnamed").
 //! C, who lets nobody add them directly, is invited to a second group: it
 //! shows in C's list, opening it shows Tinode's invitation panel, and after
 //! Accept C reads the group's message.
@@ -48,14 +53,23 @@ fn webapp_dir() -> std::path::PathBuf {
     dir
 }
 
-/// A stack with every pipeline, dev users alice, bob, carol and a gateway
-/// serving the web app.
+/// Alice's picture, from the config: a small SVG as a base64 `data:` URI
+/// (the app shows `data:image/…;base64,` pictures; its policy allows them).
+const ALICE_PHOTO: &str = "data:image/svg+xml;base64,PHN2ZyB4bWxucz0naHR0cDovL3d3dy53My5vcmcvMjAwMC9zdmcnIHZpZXdCb3g9JzAgMCA2NCA2NCc+PHJlY3Qgd2lkdGg9JzY0JyBoZWlnaHQ9JzY0JyByeD0nMTInIGZpbGw9JyNjMjE4NWInLz48L3N2Zz4=";
+
+/// A stack with every pipeline, dev users alice, bob, carol — their names
+/// (and Alice's picture) in the config, as docker/local/imstream.toml
+/// gives them — and a gateway serving the web app.
 async fn stack_with_webapp() -> Stack {
     let mut stack = Stack::prepared(None).await;
     let tenant = stack.tenant().to_string();
     stack.world.config.gateway.webapp_dir = webapp_dir().display().to_string();
     stack.world.config.gateway.heartbeat_secs = 1;
-    for (uid, login) in [(ALICE, "alice"), (BOB, "bob"), (CAROL, "carol")] {
+    for (uid, login, name) in [
+        (ALICE, "alice", "Alice Liddell"),
+        (BOB, "bob", "Bob Builder"),
+        (CAROL, "carol", "Carol Danvers"),
+    ] {
         stack
             .world
             .config
@@ -66,6 +80,8 @@ async fn stack_with_webapp() -> Stack {
                 uid,
                 login: login.into(),
                 password: format!("{login}-pass"),
+                name: Some(name.into()),
+                photo: (uid == ALICE).then(|| ALICE_PHOTO.into()),
             });
     }
     for p in imstream::pipeline::PIPELINES {
@@ -90,7 +106,7 @@ async fn people_chat_in_the_web_app_in_a_real_browser() {
     let stack = stack_with_webapp().await;
     stack.create_group(GROUP, ALICE, &[BOB, CAROL]).await;
     let addr = stack.gateway_addr(0);
-    // Names, as people set them.
+    // The group's name, as its owner sets it.
     let (status, body) = common::call(
         &stack,
         addr,
@@ -101,26 +117,42 @@ async fn people_chat_in_the_web_app_in_a_real_browser() {
     )
     .await;
     assert_eq!(status, 202, "group name: {body}");
-    for (uid, name) in [
-        (ALICE, "Alice Liddell"),
-        (BOB, "Bob Builder"),
-        (CAROL, "Carol Danvers"),
-    ] {
-        let (status, body) = common::call(
-            &stack,
-            addr,
-            uid,
-            "PUT",
-            "/v1/me/profile",
-            serde_json::json!({"fn": name}),
-        )
-        .await;
-        assert_eq!(status, 202, "profile of {uid}: {body}");
-    }
-
-    // History to page back through, sent over HTTP and stored.
+    // The people's names come from the config (the gateway gives them at
+    // start): nobody sets one here.
     let client = reqwest::Client::new();
     let token = stack.token(ALICE, "seed");
+    wait_for(
+        "the dev users' profiles from the config",
+        Duration::from_secs(60),
+        || {
+            let (client, token) = (&client, &token);
+            async move {
+                let body: serde_json::Value = client
+                    .get(format!("http://{addr}/v1/groups/{GROUP}/subscribers"))
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .json()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let publics: Vec<serde_json::Value> = body["subscribers"]
+                    .as_array()
+                    .map(|a| a.iter().map(|s| s["public"].clone()).collect())
+                    .unwrap_or_default();
+                let names: Vec<&str> = publics.iter().filter_map(|p| p["fn"].as_str()).collect();
+                let photo = publics.iter().any(|p| p["photo"]["ref"] == ALICE_PHOTO);
+                if names.len() == 3 && photo {
+                    Ok(())
+                } else {
+                    Err(format!("{body}"))
+                }
+            }
+        },
+    )
+    .await;
+
+    // History to page back through, sent over HTTP and stored.
     // Plain text as Tinode clients send it (a bare string): the app shows
     // `{"txt": …}` without `fmt` as "invalid content".
     for i in 1..=SEEDED {
@@ -226,6 +258,7 @@ async fn people_chat_in_the_web_app_in_a_real_browser() {
         .env("CHAT_LIST", if chat_list == "0" { "0" } else { "1" })
         .env("NAME_A", "Alice Liddell")
         .env("NAME_B", "Bob Builder")
+        .env("PHOTO_A", ALICE_PHOTO)
         .env("INVITE_NAME", INVITE_NAME)
         .env("INVITE_TEXT", INVITE_TEXT)
         .env("CHROMIUM", &chromium)

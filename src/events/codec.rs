@@ -344,6 +344,7 @@ mod tests {
             "ProfileChanged",
             "FavoriteAdded",
             "FavoriteRemoved",
+            "NotificationsRead",
         ]);
         assert_branches_match::<ReceiptEvent>(&["ReadReceipt", "RecvReceipt"]);
         assert_branches_match::<SessionControlEvent>(&[

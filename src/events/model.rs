@@ -570,6 +570,7 @@ pub enum UserEventBody {
     ProfileChanged(ProfileChanged),
     FavoriteAdded(FavoriteRef),
     FavoriteRemoved(FavoriteRef),
+    NotificationsRead(NotificationsRead),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -629,6 +630,16 @@ pub struct ProfileChanged {
     pub note: Option<String>,
 }
 
+/// The user read notifications: these ids, and every one created up to
+/// `up_to` (epoch ms; 0: none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotificationsRead {
+    #[serde(default)]
+    pub ids: Vec<String>,
+    #[serde(default)]
+    pub up_to: i64,
+}
+
 /// A message of a conversation, saved by reference only: `(topic, seq)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FavoriteRef {
@@ -651,6 +662,7 @@ impl UserEventBody {
             UserEventBody::ProfileChanged(_) => "ProfileChanged",
             UserEventBody::FavoriteAdded(_) => "FavoriteAdded",
             UserEventBody::FavoriteRemoved(_) => "FavoriteRemoved",
+            UserEventBody::NotificationsRead(_) => "NotificationsRead",
         }
     }
 }

@@ -325,6 +325,8 @@ mod tests {
                 uid: 7,
                 login: "alice".into(),
                 password: "alice123".into(),
+                name: None,
+                photo: None,
             }],
             admin_token: "admin-token-for-tests".into(),
             ..AuthConfig::default()

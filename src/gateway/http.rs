@@ -186,6 +186,10 @@ pub(super) async fn send_as(
             .await
             .map_err(refused)?;
     }
+    let reply_root =
+        super::replies::reply_root(gw, &claims.ten, topic, claims.uid, head.as_deref())
+            .await
+            .map_err(refused)?;
     let request = SendRequest {
         tenant: claims.ten,
         topic: topic.to_string(),
@@ -197,6 +201,7 @@ pub(super) async fn send_as(
         content: body.content.to_string(),
         traceparent,
         edit_of,
+        reply_root,
     };
     match gw.sender.send(request).await {
         Ok(sent) => {
@@ -330,7 +335,7 @@ impl serde::Serialize for MessageJson<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let m = self.0;
-        let mut map = s.serialize_map(Some(7))?;
+        let mut map = s.serialize_map(None)?;
         map.serialize_entry("seq", &m.seq)?;
         map.serialize_entry("from", &tinode::user_id(m.from))?;
         map.serialize_entry("ts", &tinode::timestamp_ms(m.ts))?;
@@ -338,6 +343,12 @@ impl serde::Serialize for MessageJson<'_> {
         map.serialize_entry("content", &m.content.as_deref().map(JsonText))?;
         map.serialize_entry("status", &m.status)?;
         map.serialize_entry("version", &m.version)?;
+        if let Some(reply) = m.reply_seq {
+            map.serialize_entry("reply_seq", &reply)?;
+        }
+        if let Some(root) = m.root_seq {
+            map.serialize_entry("root_seq", &root)?;
+        }
         map.end()
     }
 }
@@ -435,7 +446,9 @@ pub struct ContextParams {
     pub n: Option<i64>,
 }
 
-/// `GET /v1/groups/{topic}/messages/{seq}/context?n=20`: oldest first.
+/// `GET /v1/groups/{topic}/messages/{seq}/context?n=20`: oldest first; for
+/// a reply also `reply_to` (the message it answers) and `root` (its
+/// thread's first message, when that is another), wherever they are.
 pub async fn message_context(
     State(gw): State<Arc<Gateway>>,
     Path((topic, seq)): Path<(String, String)>,
@@ -458,7 +471,29 @@ pub async fn message_context(
         .context(&claims.ten, &topic, claims.uid, seq, n)
         .await
         .map_err(|e| refused(e.into()))?;
-    Ok(Json(json!({"topic": topic, "seq": seq, "messages": messages.iter().map(message_json).collect::<Vec<_>>()})).into_response())
+    let mut out = json!({"topic": topic, "seq": seq, "messages": messages.iter().map(message_json).collect::<Vec<_>>()});
+    // A reply comes with what it answers, however far back (another month,
+    // an archive): its parent and its thread's first message.
+    if let Some(target) = messages.iter().find(|m| m.seq == seq) {
+        let parents = [("reply_to", target.reply_seq), ("root", target.root_seq)];
+        for (name, parent) in parents {
+            let Some(parent) = parent.filter(|p| *p != seq) else {
+                continue;
+            };
+            if name == "root" && target.reply_seq == Some(parent) {
+                continue;
+            }
+            if let Some(m) = gw
+                .history
+                .exact(&claims.ten, &topic, claims.uid, parent)
+                .await
+                .map_err(|e| refused(e.into()))?
+            {
+                out[name] = message_json(&m);
+            }
+        }
+    }
+    Ok(Json(out).into_response())
 }
 
 #[derive(Deserialize)]
@@ -624,6 +659,8 @@ mod tests {
             status: "normal".into(),
             version: 2,
             edit_seq: None,
+            reply_seq: None,
+            root_seq: None,
         }
     }
 

@@ -8,16 +8,19 @@ pub mod admin;
 pub mod auth;
 pub mod chats;
 pub mod control;
+pub mod dev_profiles;
 pub mod edits;
 pub mod governance;
 pub mod http;
 mod lease;
 pub mod limits;
 pub mod me_http;
+pub mod notifications;
 pub mod origin;
 pub mod reads;
 pub mod references;
 pub mod relations;
+pub mod replies;
 pub mod routes;
 pub mod search;
 mod server;
@@ -168,6 +171,9 @@ pub async fn start(
         shutdown.clone(),
     ));
     tokio::spawn(heartbeat(gateway.clone()));
+    if dev_profiles::any(config) {
+        tokio::spawn(dev_profiles::seed(gateway.clone()));
+    }
     tokio::spawn(sweep_governance(gateway.clone()));
     tokio::spawn(process_gauges(gateway.clone()));
     let app = public_router(gateway.clone())
@@ -318,6 +324,8 @@ fn public_router(gateway: Arc<Gateway>) -> Routes {
             put(me_http::set_group_profile),
         )
         .route("/v1/groups/{topic}/subscribers", get(me_http::members))
+        .route("/v1/me/notifications", get(notifications::list))
+        .route("/v1/me/notifications/read", post(notifications::read))
         .route("/v1/me/push", put(relations::set_dnd))
         .route("/v1/me/push/topics/{topic}", put(relations::mute_topic))
         .with_state(gateway)

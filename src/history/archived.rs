@@ -421,6 +421,8 @@ mod tests {
                     status: "normal".into(),
                     version: 1,
                     edit_seq: None,
+                    reply_seq: None,
+                    root_seq: None,
                 },
             );
             n

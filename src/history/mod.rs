@@ -49,6 +49,12 @@ pub struct StoredMessage {
     /// replacement order); not kept in MySQL rows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edit_seq: Option<i64>,
+    /// The message this one answers (`head.reply`, column `reply_seqid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_seq: Option<i64>,
+    /// The first message of the thread it answers (`root_seqid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_seq: Option<i64>,
 }
 
 impl StoredMessage {
@@ -63,6 +69,8 @@ impl StoredMessage {
             status: "normal".into(),
             version: 1,
             edit_seq: None,
+            reply_seq: m.reply_seq,
+            root_seq: m.root_seq,
         }
     }
 
@@ -808,6 +816,8 @@ fn to_message(r: &sqlx::mysql::MySqlRow) -> Result<StoredMessage, HistoryError> 
         version: r.try_get(5)?,
         ts: r.try_get(6)?,
         edit_seq: None,
+        reply_seq: r.try_get(7)?,
+        root_seq: r.try_get(8)?,
     })
 }
 

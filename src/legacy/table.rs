@@ -52,7 +52,7 @@ pub fn month_remaining_sql(after_cursor: bool) -> String {
 /// Columns a history read returns (as `history` reads month tables).
 pub const READ_COLUMNS: &str = "seqid, from_user, CAST(head AS CHAR CHARACTER SET utf8mb4), \
      CAST(content AS CHAR CHARACTER SET utf8mb4), status, version, \
-     CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED)";
+     CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED), reply_seqid, root_seqid";
 
 /// Newest first: `since <= seqid < before` (binds topic, before, since, limit).
 pub fn page_desc_sql() -> String {

@@ -12,6 +12,7 @@ pub mod fanout;
 pub mod hot;
 pub mod lag;
 pub mod members;
+pub mod notifications;
 pub mod notify;
 pub mod push;
 pub mod pushsend;
@@ -52,6 +53,7 @@ pub const PIPELINES: &[&str] = &[
     "stats",
     "references",
     "search",
+    "notifications",
 ];
 
 /// Loads `topologies/<name>.toml` (from the configured directory, else the
@@ -212,6 +214,12 @@ pub async fn with_handler<W: WithHandler>(
                 .await
         }
         "notify" => then.with(notify::NotifyHandler::new(codec, redis)).await,
+        "notifications" => {
+            then.with(notifications::NotificationsHandler::new(
+                codec, pools, redis,
+            ))
+            .await
+        }
         "conversations" => {
             then.with(conversations::ConversationsHandler::new(
                 codec, pools, redis,

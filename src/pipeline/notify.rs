@@ -1,9 +1,10 @@
 //! The notify pipeline's handler: user events delivered to every online
 //! session of their user, on whichever gateway (seed 002 §5–§6.2: friend
-//! requests, relation changes synced across devices, system notifications,
-//! unread badge refreshes). The frame is Tinode's `{pres topic="me"
-//! what="upd"}` with imstream's `event` naming what changed and `params`.
-//! Realtime only: a missed frame is caught up from the HTTP API.
+//! requests, relation changes synced across devices, system notifications
+//! and their reading on another device, unread badge refreshes). The frame
+//! is Tinode's `{pres topic="me" what="upd"}` with imstream's `event`
+//! naming what changed and `params`. Realtime only: a missed frame is
+//! caught up from the HTTP API (`GET /v1/me/notifications`).
 
 use crate::redis_util::Redis;
 use serde_json::{json, Value};
@@ -30,24 +31,35 @@ impl NotifyHandler {
 fn describe(e: &UserEvent) -> (String, &'static str, Value) {
     let user = tinode::user_id;
     match &e.body {
+        // `id`: the notification it left, to mark read.
         UserEventBody::FriendRequestCreated(r) => (
             user(r.from_uid),
             "friend.request",
-            json!({"from": user(r.from_uid), "message": r.message}),
+            json!({"from": user(r.from_uid), "message": r.message, "id": e.event_id}),
         ),
         UserEventBody::FriendRequestAccepted(a) => (
             user(a.by_uid),
             "friend.accepted",
-            json!({"by": user(a.by_uid)}),
+            json!({"by": user(a.by_uid), "id": e.event_id}),
         ),
         UserEventBody::FriendAdded(f) => (user(f.friend_uid), "friend.added", json!({})),
         UserEventBody::FriendRemoved(f) => (user(f.friend_uid), "friend.removed", json!({})),
         UserEventBody::UserBlocked(b) => (user(b.blocked_uid), "user.blocked", json!({})),
         UserEventBody::UserUnblocked(b) => (user(b.blocked_uid), "user.unblocked", json!({})),
-        UserEventBody::SystemNotification(n) => (
+        // The notification as listed (`id`, `kind`, `title`, `text`, …).
+        UserEventBody::SystemNotification(_) => (
             "sys".into(),
             "notification",
-            json!({"id": n.notification_id, "title": n.title, "text": n.text}),
+            crate::notifications::of_user_event(e)
+                .first()
+                .map(|n| n.json())
+                .unwrap_or_default(),
+        ),
+        // Read on one device: every device clears them.
+        UserEventBody::NotificationsRead(r) => (
+            "sys".into(),
+            "notification.read",
+            json!({"ids": r.ids, "up_to": (r.up_to > 0).then(|| tinode::timestamp_ms(r.up_to))}),
         ),
         UserEventBody::BadgeRefresh(b) => ("sys".into(), "badge", json!({"unread": b.unread})),
         UserEventBody::ProfileChanged(p) => (

@@ -6,14 +6,18 @@
 //! makes redelivery and replay produce no second set of tasks; task ids
 //! `{topic}:{seq}:{uid}` let the sender drop any duplicate a crash leaves.
 //! Push never affects messages: this is its own consumer group. In groups
-//! bigger than `limits.push_group_members` only mentioned members are
-//! pushed, so one message costs at most that many tasks. A message older
+//! bigger than `limits.push_group_members` only the members a message
+//! mentions are pushed (Drafty `MN` entities, see `send::derive`), or, for
+//! an owner's or admin's `@all`, offline members up to that many: one
+//! message never costs more tasks than that. A message older
 //! than `push.horizon_secs` when the pipeline reaches it (a lag, a replay)
 //! is pushed to nobody, so catching up is bounded work. Within a batch only
 //! a topic's newest message is pushed: a phone shows one notification per
 //! conversation, and a pipeline that fell behind (its recipients went
 //! offline meanwhile) would otherwise turn every message of the backlog
-//! into a task per member. Tasks are logged per batch, not per task.
+//! into a task per member. An older message of the batch that mentions
+//! someone still pushes the members it names (a mention is its own
+//! notification). Tasks are logged per batch, not per task.
 
 use std::collections::HashMap;
 
@@ -81,8 +85,15 @@ impl PushHandler {
         self
     }
 
-    /// Members of the topic other than the sender.
-    async fn recipients(&self, e: &GroupEvent, m: &MessageSent) -> Result<Vec<i64>, Failed> {
+    /// Members of the topic other than the sender that message `m` may
+    /// push (all of them, or in a big group those it mentions); with
+    /// `mentions_only`, only members it mentions by id, whatever the size.
+    async fn recipients(
+        &self,
+        e: &GroupEvent,
+        m: &MessageSent,
+        mentions_only: bool,
+    ) -> Result<Vec<i64>, Failed> {
         if let Some(peer) = tinode::p2p_peer(&e.topic, m.from_user) {
             return Ok(vec![peer]);
         }
@@ -106,13 +117,13 @@ impl PushHandler {
                     .get(u)
                     .is_some_and(|d| crate::group_model::excluded(m.seq, *d))
         });
-        if members.len() > self.group_cap {
-            // A big group: only the mentioned members (at most the cap;
-            // `@all` pushes nobody here), so no message costs more.
+        let everyone = !mentions_only && (members.len() <= self.group_cap || m.mention_all);
+        if !everyone {
+            // A big group (or a coalesced message): only the members it
+            // mentions. The cap applies once the offline ones are known.
             let mentioned: std::collections::HashSet<i64> =
                 m.mentioned_user_ids.iter().copied().collect();
             members.retain(|u| mentioned.contains(u));
-            members.truncate(self.group_cap);
         }
         Ok(members)
     }
@@ -157,7 +168,12 @@ impl PushHandler {
         Ok(out)
     }
 
-    async fn push(&self, e: &GroupEvent, m: &MessageSent) -> Result<Pushed, Failed> {
+    async fn push(
+        &self,
+        e: &GroupEvent,
+        m: &MessageSent,
+        mentions_only: bool,
+    ) -> Result<Pushed, Failed> {
         if self.horizon_ms > 0 && now_ms() - m.created_at > self.horizon_ms {
             metrics::counter!(m::PUSH_TASKS_TOTAL, "status" => "past_horizon").increment(1);
             return Ok(Pushed::PastHorizon);
@@ -186,8 +202,13 @@ impl PushHandler {
             // `pending`: an earlier attempt stopped half-way; do it again
             // (the sender drops task ids it already delivered).
         }
-        let recipients = self.recipients(e, m).await?;
-        let offline = self.offline(&e.tenant_id, &e.topic, &recipients).await?;
+        let recipients = self.recipients(e, m, mentions_only).await?;
+        let mut offline = self.offline(&e.tenant_id, &e.topic, &recipients).await?;
+        // No message costs more tasks than the cap (an `@all` in a big
+        // group reaches that many of its offline members).
+        if tinode::is_group_topic(&e.topic) {
+            offline.truncate(self.group_cap);
+        }
         let tasks: Vec<PushTask> = offline
             .iter()
             .map(|uid| PushTask {
@@ -271,12 +292,13 @@ impl Handler for PushHandler {
                 continue;
             }
             messages += 1;
-            if newest.get(&(e.tenant_id.as_str(), e.topic.as_str())) != Some(&m.seq) {
+            let newest = newest.get(&(e.tenant_id.as_str(), e.topic.as_str())) == Some(&m.seq);
+            if !newest && (m.mentioned_user_ids.is_empty() || tinode::is_p2p_topic(&e.topic)) {
                 metrics::counter!(m::PUSH_TASKS_TOTAL, "status" => "coalesced").increment(1);
                 coalesced += 1;
                 continue;
             }
-            match self.push(e, m).await {
+            match self.push(e, m, !newest).await {
                 Ok(Pushed::Tasks(n)) => tasks += n,
                 Ok(Pushed::PastHorizon) => stale += 1,
                 Err((kind, why)) => gate.fail(RecordFailure::new(i, kind, why)),

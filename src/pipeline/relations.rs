@@ -1,5 +1,6 @@
 //! The relations pipeline's handler: user events into MySQL (friends,
-//! blocks, friend requests, push settings, profiles, favorites) and the cached Redis sets the
+//! blocks, friend requests, push settings, profiles, favorites, the user's
+//! notifications and their read state) and the cached Redis sets the
 //! send path checks. Every write is an upsert or a delete, so redelivery
 //! and replay converge to the same state.
 
@@ -8,6 +9,7 @@ use crate::redis_util::Redis;
 use crate::conversations::hot::{self, HotError};
 use crate::events::{EventCodec, UserEvent, UserEventBody};
 use crate::keys::TenantKeys;
+use crate::notifications;
 use crate::references::favorites;
 use crate::relations::{self, Set};
 use crate::tenant::{db_failure, TenantPools};
@@ -56,6 +58,11 @@ impl RelationsHandler {
         let mut redis = self.redis.clone();
         let db = |e: sqlx::Error| (db_failure(&e), format!("mysql: {e}"));
         let rd = |e: redis::RedisError| (redis_failure(&e), format!("redis: {e}"));
+        // What the user is told about (friend requests, operator notices).
+        let notices = notifications::of_user_event(e);
+        if !notices.is_empty() {
+            notifications::record(pool, &notices).await.map_err(db)?;
+        }
         match &e.body {
             UserEventBody::FriendRequestCreated(r) => {
                 sqlx::query(
@@ -154,6 +161,11 @@ impl RelationsHandler {
             }
             UserEventBody::FavoriteRemoved(f) => {
                 favorites::remove(pool, e.uid, &f.topic, f.seq)
+                    .await
+                    .map_err(db)?;
+            }
+            UserEventBody::NotificationsRead(r) => {
+                notifications::mark_read(pool, e.uid, &r.ids, r.up_to, e.occurred_at)
                     .await
                     .map_err(db)?;
             }

@@ -143,6 +143,7 @@ impl Topology {
             "stats" => include_str!("../../topologies/stats.toml"),
             "references" => include_str!("../../topologies/references.toml"),
             "search" => include_str!("../../topologies/search.toml"),
+            "notifications" => include_str!("../../topologies/notifications.toml"),
             _ => return None,
         };
         Self::parse(text, &format!("topologies/{name}.toml")).ok()

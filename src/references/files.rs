@@ -40,7 +40,7 @@ impl FileKind {
     /// The kind of a Drafty entity type (`EX` attachment, `IM` image,
     /// `AU` audio, `VD` video); other entities (links, mentions, buttons,
     /// forms) carry no file.
-    fn of_entity(tp: &str) -> Option<FileKind> {
+    pub fn of_entity(tp: &str) -> Option<FileKind> {
         match tp {
             "EX" => Some(FileKind::File),
             "IM" => Some(FileKind::Image),

@@ -46,6 +46,14 @@ pub fn report_id(topic: &str, seq: i64, reporter: i64) -> String {
     format!("{topic}.{seq}.{reporter}")
 }
 
+/// The reporter a report id names (topic names hold no `.`), if any.
+pub fn reporter_of(report_id: &str) -> Option<i64> {
+    report_id
+        .rsplit_once('.')
+        .and_then(|(_, uid)| uid.parse().ok())
+        .filter(|uid| *uid > 0)
+}
+
 /// One report as the queue holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {

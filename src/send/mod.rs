@@ -14,7 +14,7 @@
 mod content;
 pub(crate) mod reseed;
 
-pub use content::{ContentError, MAX_JSON_DEPTH};
+pub use content::{derive, replied_seq, ContentError, Derived, MAX_JSON_DEPTH, MAX_MENTIONS};
 
 pub use reseed::{
     establish_generation, establish_generations, IN_FLIGHT_WINDOW_MS, MARGIN_AFTER_LOSS,
@@ -68,6 +68,10 @@ pub struct SendRequest {
     /// This message replaces (edits) the sender's message with this seq
     /// (Tinode's `head.replace`): a `MessageEdited` follows the `MessageSent`.
     pub edit_of: Option<i64>,
+    /// The first message of the thread `head.reply` answers, as the front
+    /// end found it (the replied message's own root); `None` makes the
+    /// replied message the root.
+    pub reply_root: Option<i64>,
 }
 
 /// The outcome of an accepted send.
@@ -160,9 +164,19 @@ enum Allocated {
         claim: Claim,
         group_id: i64,
         again: bool,
+        /// What the content says, `@all` granted or not.
+        content: Content,
     },
     /// A retry of a send that already succeeded.
     Answered(Sent),
+}
+
+/// What the content and head say about a message, with `@all` decided by
+/// the sender's role.
+#[derive(Debug, Clone)]
+struct Content {
+    derived: Derived,
+    mention_all: bool,
 }
 
 /// What a claim fixes for good about one message.
@@ -379,10 +393,11 @@ impl Sender {
                 claim,
                 group_id,
                 again,
+                content,
             }) => {
                 reproduced = again;
                 let keys = TopicKeys::new(&req.tenant, &req.topic);
-                self.produce(req, &keys, claim, group_id).await
+                self.produce(req, &keys, claim, group_id, content).await
             }
             Ok(Allocated::Answered(sent)) => Ok(sent),
             Err(e) => Err(e),
@@ -410,6 +425,8 @@ impl Sender {
             return Err(SendError::TooLarge(size));
         }
         content::check(&req.content, req.head.as_deref())
+            .map_err(|e| SendError::BadRequest(e.to_string()))?;
+        let derived = content::derive(&req.content, req.head.as_deref(), req.uid)
             .map_err(|e| SendError::BadRequest(e.to_string()))?;
         if let Some(c) = &req.client_msg_id {
             if c.is_empty() || c.len() > 64 || c.contains('|') {
@@ -443,6 +460,8 @@ impl Sender {
         let one_server = matches!(redis, Redis::Single(_));
         let tenant_keys = TenantKeys::new(&req.tenant);
         for _ in 0..4 {
+            // Before the allocation: a failure here leaves no seq taken.
+            let content = self.content(req, &keys, derived.clone()).await?;
             // On one Redis server the script reads the tenant's month state
             // itself; on a cluster it lives in another slot, so the gateway
             // passes what it read (see lua/allocate_seq.lua).
@@ -496,11 +515,12 @@ impl Sender {
                         },
                         group_id: parse_i64(reply.get(3))?,
                         again: false,
+                        content,
                     });
                 }
                 Some("DUP") => {
                     let group_id = parse_i64(reply.get(2))?;
-                    return duplicate(reply.get(1), &digest, group_id);
+                    return duplicate(reply.get(1), &digest, group_id, content);
                 }
                 // Missing (a new topic, or lost) or written by another
                 // incarnation of Redis (a restart, a failover): re-derived
@@ -542,6 +562,36 @@ impl Sender {
         Err(SendError::retry("send state kept changing; retry"))
     }
 
+    /// The content's columns with `@all` decided: granted to a group's
+    /// owner and admins (the cached roles, read just before the allocation,
+    /// which loads them when they are not cached and then asks again); a
+    /// plain member's `@all` stays in the text and mentions nobody. A retry
+    /// of a pending send decides again, so a role changed in between is the
+    /// one that counts.
+    async fn content(
+        &self,
+        req: &SendRequest,
+        keys: &TopicKeys,
+        derived: Derived,
+    ) -> Result<Content, SendError> {
+        let mention_all = if derived.mentions_all && crate::tinode::is_group_topic(&req.topic) {
+            let mut redis = self.inner.redis.clone();
+            let role: Option<String> = redis::cmd("HGET")
+                .arg(keys.roles())
+                .arg(req.uid)
+                .query_async(&mut redis)
+                .await
+                .map_err(|e| SendError::retry(format!("redis: {e}")))?;
+            matches!(role.as_deref(), Some("owner" | "admin"))
+        } else {
+            false
+        };
+        Ok(Content {
+            derived,
+            mention_all,
+        })
+    }
+
     /// Produces the message's event (the same event for every attempt of
     /// one claim) and marks the claim done once the log has it.
     async fn produce(
@@ -550,7 +600,12 @@ impl Sender {
         keys: &TopicKeys,
         mut claim: Claim,
         group_id: i64,
+        content: Content,
     ) -> Result<Sent, SendError> {
+        let Content {
+            derived,
+            mention_all,
+        } = content;
         let Identity {
             seq,
             ref month,
@@ -576,14 +631,14 @@ impl Sender {
                     shard_month: month.to_string(),
                     client_msg_id: req.client_msg_id.clone(),
                     from_user: req.uid,
-                    msg_type: "text".into(),
+                    msg_type: derived.msg_type.into(),
                     head: req.head.clone(),
                     content: Some(req.content.clone()),
-                    mentioned_user_ids: Vec::new(),
-                    mention_all: false,
-                    reply_seq: None,
-                    root_seq: None,
-                    file_count: 0,
+                    mentioned_user_ids: derived.mentioned,
+                    mention_all,
+                    reply_seq: derived.reply_seq,
+                    root_seq: derived.reply_seq.map(|r| req.reply_root.unwrap_or(r)),
+                    file_count: derived.file_count,
                     content_size: req.content.len() as i32,
                     has_risk: false,
                     audit_status: "pass".into(),
@@ -779,7 +834,12 @@ fn edited_head(head: Option<&str>) -> Option<String> {
 /// A retry of a claimed client message id: answered with the same seq once
 /// done; while pending, the same event is produced again (the first attempt
 /// may have failed, timed out, or died with its gateway).
-fn duplicate(claim: Option<&String>, digest: &str, group_id: i64) -> Result<Allocated, SendError> {
+fn duplicate(
+    claim: Option<&String>,
+    digest: &str,
+    group_id: i64,
+    content: Content,
+) -> Result<Allocated, SendError> {
     let Some(claim) = claim.and_then(|c| Claim::parse(c)) else {
         // A claim written by an older gateway (`status|seq|month|id`): a
         // done one still answers; a pending one settles within a minute.
@@ -815,6 +875,7 @@ fn duplicate(claim: Option<&String>, digest: &str, group_id: i64) -> Result<Allo
         claim,
         group_id,
         again: true,
+        content,
     })
 }
 
@@ -862,14 +923,20 @@ mod tests {
             content: content.into(),
             traceparent: None,
             edit_of: None,
+            reply_root: None,
+        };
+        let content = || Content {
+            derived: derive("\"hi\"", None, 1).unwrap(),
+            mention_all: false,
         };
         let d = digest(&req("\"hi\""));
         let pending = format!("pending|5|202612|9|ev|1|{d}");
-        match duplicate(Some(&pending), &d, 3) {
+        match duplicate(Some(&pending), &d, 3, content()) {
             Ok(Allocated::Produce {
                 claim,
                 group_id,
                 again,
+                ..
             }) => {
                 let identity = &claim.identity;
                 assert_eq!(
@@ -881,7 +948,7 @@ mod tests {
         }
         let done = pending.replacen("pending", "done", 1);
         assert!(matches!(
-            duplicate(Some(&done), &d, 3),
+            duplicate(Some(&done), &d, 3, content()),
             Ok(Allocated::Answered(Sent {
                 seq: 5,
                 duplicate: true,
@@ -890,12 +957,12 @@ mod tests {
         ));
         let other = digest(&req("\"something else\""));
         assert_eq!(
-            duplicate(Some(&done), &other, 3).err(),
+            duplicate(Some(&done), &other, 3, content()).err(),
             Some(SendError::ClientIdReused)
         );
         // Written by an older gateway.
         assert!(matches!(
-            duplicate(Some(&"done|5|202612|9".to_string()), &d, 3),
+            duplicate(Some(&"done|5|202612|9".to_string()), &d, 3, content()),
             Ok(Allocated::Answered(Sent { seq: 5, .. }))
         ));
     }

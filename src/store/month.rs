@@ -363,7 +363,7 @@ pub const SECONDARY_INDEXES: &[SecondaryIndex] = &[
 /// MariaDB both hand back plain text).
 const READ_COLUMNS: &str = "seqid, from_user, CAST(head AS CHAR CHARACTER SET utf8mb4), \
      CAST(content AS CHAR CHARACTER SET utf8mb4), status, version, \
-     CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED)";
+     CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED), reply_seqid, root_seqid";
 
 impl MonthTable {
     /// Newest first: `since <= seqid < before`, at most `LIMIT ?` rows.

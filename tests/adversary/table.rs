@@ -853,6 +853,26 @@ pub fn table() -> Vec<Entry> {
             ..E
         },
         Entry {
+            http: route!("GET", "/v1/me/notifications"),
+            about: "the caller's own notifications (scanned for the victims')",
+            build: |_| http("GET", "/v1/me/notifications?limit=100".into(), None),
+            ..E
+        },
+        Entry {
+            http: route!("POST", "/v1/me/notifications/read"),
+            about:
+                "mark the caller's own notifications read (an id of anyone else's marks nothing)",
+            always_own: true,
+            build: |a| {
+                http(
+                    "POST",
+                    "/v1/me/notifications/read".into(),
+                    Some(json!({"ids": [a.text()]})),
+                )
+            },
+            ..E
+        },
+        Entry {
             http: route!("PUT", "/v1/groups/{topic}/profile"),
             names: Names::Topic,
             about: "rename the group",

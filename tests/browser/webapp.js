@@ -10,9 +10,9 @@
 // ("login:password"), GROUP (topic), GROUP_NAME, SEEDED (messages already in
 // GROUP), ARTIFACTS (folder), CHAT_LIST=1 enables the steps that need the
 // `me` topic (chat list with names, unread badges, paging, typing,
-// one-to-one), NAME_A / NAME_B (the people's names), INVITE_NAME /
-// INVITE_TEXT (a group C is invited to, and a message in it), CHROMIUM
-// (default /usr/bin/chromium).
+// one-to-one), NAME_A / NAME_B (the people's names), PHOTO_A (A's picture
+// reference, optional), INVITE_NAME / INVITE_TEXT (a group C is invited
+// to, and a message in it), CHROMIUM (default /usr/bin/chromium).
 
 'use strict';
 
@@ -228,6 +228,21 @@ async function steps(browser) {
     await screenshot(a, 'sent');
     await message(b, text).waitFor(WAIT);
     await screenshot(b, 'received-live');
+    if (process.env.NAME_A) {
+      // Under A's messages B sees A's name (the app writes "Not found"
+      // when it has no `public` for the author) and A's picture.
+      const authors = b.page.locator('#messages-panel .author');
+      await authors.filter({ hasText: process.env.NAME_A }).first().waitFor(WAIT);
+      const unknown = await authors.filter({ hasText: 'Not found' }).count();
+      if (unknown) throw new Error(`${unknown} message(s) show "Not found" as their author`);
+      if (process.env.PHOTO_A) {
+        const sources = await b.page.evaluate(() =>
+          [...document.querySelectorAll('#messages-panel img')].map((i) => i.getAttribute('src')));
+        if (!sources.includes(process.env.PHOTO_A)) {
+          throw new Error(`A's picture is not shown under her messages: ${JSON.stringify(sources).slice(0, 300)}`);
+        }
+      }
+    }
     if (CHAT_LIST) {
       // B has the group open and has read everything: no badge.
       await b.page.locator('.contact-box li', { hasText: GROUP_NAME }).first().locator('.unread').waitFor({ state: 'detached', ...WAIT });
@@ -335,6 +350,11 @@ async function steps(browser) {
       await entry.first().click();
       await message(a, hi).waitFor(WAIT);
       await entry.first().locator('.unread').waitFor({ state: 'detached', ...WAIT });
+      // The chat is titled with B's name, not "Unnamed".
+      await a.page.locator('#topic-caption-panel', { hasText: process.env.NAME_B }).waitFor(WAIT);
+      if (await a.page.locator('#topic-caption-panel', { hasText: 'Unnamed' }).count()) {
+        throw new Error('the one-to-one chat is titled "Unnamed"');
+      }
       await screenshot(a, 'p2p-open');
     }
 

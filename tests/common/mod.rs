@@ -724,6 +724,35 @@ pub async fn run_node(script: &str, env: &[(&str, String)], limit: Duration) {
     );
 }
 
+/// [`run_node`] that hands back what the script printed (its stdout).
+pub async fn run_node_output(script: &str, env: &[(&str, String)], limit: Duration) -> String {
+    let node_dir = repo_root().join("tests/node");
+    assert!(
+        node_dir.join("node_modules/tinode-sdk").exists(),
+        "npm package tinode-sdk missing: run `npm ci --prefix tests/node`"
+    );
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg(script)
+        .current_dir(&node_dir)
+        .kill_on_drop(true);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let output = tokio::time::timeout(limit, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} did not finish within {limit:?}"))
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.trim_end().ends_with("ok"),
+        "{script} failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
+        output.status
+    );
+    stdout
+}
+
 /// A logged-in Tinode WebSocket session.
 pub struct Ws {
     pub stream: tokio_tungstenite::WebSocketStream<

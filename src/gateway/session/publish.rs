@@ -60,6 +60,22 @@ impl Session {
                 return;
             }
         }
+        let reply_root = match crate::gateway::replies::reply_root(
+            &self.gateway,
+            &who.tenant,
+            topic,
+            who.uid,
+            head.as_deref(),
+        )
+        .await
+        {
+            Ok(root) => root,
+            Err(Refusal(code, text)) => {
+                self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                    .await;
+                return;
+            }
+        };
         let request = SendRequest {
             tenant: who.tenant,
             topic: topic.to_string(),
@@ -71,6 +87,7 @@ impl Session {
             content: content.to_string(),
             traceparent: None,
             edit_of,
+            reply_root,
         };
         // Seqs are allocated in arrival order; producing and acking overlap
         // (at most IN_FLIGHT_SENDS per session).

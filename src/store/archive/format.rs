@@ -235,6 +235,8 @@ impl ArchivedRow {
             status: self.status.clone(),
             version: self.version as i32,
             edit_seq: None,
+            reply_seq: self.reply_seqid,
+            root_seq: self.root_seqid,
         }
     }
 }
