@@ -174,17 +174,20 @@ impl Client {
 
     /// Sends client messages back to back, in one write: all of them are on
     /// the wire before the gateway can answer the first (a close included).
-    pub async fn send_together(&mut self, msgs: &[Value]) {
+    /// The gateway may close the session first (its heartbeat can find a
+    /// revocation before the uplink does): messages after the close are not
+    /// sent, which is no failure.
+    pub async fn send_together_unless_closed(&mut self, msgs: &[Value]) {
         for msg in msgs {
-            self.sink
-                .feed(Message::Text(msg.to_string().into()))
-                .await
-                .unwrap_or_else(|e| panic!("[{}] send {msg}: {e}", self.label));
+            match self.sink.feed(Message::Text(msg.to_string().into())).await {
+                Ok(()) => {}
+                Err(tokio_tungstenite::tungstenite::Error::Protocol(_))
+                | Err(tokio_tungstenite::tungstenite::Error::AlreadyClosed)
+                | Err(tokio_tungstenite::tungstenite::Error::ConnectionClosed) => return,
+                Err(e) => panic!("[{}] send {msg}: {e}", self.label),
+            }
         }
-        self.sink
-            .flush()
-            .await
-            .unwrap_or_else(|e| panic!("[{}] flush: {e}", self.label));
+        let _ = self.sink.flush().await;
     }
 
     /// Sends a message that carries an id (added here) and waits for the
