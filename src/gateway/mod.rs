@@ -140,6 +140,17 @@ pub async fn start(
         let history = history.clone();
         let model = model.clone();
         Box::pin(async move {
+            let newest = crate::history::PageQuery::new(None, None, Some(100), false);
+            let messages = match newest {
+                Ok(q) => history
+                    .page(&tenant, &topic, 0, q)
+                    .await
+                    .map(|p| p.messages)
+                    .unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
+            // Who left is read after the page: a removal acknowledged before
+            // any message of the page was allocated is in it.
             let departures = if crate::tinode::is_group_topic(&topic) {
                 match model.departures(&tenant, &topic).await {
                     Ok(d) => d,
@@ -149,15 +160,6 @@ pub async fn start(
                 }
             } else {
                 Default::default()
-            };
-            let newest = crate::history::PageQuery::new(None, None, Some(100), false);
-            let messages = match newest {
-                Ok(q) => history
-                    .page(&tenant, &topic, 0, q)
-                    .await
-                    .map(|p| p.messages)
-                    .unwrap_or_default(),
-                Err(_) => Vec::new(),
             };
             (messages, departures)
         })
