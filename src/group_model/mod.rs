@@ -577,6 +577,17 @@ pub fn excluded(seq: i64, departure: (i64, Option<i64>)) -> bool {
     seq > departure.0 && departure.1.is_none_or(|back| seq <= back)
 }
 
+/// The users of `departures` a message of `seq` must not reach, sorted.
+pub fn excluded_users(seq: i64, departures: &HashMap<i64, (i64, Option<i64>)>) -> Vec<i64> {
+    let mut users: Vec<i64> = departures
+        .iter()
+        .filter(|(_, d)| excluded(seq, **d))
+        .map(|(uid, _)| *uid)
+        .collect();
+    users.sort_unstable();
+    users
+}
+
 fn parse_left(raw: &HashMap<String, String>) -> HashMap<i64, (i64, Option<i64>)> {
     raw.iter()
         .filter_map(|(uid, v)| {

@@ -82,12 +82,7 @@ impl Handler for FanoutHandler {
                             }
                         }
                     }
-                    let mut exclude: Vec<i64> = departures_of[&key]
-                        .iter()
-                        .filter(|(_, d)| crate::group_model::excluded(m.seq, **d))
-                        .map(|(uid, _)| *uid)
-                        .collect();
-                    exclude.sort_unstable();
+                    let exclude = crate::group_model::excluded_users(m.seq, &departures_of[&key]);
                     for (envelope, _) in outgoing.iter_mut() {
                         if matches!(
                             envelope.target_type,

@@ -355,12 +355,7 @@ pub async fn refill(
         messages.sort_by_key(|m| m.seq);
         for m in &messages {
             // As the fan-out: never to a member removed before the message.
-            let mut exclude: Vec<i64> = departures
-                .iter()
-                .filter(|(_, d)| crate::group_model::excluded(m.seq, **d))
-                .map(|(uid, _)| *uid)
-                .collect();
-            exclude.sort_unstable();
+            let exclude = crate::group_model::excluded_users(m.seq, &departures);
             for mut envelope in message_envelopes(&tenant, &topic, m) {
                 if envelope.target_type == TargetType::Topic {
                     envelope.exclude = exclude.clone();
