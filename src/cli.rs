@@ -41,6 +41,8 @@ pub enum Command {
     Gateway(GatewayArgs),
     /// Run one projector pipeline as a Kafka consumer group (topologies/<pipeline>.toml).
     Project(ProjectArgs),
+    /// Run a deployment unit: several pipelines of one source on one consumer (topologies/units.toml).
+    Unit(UnitArgs),
     /// Run the shard manager: month tables, catalog, active month.
     Shards(ShardsArgs),
     /// Dead-letter queues of the pipelines.
@@ -96,8 +98,14 @@ pub struct GatewayArgs {
 
 #[derive(Debug, Args)]
 pub struct ProjectArgs {
-    /// Pipeline name: store or members.
+    /// Pipeline name (topologies/<pipeline>.toml), e.g. store or members.
     pub pipeline: String,
+}
+
+#[derive(Debug, Args)]
+pub struct UnitArgs {
+    /// Unit name, as declared in topologies/units.toml (group, user).
+    pub unit: String,
 }
 
 #[derive(Debug, Subcommand)]

@@ -99,6 +99,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             readiness.set_ready(true);
             crate::pipeline::run_named(&config, &args.pipeline, shutdown).await
         }
+        Command::Unit(args) => {
+            let shutdown = Shutdown::new();
+            shutdown.trigger_on_signals();
+            let readiness = Readiness::default();
+            crate::telemetry::serve_ops(
+                config.telemetry.listen,
+                readiness.clone(),
+                shutdown.clone(),
+            )
+            .await?;
+            readiness.set_ready(true);
+            crate::pipeline::unit::run_named(&config, &args.unit, shutdown).await
+        }
         Command::Shards(args) => shards(&config, args).await,
         Command::Routes(crate::cli::RoutesCommand::Rebuild { tenant, topic }) => {
             let mut redis = crate::redis_util::connect(&config.redis.url).await?;
@@ -541,7 +554,18 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
         let shutdown = shutdown.clone();
         tasks.push(tokio::spawn(async move { manager.run(shutdown).await }));
     }
-    for pipeline in crate::pipeline::PIPELINES {
+    // Each source read by several pipelines is consumed once, by its
+    // deployment unit (topologies/units.toml); the rest run alone.
+    let units = crate::pipeline::unit::units(config)?;
+    for unit in units.clone() {
+        let (config, shutdown) = (config.clone(), shutdown.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = crate::pipeline::unit::run(&config, &unit, shutdown).await {
+                tracing::error!(unit = %unit.name, error = %e, "unit stopped with an error");
+            }
+        }));
+    }
+    for pipeline in crate::pipeline::unit::alone(&units, crate::pipeline::PIPELINES) {
         let (config, shutdown) = (config.clone(), shutdown.clone());
         tasks.push(tokio::spawn(async move {
             if let Err(e) = crate::pipeline::run_named(&config, pipeline, shutdown).await {

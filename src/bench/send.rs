@@ -38,9 +38,59 @@ pub struct SendArgs {
     /// Tenant (default: the first configured).
     #[arg(long)]
     pub tenant: Option<String>,
+    /// Several rates, one run each (e.g. 200,500,2000,5000), then the
+    /// curve of CPU-seconds per 1,000 acked messages: whether a message
+    /// costs the same at every rate. Overrides --rate.
+    #[arg(long, value_delimiter = ',')]
+    pub rates: Vec<u64>,
+}
+
+/// What one run measured.
+struct Figures {
+    rate: u64,
+    acked: u64,
+    p50_ms: f64,
+    p99_ms: f64,
+    cpu_per_1000: f64,
 }
 
 pub async fn run(config: &Config, args: SendArgs) -> anyhow::Result<()> {
+    if args.rates.is_empty() {
+        run_at(config, &args).await?;
+        return Ok(());
+    }
+    let mut curve = Vec::new();
+    for &rate in &args.rates {
+        let figures = run_at(
+            config,
+            &SendArgs {
+                rate,
+                ..args.clone()
+            },
+        )
+        .await?;
+        curve.push(figures);
+        println!();
+    }
+    println!("CPU per 1,000 acked messages by rate (box CPU-seconds, send until stored in MySQL):");
+    println!("  offered msg/s   acked   ack p50 / p99 ms   CPU-s per 1,000");
+    for f in &curve {
+        println!(
+            "  {:>13}   {:>5}   {:>7.1} / {:<7.1}   {:.3}",
+            f.rate, f.acked, f.p50_ms, f.p99_ms, f.cpu_per_1000
+        );
+    }
+    let costs: Vec<f64> = curve.iter().map(|f| f.cpu_per_1000).collect();
+    let (lo, hi) = costs
+        .iter()
+        .fold((f64::MAX, 0f64), |(lo, hi), c| (lo.min(*c), hi.max(*c)));
+    if lo > 0.0 {
+        println!("  dearest / cheapest: {:.2}×", hi / lo);
+    }
+    Ok(())
+}
+
+async fn run_at(config: &Config, args: &SendArgs) -> anyhow::Result<Figures> {
     anyhow::ensure!(
         args.clients > 0 && args.rate > 0 && args.groups > 0,
         "clients, rate and groups must be positive"
@@ -51,6 +101,7 @@ pub async fn run(config: &Config, args: SendArgs) -> anyhow::Result<()> {
         tokens,
         run,
     } = Setup::new(config, args.tenant.as_deref())?;
+    let args = args.clone();
     let run = run.as_str();
     let http = args
         .url
@@ -184,7 +235,13 @@ pub async fn run(config: &Config, args: SendArgs) -> anyhow::Result<()> {
             acked as i64 - total
         );
     }
-    Ok(())
+    Ok(Figures {
+        rate: args.rate,
+        acked,
+        p50_ms: hist.value_at_quantile(0.5) as f64 / 1000.0,
+        p99_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
+        cpu_per_1000: costs.per_thousand(acked),
+    })
 }
 
 async fn stored(pool: &sqlx::MySqlPool, run: &str) -> anyhow::Result<i64> {

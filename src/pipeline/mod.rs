@@ -24,6 +24,7 @@ pub mod search;
 pub mod stats;
 pub mod store;
 pub mod topology;
+pub mod unit;
 
 use std::path::Path;
 

@@ -194,6 +194,15 @@ pub async fn replay(
     let (route, filter) = match &target {
         None => {
             wait_inactive(config, &main.group, pipeline, args.wait_inactive_secs).await?;
+            // A unit that runs the pipeline commits to its group without
+            // being a member: its own group must be inactive too.
+            for unit in crate::pipeline::unit::units(config)?
+                .iter()
+                .filter(|u| u.pipelines.iter().any(|p| p == pipeline))
+            {
+                let group = crate::pipeline::unit::unit_group_id(config, unit);
+                wait_inactive(config, &group, pipeline, args.wait_inactive_secs).await?;
+            }
             let filter = match &args.tenant {
                 Some(t) => TenantFilter::Reset(t.clone()),
                 None => TenantFilter::All,
@@ -343,7 +352,7 @@ async fn wait_inactive(
         if std::time::Instant::now() >= deadline {
             bail!(
                 "consumer group {group} is active ({} member(s): {}); stop every `imstream project {pipeline}` \
-                 (and `imstream dev`) before resetting it, or replay --into a fresh target",
+                 (and `imstream unit` or `imstream dev` that runs it) before resetting it, or replay --into a fresh target",
                 members.len(),
                 members.join(", ")
             );
