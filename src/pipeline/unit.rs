@@ -46,8 +46,13 @@ use super::topology::Topology;
 /// The committed declaration (`topologies/units.toml`).
 const BUILTIN: &str = include_str!("../../topologies/units.toml");
 
-/// How long handled offsets may wait for their commit while records flow.
-const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
+/// How long handled offsets may wait for their commit while records flow:
+/// a crash hands at most this much to the (idempotent) handlers again.
+const COMMIT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Members that linger longer sleep through their linger rather than wake
+/// for each batch that arrives (see [`Member`]).
+const LINGER_AWAKE: Duration = Duration::from_millis(5);
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -232,7 +237,8 @@ pub async fn run(config: &Config, unit: &UnitDecl, shutdown: Shutdown) -> anyhow
     let mut tasks = Vec::new();
     for (index, topology) in topologies.into_iter().enumerate() {
         let (tx, rx) = mpsc::channel(unit.window_batches);
-        queues.push(tx);
+        let nudge = Arc::new(tokio::sync::Notify::new());
+        queues.push((tx, nudge.clone()));
         let member = Member {
             config: config.clone(),
             group: super::runner::group_id(config, &topology),
@@ -241,6 +247,7 @@ pub async fn run(config: &Config, unit: &UnitDecl, shutdown: Shutdown) -> anyhow
             topology,
             index,
             queue: rx,
+            nudge,
             rewinds: rewind_tx.clone(),
             progress: progress.clone(),
             consumer: consumer.clone(),
@@ -361,13 +368,21 @@ async fn sleep_until_some(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// Queues `item` for a member, waiting while its window is full. `false`
-/// on shutdown or when the member is gone.
-async fn hand_over(queue: &mpsc::Sender<Item>, item: Item, shutdown: &Shutdown) -> bool {
-    tokio::select! {
+/// A member's queue, and how to wake it when the queue fills.
+type Queue = (mpsc::Sender<Item>, Arc<tokio::sync::Notify>);
+
+/// Queues `item` for a member, waiting while its window is full (a member
+/// sleeping through its linger is woken once its queue is half full).
+/// `false` on shutdown or when the member is gone.
+async fn hand_over((queue, nudge): &Queue, item: Item, shutdown: &Shutdown) -> bool {
+    let sent = tokio::select! {
         _ = shutdown.cancelled() => false,
         r = queue.send(item) => r.is_ok(),
+    };
+    if queue.capacity() * 2 <= queue.max_capacity() {
+        nudge.notify_one();
     }
+    sent
 }
 
 /// Commits, to the unit's group, the least progress of its members on
@@ -473,6 +488,8 @@ struct Member {
     dlq: String,
     index: usize,
     queue: mpsc::Receiver<Item>,
+    /// Woken by the consumer when this member's queue is half full.
+    nudge: Arc<tokio::sync::Notify>,
     rewinds: mpsc::UnboundedSender<(usize, Rewind)>,
     progress: Arc<Progress>,
     consumer: Arc<StreamConsumer>,
@@ -485,6 +502,7 @@ struct OwnGroup {
     probe: Arc<BaseConsumer>,
     group: String,
     source: String,
+    shutdown: Shutdown,
 }
 
 impl OwnGroup {
@@ -544,6 +562,7 @@ impl super::WithHandler for Member {
             dlq,
             index,
             mut queue,
+            nudge,
             rewinds,
             progress,
             consumer,
@@ -570,6 +589,7 @@ impl super::WithHandler for Member {
             probe: Arc::new(crate::kafka::lag::group_probe(&config.kafka, &group)?),
             group: group.clone(),
             source: source.clone(),
+            shutdown: shutdown.clone(),
         };
         let mut checkpoints = match (
             topology.checkpoints,
@@ -618,15 +638,31 @@ impl super::WithHandler for Member {
                 .take(index, first, &own, &progress, &mut records)
                 .await;
             let deadline = tokio::time::Instant::now() + linger;
-            while records.len() < topology.batch_max {
-                match tokio::time::timeout_at(deadline, queue.recv()).await {
-                    Ok(Some(item)) => {
-                        gathered
-                            .take(index, item, &own, &progress, &mut records)
-                            .await
-                    }
-                    _ => break,
+            if linger > LINGER_AWAKE {
+                // A background member sleeps through its linger instead of
+                // waking for every batch that arrives, unless its queue
+                // fills (the consumer nudges it), then takes what came.
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = nudge.notified() => {}
+                    _ = shutdown.cancelled() => {}
                 }
+            }
+            while records.len() < topology.batch_max {
+                let item = if linger > LINGER_AWAKE {
+                    match queue.try_recv() {
+                        Ok(item) => item,
+                        Err(_) => break,
+                    }
+                } else {
+                    match tokio::time::timeout_at(deadline, queue.recv()).await {
+                        Ok(Some(item)) => item,
+                        _ => break,
+                    }
+                };
+                gathered
+                    .take(index, item, &own, &progress, &mut records)
+                    .await;
             }
             if records.is_empty() {
                 continue;
@@ -713,9 +749,26 @@ impl Gathered {
                     .collect();
                 if !unknown.is_empty() {
                     // Where this pipeline's own group stands (never
-                    // committed: from the log start). On a failure nothing
-                    // is skipped: handling again is safe, skipping is not.
-                    let at = own.committed(unknown.clone()).await.unwrap_or_default();
+                    // committed: from the log start). Asked until the
+                    // broker answers: guessing low would re-handle the
+                    // whole log, guessing high would skip records.
+                    let mut delay = Duration::from_millis(100);
+                    let at = loop {
+                        match own.committed(unknown.clone()).await {
+                            Ok(at) => break at,
+                            Err(_) if own.shutdown.is_triggered() => {
+                                // Stopping: these partitions' records are
+                                // neither handled nor reported done.
+                                self.rewinding.extend(unknown.iter().copied());
+                                break HashMap::new();
+                            }
+                            Err(e) => {
+                                tracing::warn!(group = %own.group, error = %e, "cannot read the pipeline's committed offsets; retrying");
+                                tokio::time::sleep(delay).await;
+                                delay = (delay * 2).min(Duration::from_secs(5));
+                            }
+                        }
+                    };
                     for p in unknown {
                         self.next.insert(p, at.get(&p).copied().unwrap_or(0));
                     }
