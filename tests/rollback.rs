@@ -287,22 +287,42 @@ async fn back_to_ten(pool: &sqlx::MySqlPool, saved: &[(String, i32, i64)]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tenant_database_that_comes_back_older_is_caught_up_from_its_checkpoints() {
     let mut stack = Stack::running().await;
+    caught_up_from_checkpoints(&mut stack, "store").await;
+}
+
+/// The same with the store pipeline in a deployment unit (issue 31): its
+/// rewind moves the unit's shared consumer back, and the unit's other
+/// member (hot) skips what it had handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_a_unit_a_tenant_database_that_comes_back_older_is_caught_up_from_its_checkpoints() {
+    let mut stack = Stack::prepared(None).await;
+    stack.start_pipeline("members").await;
+    stack.start_gateway("node-a").await;
+    stack.use_units(
+        "[[unit]]\nname = \"pair\"\nsource = \"group_events\"\npipelines = [\"store\", \"hot\"]\n",
+    );
+    stack.start_unit("pair").await;
+    caught_up_from_checkpoints(&mut stack, "pair").await;
+}
+
+/// `store`: the store pipeline (alone, or the unit that runs it).
+async fn caught_up_from_checkpoints(stack: &mut Stack, store: &str) {
     stack.create_group(TOPIC, OWNER, &[8]).await;
     let pool = stack.pool();
     let mut acked: BTreeMap<String, i64> = BTreeMap::new();
     for i in 1..=10 {
         let cmid = format!("m{i:02}");
-        acked.insert(cmid.clone(), send_until_accepted(&stack, &cmid).await);
+        acked.insert(cmid.clone(), send_until_accepted(stack, &cmid).await);
     }
     wait_stored(&pool, 10).await;
     // Stopping writes every checkpoint: the state a replica holds.
-    stack.stop_pipeline("store").await;
+    stack.stop_pipeline(store).await;
     let saved = checkpoints(&pool).await;
     assert!(!saved.is_empty(), "the store keeps checkpoints");
-    stack.start_pipeline("store").await;
+    stack.start(store).await;
     for i in 11..=20 {
         let cmid = format!("m{i:02}");
-        acked.insert(cmid.clone(), send_until_accepted(&stack, &cmid).await);
+        acked.insert(cmid.clone(), send_until_accepted(stack, &cmid).await);
     }
     wait_stored(&pool, 20).await;
     wait_for("the checkpoints moved on", Duration::from_secs(30), || {
@@ -322,7 +342,7 @@ async fn a_tenant_database_that_comes_back_older_is_caught_up_from_its_checkpoin
     // While the pipeline runs, the database comes back as it was after ten
     // messages; the next message (or the next check) finds it behind.
     back_to_ten(&pool, &saved).await;
-    acked.insert("m21".into(), send_until_accepted(&stack, "m21").await);
+    acked.insert("m21".into(), send_until_accepted(stack, "m21").await);
     assert_eq!(wait_stored(&pool, 21).await, acked);
     let count: i64 = sqlx::query_scalar(
         "SELECT CAST(SUM(message_count) AS SIGNED) FROM im_group_message_topic_shards WHERE topic = ?",
@@ -335,9 +355,9 @@ async fn a_tenant_database_that_comes_back_older_is_caught_up_from_its_checkpoin
 
     // Again with the pipeline stopped: it finds the database behind when it
     // starts, with no new message.
-    stack.stop_pipeline("store").await;
+    stack.stop_pipeline(store).await;
     back_to_ten(&pool, &saved).await;
     assert_eq!(stored(&pool).await.len(), 10);
-    stack.start_pipeline("store").await;
+    stack.start(store).await;
     assert_eq!(wait_stored(&pool, 21).await, acked);
 }

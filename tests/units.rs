@@ -208,15 +208,6 @@ async fn caught_up(config: &Config, group: &str) {
     .await;
 }
 
-/// Writes a `units.toml` declaring one unit into a fresh directory and
-/// points `config` at it (every pipeline topology stays the built-in one).
-fn with_unit(config: &mut Config, text: &str) {
-    let dir = common::repo_root().join(format!("target/tmp/units-{}", unique_id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("units.toml"), text).unwrap();
-    config.pipelines.topologies_dir = dir.display().to_string();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stuck_member_holds_the_others_back_by_its_window_and_each_resumes_from_its_own_progress()
 {
@@ -236,13 +227,10 @@ async fn a_stuck_member_holds_the_others_back_by_its_window_and_each_resumes_fro
     // be at most a handful of records ahead of a stuck store (its batch in
     // hand, its queue, the batch the consumer waits to hand over).
     const WINDOW: i64 = 4;
-    with_unit(
-        &mut stack.world.config,
-        &format!(
-            "[[unit]]\nname = \"pair\"\nsource = \"group_events\"\npipelines = [\"store\", \"hot\"]\n\
+    stack.use_units(&format!(
+        "[[unit]]\nname = \"pair\"\nsource = \"group_events\"\npipelines = [\"store\", \"hot\"]\n\
              batch_max = 1\nbatch_linger_ms = 0\nwindow_batches = {WINDOW}\n"
-        ),
-    );
+    ));
     let unit_config = through(stack.config(), proxy.addr);
     let units = imstream::pipeline::unit::units(&unit_config).expect("units");
     let unit = units[0].clone();

@@ -348,6 +348,42 @@ impl Stack {
         self.pipelines.push((name.to_string(), shutdown, task));
     }
 
+    /// Declares the deployment units of this stack (`units.toml` in a
+    /// fresh topologies directory; every pipeline keeps its built-in
+    /// topology).
+    pub fn use_units(&mut self, text: &str) {
+        let dir = repo_root().join(format!("target/tmp/units-{}", unique_id()));
+        std::fs::create_dir_all(&dir).expect("units dir");
+        std::fs::write(dir.join("units.toml"), text).expect("units.toml");
+        self.world.config.pipelines.topologies_dir = dir.display().to_string();
+    }
+
+    /// Starts deployment unit `name` in-process; stop it with
+    /// `stop_pipeline(name)`.
+    pub async fn start_unit(&mut self, name: &str) {
+        let shutdown = self.world.shutdown.child();
+        let config = self.world.config.clone();
+        let (n, s) = (name.to_string(), shutdown.clone());
+        let task = tokio::spawn(async move {
+            imstream::pipeline::unit::run_named(&config, &n, s)
+                .await
+                .expect("unit");
+        });
+        self.pipelines.push((name.to_string(), shutdown, task));
+    }
+
+    /// Starts `name`: a declared unit, else a pipeline.
+    pub async fn start(&mut self, name: &str) {
+        let is_unit = imstream::pipeline::unit::units(&self.world.config)
+            .map(|units| units.iter().any(|u| u.name == name))
+            .unwrap_or(false);
+        if is_unit {
+            self.start_unit(name).await;
+        } else {
+            self.start_pipeline(name).await;
+        }
+    }
+
     pub async fn stop_pipeline(&mut self, name: &str) {
         let mut kept = Vec::new();
         for (n, s, t) in std::mem::take(&mut self.pipelines) {
