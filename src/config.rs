@@ -743,7 +743,7 @@ pub struct SearchConfig {
     /// never serves an empty index.
     pub enabled: bool,
     /// Root folder of the indexes: `<index_dir>/<tenant>/`. The search
-    /// pipeline writes it (one writer per index: see README "Search"); the
+    /// pipeline writes it (one writer per index: see docs/api.md "Search"); the
     /// gateways that answer `GET /v1/search` read the same folder.
     pub index_dir: String,
     /// Indexing memory of one tenant's writer, in MB (Tantivy needs at

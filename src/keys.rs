@@ -91,7 +91,12 @@ impl TopicKeys {
     }
     /// STRING snapshot of one hot message.
     pub fn hot_msg(&self, seq: i64) -> String {
-        format!("{}:hot_msg:{seq}", self.base)
+        format!("{}{seq}", self.hot_msg_prefix())
+    }
+    /// What every hot snapshot key starts with (`lua/hot_page.lua` builds
+    /// them from it).
+    pub fn hot_msg_prefix(&self) -> String {
+        format!("{}:hot_msg:", self.base)
     }
     /// Counter of delete transaction ids.
     /// STRING `pending|done`: this message's push tasks were produced.

@@ -182,10 +182,40 @@ pub async fn peers_shown(
     if p2p.is_empty() {
         return Ok(HashSet::new());
     }
-    conversations::peers_shown(pool(gw, tenant)?, me, &p2p)
+    let pool = pool(gw, tenant)?;
+    let mut shown = conversations::peers_shown(pool, me, &p2p)
         .await
-        .map_err(unavailable)
+        .map_err(unavailable)?;
+    // A conversation just started has no row until the conversations
+    // projection catches up; the peer was then shown offline until their
+    // presence changed. The write model (which cannot lag) says whether
+    // `me` is in it; the peer is shown unless they blocked `me`. Only for
+    // a few entries: a whole list comes from the projection itself.
+    let missing: Vec<(&str, i64)> = p2p
+        .into_iter()
+        .filter(|(_, peer)| !shown.contains(peer))
+        .collect();
+    if !missing.is_empty() && missing.len() <= UNPROJECTED_PEERS_MAX {
+        let mut members = Vec::with_capacity(missing.len());
+        for (topic, peer) in missing {
+            if super::reads::ensure_member(gw, tenant, topic, me)
+                .await
+                .is_ok()
+            {
+                members.push(peer);
+            }
+        }
+        let blocked = conversations::blocked_by(pool, me, &members)
+            .await
+            .map_err(unavailable)?;
+        shown.extend(members.into_iter().filter(|p| !blocked.contains(p)));
+    }
+    Ok(shown)
 }
+
+/// Most one-to-one entries of a list checked against the write model when
+/// their conversation row is missing (see [`peers_shown`]).
+const UNPROJECTED_PEERS_MAX: usize = 4;
 
 /// A conversation entry built from the send path's state (Redis seq, the
 /// group cache) for a member, or `None` for anyone else.

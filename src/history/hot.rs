@@ -225,43 +225,17 @@ pub async fn page(
     newest: Option<i64>,
 ) -> Result<Option<Vec<StoredMessage>>, HistoryError> {
     let keys = TopicKeys::new(tenant, topic);
-    let high = query.high();
-    let low = query.low();
-    let max = if high == i64::MAX {
-        "+inf".to_string()
-    } else {
-        format!("({high}")
-    };
     let members: Vec<String> = redis::cmd("ZREVRANGEBYSCORE")
         .arg(keys.hot_seqs())
-        .arg(&max)
-        .arg(low)
+        .arg(max_score(query))
+        .arg(query.low())
         .arg("LIMIT")
         .arg(0)
         .arg(query.limit)
         .query_async(redis)
         .await?;
-    let seqs: Vec<i64> = members
-        .iter()
-        .filter_map(|m| m.split_once(':').and_then(|(s, _)| s.parse().ok()))
-        .collect();
-    if seqs.is_empty() {
-        return Ok(None);
-    }
-    // The top must be the page's first seq: `before - 1` with a cursor,
-    // else at least the newest stored message (a missing newest entry —
-    // trimmed, lost, or the hot pipeline lagging — is a hole at the top).
-    if high != i64::MAX && seqs[0] != high - 1 {
-        return Ok(None);
-    }
-    if high == i64::MAX && !newest.is_some_and(|n| seqs[0] >= n) {
-        return Ok(None);
-    }
-    if seqs.windows(2).any(|w| w[0] != w[1] + 1) {
-        return Ok(None);
-    }
-    let reached_bottom = *seqs.last().expect("non-empty") == low;
-    if (seqs.len() as i64) < query.limit && !reached_bottom {
+    let seqs = seqs_of(&members);
+    if !covers(&seqs, query, newest) {
         return Ok(None);
     }
     let snapshot_keys: Vec<String> = seqs.iter().map(|s| keys.hot_msg(*s)).collect();
@@ -269,12 +243,115 @@ pub async fn page(
         .arg(snapshot_keys)
         .query_async(redis)
         .await?;
-    let mut out = Vec::with_capacity(seqs.len());
-    for snap in snapshots {
-        let Some(msg) = snap.and_then(|s| serde_json::from_str::<StoredMessage>(&s).ok()) else {
-            return Ok(None);
-        };
-        out.push(msg);
+    Ok(decode(snapshots))
+}
+
+static HOT_PAGE: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../lua/hot_page.lua")));
+
+/// What one round trip (`lua/hot_page.lua`) read for a newest-first page:
+/// the topic's route, its dellog token and the hot messages of the page.
+#[derive(Debug)]
+pub struct HotRead {
+    /// `route_meta` fields (see `route::complete_segments`).
+    pub route_meta: Vec<(String, String)>,
+    /// The topic's dellog token, read with the page (see `dellog::Cache`).
+    pub dellog_token: Option<String>,
+    seqs: Vec<i64>,
+    snapshots: Vec<Option<String>>,
+}
+
+impl HotRead {
+    /// The page, if the hot set covers it completely (as [`page`]).
+    pub fn page(&self, query: &PageQuery, newest: Option<i64>) -> Option<Vec<StoredMessage>> {
+        if !covers(&self.seqs, query, newest) || self.snapshots.len() != self.seqs.len() {
+            return None;
+        }
+        decode(self.snapshots.clone())
     }
-    Ok(Some(out))
+}
+
+/// Reads a newest-first page's route, dellog token and hot messages in one
+/// round trip.
+pub async fn read(
+    redis: &mut Redis,
+    tenant: &str,
+    topic: &str,
+    query: &PageQuery,
+) -> Result<HotRead, HistoryError> {
+    let keys = TopicKeys::new(tenant, topic);
+    let (meta, dellog_token, members, snapshots): (
+        Vec<String>,
+        Option<String>,
+        Vec<String>,
+        Vec<Option<String>>,
+    ) = HOT_PAGE
+        .key(keys.route_meta())
+        .key(keys.hot_seqs())
+        .key(keys.dellog_token())
+        .arg(max_score(query))
+        .arg(query.low())
+        .arg(query.limit)
+        .arg(keys.hot_msg_prefix())
+        .invoke_async(redis)
+        .await?;
+    let route_meta = meta
+        .chunks_exact(2)
+        .map(|kv| (kv[0].clone(), kv[1].clone()))
+        .collect();
+    Ok(HotRead {
+        route_meta,
+        dellog_token,
+        seqs: seqs_of(&members),
+        snapshots,
+    })
+}
+
+/// The ZSET score bound above a newest-first page.
+fn max_score(query: &PageQuery) -> String {
+    let high = query.high();
+    if high == i64::MAX {
+        "+inf".to_string()
+    } else {
+        format!("({high}")
+    }
+}
+
+/// Seqs of hot-set members (`seq:ts`).
+fn seqs_of(members: &[String]) -> Vec<i64> {
+    members
+        .iter()
+        .filter_map(|m| m.split_once(':').and_then(|(s, _)| s.parse().ok()))
+        .collect()
+}
+
+/// Whether `seqs` (newest first) are the whole page: no hole at the top,
+/// none between, and either a full page or the bottom of the range.
+fn covers(seqs: &[i64], query: &PageQuery, newest: Option<i64>) -> bool {
+    let (high, low) = (query.high(), query.low());
+    let Some(top) = seqs.first() else {
+        return false;
+    };
+    // The top must be the page's first seq: `before - 1` with a cursor,
+    // else at least the newest stored message (a missing newest entry —
+    // trimmed, lost, or the hot pipeline lagging — is a hole at the top).
+    if high != i64::MAX && *top != high - 1 {
+        return false;
+    }
+    if high == i64::MAX && !newest.is_some_and(|n| *top >= n) {
+        return false;
+    }
+    if seqs.windows(2).any(|w| w[0] != w[1] + 1) {
+        return false;
+    }
+    let reached_bottom = *seqs.last().expect("non-empty") == low;
+    (seqs.len() as i64) >= query.limit || reached_bottom
+}
+
+/// Every snapshot decoded, or `None` when one is missing or unreadable.
+fn decode(snapshots: Vec<Option<String>>) -> Option<Vec<StoredMessage>> {
+    snapshots
+        .into_iter()
+        .map(|snap| snap.and_then(|s| serde_json::from_str::<StoredMessage>(&s).ok()))
+        .collect()
 }

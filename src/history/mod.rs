@@ -225,12 +225,20 @@ pub struct Page {
     pub source: &'static str,
 }
 
+/// A page as fetched, with the topic's dellog token when the fetch read
+/// it in the same round trip (newest-first pages, `hot::read`).
+#[derive(Clone)]
+struct Fetched {
+    page: Page,
+    dellog_token: Option<Option<String>>,
+}
+
 /// The read side of one process.
 #[derive(Clone)]
 pub struct History {
     pools: TenantPools,
     redis: Redis,
-    coalescer: coalesce::Coalescer<(String, String, PageQuery), Result<Page, SharedFailure>>,
+    coalescer: coalesce::Coalescer<(String, String, PageQuery), Result<Fetched, SharedFailure>>,
     /// Pages actually fetched (hot or MySQL), after coalescing.
     fetches: Arc<AtomicU64>,
     /// Per-tenant switch: also read the legacy table (migration in progress).
@@ -307,13 +315,25 @@ impl History {
         reader: i64,
         query: PageQuery,
     ) -> Result<Page, HistoryError> {
-        // The page and the reader's deleted ranges are independent reads:
-        // one round trip's wait instead of two in a row.
-        let (first, deleted) = tokio::join!(
-            self.shared_page(tenant, topic, query),
-            self.hidden(tenant, topic, reader)
-        );
-        let (first, deleted) = (first?, deleted?);
+        let (first, deleted) = if query.ascending {
+            // The page and the reader's deleted ranges are independent
+            // reads: one round trip's wait instead of two in a row.
+            let (first, deleted) = tokio::join!(
+                self.shared_page(tenant, topic, query),
+                self.hidden(tenant, topic, reader)
+            );
+            (first?.page, deleted?)
+        } else {
+            // A newest-first fetch reads the dellog token with the route
+            // and the hot messages (one round trip): the reader's ranges
+            // then come from the process's cache while it is current.
+            let fetched = self.shared_page(tenant, topic, query).await?;
+            let deleted = match fetched.dellog_token {
+                Some(token) => self.hidden_under(tenant, topic, reader, token).await?,
+                None => self.hidden(tenant, topic, reader).await?,
+            };
+            (fetched.page, deleted)
+        };
         // Recalled and deleted rows stay as stubs; their dellog rows hide
         // them, and so does their status while the dellog catches up. An
         // edit (a replacement message) goes with the message it edits: a
@@ -361,9 +381,27 @@ impl History {
             if cursor.low() >= cursor.high() {
                 break;
             }
-            fetched = self.shared_page(tenant, topic, cursor).await?;
+            fetched = self.shared_page(tenant, topic, cursor).await?.page;
         }
         Ok(out)
+    }
+
+    /// The ranges hidden from `reader`, given the topic's dellog token as
+    /// just read (cache, else MySQL, read after the token).
+    async fn hidden_under(
+        &self,
+        tenant: &str,
+        topic: &str,
+        reader: i64,
+        token: Option<String>,
+    ) -> Result<dellog::Hidden, HistoryError> {
+        if let Some(hidden) = self.dellog.cached(tenant, topic, reader, token.as_deref()) {
+            return Ok(hidden);
+        }
+        let hidden = dellog::ranges_for(self.pool(tenant)?, topic, reader).await?;
+        self.dellog
+            .insert(tenant, topic, reader, token, hidden.clone());
+        Ok(hidden)
     }
 
     /// A page without per-reader filtering, shared by identical concurrent reads.
@@ -372,14 +410,14 @@ impl History {
         tenant: &str,
         topic: &str,
         query: PageQuery,
-    ) -> Result<Page, HistoryError> {
+    ) -> Result<Fetched, HistoryError> {
         let key = (tenant.to_string(), topic.to_string(), query);
         let this = self.clone();
         let (t, tp) = (tenant.to_string(), topic.to_string());
         let shared = self
             .coalescer
             .run(key, async move {
-                this.fetch_page(&t, &tp, query)
+                this.fetch(&t, &tp, query)
                     .await
                     .map_err(SharedFailure::from)
             })
@@ -394,6 +432,16 @@ impl History {
         topic: &str,
         query: PageQuery,
     ) -> Result<Page, HistoryError> {
+        Ok(self.fetch(tenant, topic, query).await?.page)
+    }
+
+    /// [`Self::fetch_page`], with the dellog token when it was read along.
+    async fn fetch(
+        &self,
+        tenant: &str,
+        topic: &str,
+        query: PageQuery,
+    ) -> Result<Fetched, HistoryError> {
         self.fetches.fetch_add(1, Ordering::Relaxed);
         metrics::counter!(m::HISTORY_FETCHES_TOTAL).increment(1);
         let started = Instant::now();
@@ -407,19 +455,37 @@ impl History {
         } else {
             self.pools.read(tenant).map_err(|_| HistoryError::Tenant)?
         };
-        let segments = route::segments(pool, &mut redis, tenant, topic).await?;
-        if !query.ascending {
+        // A newest-first page reads the route, the dellog token and the hot
+        // messages in one round trip (`lua/hot_page.lua`); a route not yet
+        // marked complete is completed from the mirror first.
+        let hot = if query.ascending {
+            None
+        } else {
+            Some(hot::read(&mut redis, tenant, topic, &query).await?)
+        };
+        let segments = match hot
+            .as_ref()
+            .and_then(|h| route::complete_segments(&h.route_meta))
+        {
+            Some(segments) => segments,
+            None => route::segments(pool, &mut redis, tenant, topic).await?,
+        };
+        let dellog_token = hot.as_ref().map(|h| h.dellog_token.clone());
+        if let Some(hot) = &hot {
             // The newest stored seq, so a latest page from the hot set is
             // known to start at the top (a lost newest entry is a hole too).
             let newest = segments.iter().map(|s| s.max_seq).max();
-            if let Some(messages) = hot::page(&mut redis, tenant, topic, &query, newest).await? {
+            if let Some(messages) = hot.page(&query, newest) {
                 metrics::histogram!(m::QUERY_LATENCY, "source" => "hot")
                     .record(started.elapsed().as_secs_f64());
                 let next = messages.last().map(|m| m.seq);
-                return Ok(Page {
-                    messages,
-                    next,
-                    source: "hot",
+                return Ok(Fetched {
+                    page: Page {
+                        messages,
+                        next,
+                        source: "hot",
+                    },
+                    dellog_token,
                 });
             }
         }
@@ -497,10 +563,13 @@ impl History {
         metrics::histogram!(m::QUERY_LATENCY, "source" => source)
             .record(started.elapsed().as_secs_f64());
         let next = messages.last().map(|m| m.seq);
-        Ok(Page {
-            messages,
-            next,
-            source,
+        Ok(Fetched {
+            page: Page {
+                messages,
+                next,
+                source,
+            },
+            dellog_token,
         })
     }
 
@@ -566,6 +635,7 @@ impl History {
         Ok(self
             .shared_page(tenant, topic, q)
             .await?
+            .page
             .messages
             .into_iter()
             .find(|m| m.seq == seq))

@@ -113,6 +113,21 @@ pub async fn segments(
     Ok(out)
 }
 
+/// The segments of a route read elsewhere (`hot::read`), oldest month
+/// first, when it is marked complete; `None` sends the caller to
+/// [`segments`] (which completes it from the mirror).
+pub fn complete_segments(meta: &[(String, String)]) -> Option<Vec<Segment>> {
+    if !meta.iter().any(|(field, _)| field == COMPLETE_FIELD) {
+        return None;
+    }
+    let mut out: Vec<Segment> = meta
+        .iter()
+        .filter_map(|(month, v)| parse_meta(month, v))
+        .collect();
+    out.sort_by_key(|s| s.month);
+    Some(out)
+}
+
 fn parse_meta(month: &str, value: &str) -> Option<Segment> {
     let month = ShardMonth::parse(month).ok()?;
     let mut min_seq = None;

@@ -9,7 +9,7 @@
 //!
 //! One writer per index: this handler holds each tenant's writer lock for
 //! as long as it runs, so one copy of the pipeline serves a tenant (see
-//! README "Search" for how that scales).
+//! docs/api.md "Search" for how that scales).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

@@ -85,7 +85,7 @@ impl Session {
                             .await;
                     }
                 }
-                // The access mode the member's role gives (see README: roles).
+                // The access mode the member's role gives (see docs/api.md: roles).
                 let mode = match tinode::parse_p2p_topic(topic) {
                     Some(_) => crate::gateway::chats::P2P_MODE.to_string(),
                     None => match self
