@@ -87,29 +87,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Project(args) => {
-            let shutdown = Shutdown::new();
-            shutdown.trigger_on_signals();
-            let readiness = Readiness::default();
-            crate::telemetry::serve_ops(
-                config.telemetry.listen,
-                readiness.clone(),
-                shutdown.clone(),
-            )
-            .await?;
-            readiness.set_ready(true);
+            let shutdown = serving_ops(&config).await?;
             crate::pipeline::run_named(&config, &args.pipeline, shutdown).await
         }
         Command::Unit(args) => {
-            let shutdown = Shutdown::new();
-            shutdown.trigger_on_signals();
-            let readiness = Readiness::default();
-            crate::telemetry::serve_ops(
-                config.telemetry.listen,
-                readiness.clone(),
-                shutdown.clone(),
-            )
-            .await?;
-            readiness.set_ready(true);
+            let shutdown = serving_ops(&config).await?;
             crate::pipeline::unit::run_named(&config, &args.unit, shutdown).await
         }
         Command::Shards(args) => shards(&config, args).await,
@@ -752,4 +734,16 @@ fn refuse_open_registry(config: &Config, insecure_dev_secrets: bool) -> anyhow::
         "refusing to start the registry without registry.write_token of at least {} bytes (set it, or IMSTREAM__REGISTRY__WRITE_TOKEN; for a local test only: --insecure-dev-secrets)",
         crate::config::MIN_SECRET_BYTES
     )
+}
+
+/// A projector process's start: stops on SIGINT/SIGTERM, serves metrics
+/// and health (`telemetry.listen`), and is ready at once.
+async fn serving_ops(config: &Config) -> anyhow::Result<Shutdown> {
+    let shutdown = Shutdown::new();
+    shutdown.trigger_on_signals();
+    let readiness = Readiness::default();
+    crate::telemetry::serve_ops(config.telemetry.listen, readiness.clone(), shutdown.clone())
+        .await?;
+    readiness.set_ready(true);
+    Ok(shutdown)
 }

@@ -29,22 +29,10 @@ use imstream::keys::{TenantKeys, TopicKeys};
 use imstream::send::{IN_FLIGHT_WINDOW_MS, MARGIN_AFTER_LOSS};
 use imstream::store::month::ShardMonth;
 
-use common::{send_http, wait_for, write_config_file, Stack};
+use common::{send_http, stored_counts, wait_for, write_config_file, Stack};
 
 fn current_month() -> String {
     ShardMonth::of(chrono::Utc::now()).to_string()
-}
-
-/// `(rows, distinct seqs)` of a topic in the current month table.
-async fn stored_counts(pool: &MySqlPool, topic: &str) -> (i64, i64) {
-    sqlx::query_as(&format!(
-        "SELECT COUNT(*), COUNT(DISTINCT seqid) FROM im_group_messages_{} WHERE topic = ?",
-        current_month()
-    ))
-    .bind(topic)
-    .fetch_one(pool)
-    .await
-    .unwrap()
 }
 
 async fn stored_rows(pool: &MySqlPool, topic: &str) -> Vec<(i64, String)> {

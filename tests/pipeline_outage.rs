@@ -18,27 +18,22 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use sqlx::MySqlPool;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 use imstream::config::Config;
-use imstream::events::{
-    now_ms, EventCodec, GroupEvent, GroupEventBody, HistoryCleared, MessageSent, SeqRange,
-};
+use imstream::events::{EventCodec, GroupEvent, GroupEventBody, HistoryCleared, SeqRange};
 use imstream::kafka::producer::EventProducer;
 use imstream::kafka::topics::{TopicKind, TopicNames};
 use imstream::pipeline::Topology;
 use imstream::store::month::ShardMonth;
 use imstream::telemetry::Readiness;
 
-use common::{unique_id, wait_for, Stack};
+use common::{message_sent, server_of, through, unique_id, wait_for, DbProxy, Stack};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -55,114 +50,6 @@ fn fast_store_topology(batch_linger_ms: u64) -> Topology {
         "test-store.toml",
     )
     .expect("topology")
-}
-
-/// A TCP proxy in front of MariaDB that the test can take down: while
-/// down, every open connection is cut and new ones are closed at once.
-struct DbProxy {
-    addr: SocketAddr,
-    up: Arc<AtomicBool>,
-    connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    accept: JoinHandle<()>,
-}
-
-impl DbProxy {
-    async fn start(target: String) -> DbProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let addr = listener.local_addr().unwrap();
-        let up = Arc::new(AtomicBool::new(true));
-        let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let accept = {
-            let (up, connections) = (up.clone(), connections.clone());
-            tokio::spawn(async move {
-                while let Ok((mut inbound, _)) = listener.accept().await {
-                    if !up.load(Ordering::SeqCst) {
-                        drop(inbound);
-                        continue;
-                    }
-                    let target = target.clone();
-                    let task = tokio::spawn(async move {
-                        if let Ok(mut outbound) = TcpStream::connect(&target).await {
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                        }
-                    });
-                    connections.lock().unwrap().push(task);
-                }
-            })
-        };
-        DbProxy {
-            addr,
-            up,
-            connections,
-            accept,
-        }
-    }
-
-    fn down(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        for c in self.connections.lock().unwrap().drain(..) {
-            c.abort();
-        }
-    }
-
-    fn up(&self) {
-        self.up.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Drop for DbProxy {
-    fn drop(&mut self) {
-        self.down();
-        self.accept.abort();
-    }
-}
-
-/// `mysql://user:pass@host:port[/…][?…]` → `host:port`.
-fn server_of(url: &str) -> String {
-    let rest = url.rsplit_once('@').map_or(url, |(_, r)| r);
-    let rest = rest.strip_prefix("mysql://").unwrap_or(rest);
-    rest.split(['/', '?']).next().unwrap_or(rest).to_string()
-}
-
-/// `config` with its MySQL server replaced by `addr`.
-fn through(config: &Config, addr: SocketAddr) -> Config {
-    let mut config = config.clone();
-    let server = server_of(&config.mysql.url);
-    config.mysql.url = config.mysql.url.replacen(&server, &addr.to_string(), 1);
-    config
-}
-
-fn message_sent(tenant: &str, topic: &str, seq: i64, content: String) -> GroupEvent {
-    let now = now_ms();
-    let mut event = GroupEvent::new(
-        tenant,
-        topic,
-        7,
-        GroupEventBody::MessageSent(MessageSent {
-            message_id: (rand::random::<u32>() as i64) << 20 | seq,
-            group_id: 42,
-            seq,
-            shard_month: current_month(),
-            client_msg_id: Some(format!("{topic}-{seq}")),
-            from_user: 7,
-            msg_type: "text".into(),
-            head: None,
-            content_size: content.len() as i32,
-            content: Some(content),
-            mentioned_user_ids: vec![],
-            mention_all: false,
-            reply_seq: None,
-            root_seq: None,
-            file_count: 0,
-            has_risk: false,
-            audit_status: "pass".into(),
-            created_at: now,
-            expires_at: None,
-        }),
-    );
-    event.actor_device = "test".into();
-    event
 }
 
 fn text(seq: i64) -> String {

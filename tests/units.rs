@@ -15,22 +15,19 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
-
 use imstream::config::Config;
-use imstream::events::{now_ms, EventCodec, GroupEvent, GroupEventBody, MessageSent};
+use imstream::events::{EventCodec, GroupEvent};
 use imstream::kafka::producer::EventProducer;
 use imstream::kafka::topics::{TopicKind, TopicNames};
 use imstream::keys::TopicKeys;
 use imstream::store::month::ShardMonth;
 
-use common::{send_http, unique_id, wait_for, write_config_file, Stack};
+use common::{
+    send_http, server_of, stored_counts, through, unique_id, wait_for, write_config_file, DbProxy,
+    Stack,
+};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
@@ -38,122 +35,8 @@ fn current_month() -> String {
     ShardMonth::of(chrono::Utc::now()).to_string()
 }
 
-/// A TCP proxy in front of MariaDB that the test takes down and up.
-struct DbProxy {
-    addr: SocketAddr,
-    up: Arc<AtomicBool>,
-    connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    accept: JoinHandle<()>,
-}
-
-impl DbProxy {
-    async fn start(target: String) -> DbProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let addr = listener.local_addr().unwrap();
-        let up = Arc::new(AtomicBool::new(true));
-        let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let accept = {
-            let (up, connections) = (up.clone(), connections.clone());
-            tokio::spawn(async move {
-                while let Ok((mut inbound, _)) = listener.accept().await {
-                    if !up.load(Ordering::SeqCst) {
-                        drop(inbound);
-                        continue;
-                    }
-                    let target = target.clone();
-                    let task = tokio::spawn(async move {
-                        if let Ok(mut outbound) = TcpStream::connect(&target).await {
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                        }
-                    });
-                    connections.lock().unwrap().push(task);
-                }
-            })
-        };
-        DbProxy {
-            addr,
-            up,
-            connections,
-            accept,
-        }
-    }
-
-    fn down(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        for c in self.connections.lock().unwrap().drain(..) {
-            c.abort();
-        }
-    }
-
-    fn up(&self) {
-        self.up.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Drop for DbProxy {
-    fn drop(&mut self) {
-        self.down();
-        self.accept.abort();
-    }
-}
-
-/// `config` with its MySQL server (and every tenant's) reached through `addr`.
-fn through(config: &Config, addr: SocketAddr) -> Config {
-    let mut config = config.clone();
-    let rest = config
-        .mysql
-        .url
-        .rsplit_once('@')
-        .map_or(config.mysql.url.as_str(), |(_, r)| r);
-    let rest = rest.strip_prefix("mysql://").unwrap_or(rest);
-    let server = rest.split(['/', '?']).next().unwrap_or(rest).to_string();
-    config.mysql.url = config.mysql.url.replacen(&server, &addr.to_string(), 1);
-    config
-}
-
 fn message_sent(tenant: &str, topic: &str, seq: i64) -> GroupEvent {
-    let content = format!("{{\"txt\":\"m{seq}\"}}");
-    let mut event = GroupEvent::new(
-        tenant,
-        topic,
-        7,
-        GroupEventBody::MessageSent(MessageSent {
-            message_id: (rand::random::<u32>() as i64) << 20 | seq,
-            group_id: 42,
-            seq,
-            shard_month: current_month(),
-            client_msg_id: Some(format!("{topic}-{seq}")),
-            from_user: 7,
-            msg_type: "text".into(),
-            head: None,
-            content_size: content.len() as i32,
-            content: Some(content),
-            mentioned_user_ids: vec![],
-            mention_all: false,
-            reply_seq: None,
-            root_seq: None,
-            file_count: 0,
-            has_risk: false,
-            audit_status: "pass".into(),
-            created_at: now_ms(),
-            expires_at: None,
-        }),
-    );
-    event.actor_device = "test".into();
-    event
-}
-
-/// `(rows, distinct seqs)` of a topic in the current month table.
-async fn stored_counts(pool: &sqlx::MySqlPool, topic: &str) -> (i64, i64) {
-    sqlx::query_as(&format!(
-        "SELECT COUNT(*), COUNT(DISTINCT seqid) FROM im_group_messages_{} WHERE topic = ?",
-        current_month()
-    ))
-    .bind(topic)
-    .fetch_one(pool)
-    .await
-    .unwrap()
+    common::message_sent(tenant, topic, seq, format!("{{\"txt\":\"m{seq}\"}}"))
 }
 
 async fn hot_count(stack: &Stack, topic: &str) -> i64 {
@@ -212,17 +95,7 @@ async fn caught_up(config: &Config, group: &str) {
 async fn a_stuck_member_holds_the_others_back_by_its_window_and_each_resumes_from_its_own_progress()
 {
     let mut stack = Stack::prepared(None).await;
-    let proxy = DbProxy::start({
-        let c = stack.config();
-        let rest = c
-            .mysql
-            .url
-            .rsplit_once('@')
-            .map_or(c.mysql.url.as_str(), |(_, r)| r);
-        let rest = rest.strip_prefix("mysql://").unwrap_or(rest);
-        rest.split(['/', '?']).next().unwrap().to_string()
-    })
-    .await;
+    let proxy = DbProxy::start(server_of(&stack.config().mysql.url)).await;
     // One record per batch and a window of 4 batches: the hot member can
     // be at most a handful of records ahead of a stuck store (its batch in
     // hand, its queue, the batch the consumer waits to hand over).

@@ -306,34 +306,13 @@ pub async fn run_on<H: Handler>(
     shutdown: Shutdown,
     mut checkpoints: Option<super::checkpoints::Checkpoints>,
 ) -> Result<(), PipelineError> {
-    let consumer: StreamConsumer = crate::kafka::client_config(&config.kafka)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "1000")
-        // An outage is waited out inside `Worker::process` without polling,
-        // for as long as it lasts (a database failover, a Redis restart).
-        // Liveness comes from the session heartbeats, which librdkafka sends
-        // from its own thread; the default 5 min poll interval would make a
-        // healthy but waiting consumer leave its group and hand the same
-        // stuck records to another member, again and again. So the poll
-        // interval is librdkafka's maximum (24 h). The cost: a rebalance
-        // started during an outage waits for this member until the outage
-        // ends, which is no worse than the outage itself.
-        .set("max.poll.interval.ms", "86400000")
-        // Long poll: with fetch.min.bytes 1 the broker answers as soon as
-        // a record arrives, so a longer wait costs no latency and only
-        // saves idle fetch round trips (at 100 ms, twelve idle pipelines
-        // kept the broker at 6 % of a core). Background pipelines ask for
-        // more bytes per fetch (see `Topology::fetch_min_bytes`).
-        .set(
-            "fetch.min.bytes",
-            topology.fetch_min_bytes.max(1).to_string(),
-        )
-        .set("fetch.wait.max.ms", topology.fetch_wait_max_ms.to_string())
-        .create()?;
+    let consumer: StreamConsumer = consumer_config(
+        config,
+        group,
+        topology.fetch_min_bytes,
+        topology.fetch_wait_max_ms,
+    )
+    .create()?;
     consumer.subscribe(&[source])?;
     crate::events::decoded::share(source);
     tracing::info!(pipeline = %topology.name, %source, %group, "pipeline started");
@@ -396,25 +375,11 @@ pub async fn run_on<H: Handler>(
                 continue;
             }
         };
-        let mut batch = match first {
-            Ok(msg) => vec![detach(&msg)],
-            Err(e) => {
-                tracing::warn!(pipeline = %topology.name, error = %e, "consume error");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
+        let Some(batch) =
+            gather(&consumer, first, linger, topology.batch_max, &topology.name).await
+        else {
+            continue;
         };
-        let deadline = tokio::time::Instant::now() + linger;
-        while batch.len() < topology.batch_max {
-            match tokio::time::timeout_at(deadline, consumer.recv()).await {
-                Ok(Ok(msg)) => batch.push(detach(&msg)),
-                Ok(Err(e)) => {
-                    tracing::warn!(pipeline = %topology.name, error = %e, "consume error");
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
         if !worker.process(&batch).await {
             // Shutdown during retries: the batch is not committed and will
             // be redelivered.
@@ -450,6 +415,75 @@ pub async fn run_on<H: Handler>(
     }
     tracing::info!(pipeline = %topology.name, "pipeline stopped");
     Ok(())
+}
+
+/// The consumer settings of every pipeline and unit: manual offsets, read
+/// from the start when the group has none, and the fetch sizes given.
+pub(crate) fn consumer_config(
+    config: &Config,
+    group: &str,
+    fetch_min_bytes: u32,
+    fetch_wait_max_ms: u32,
+) -> rdkafka::ClientConfig {
+    let mut client = crate::kafka::client_config(&config.kafka);
+    client
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "1000")
+        // An outage is waited out inside `Worker::process` without polling,
+        // for as long as it lasts (a database failover, a Redis restart).
+        // Liveness comes from the session heartbeats, which librdkafka sends
+        // from its own thread; the default 5 min poll interval would make a
+        // healthy but waiting consumer leave its group and hand the same
+        // stuck records to another member, again and again. So the poll
+        // interval is librdkafka's maximum (24 h). The cost: a rebalance
+        // started during an outage waits for this member until the outage
+        // ends, which is no worse than the outage itself.
+        .set("max.poll.interval.ms", "86400000")
+        // Long poll: with fetch.min.bytes 1 the broker answers as soon as
+        // a record arrives, so a longer wait costs no latency and only
+        // saves idle fetch round trips (at 100 ms, twelve idle pipelines
+        // kept the broker at 6 % of a core). Background pipelines ask for
+        // more bytes per fetch (see `Topology::fetch_min_bytes`).
+        .set("fetch.min.bytes", fetch_min_bytes.max(1).to_string())
+        .set("fetch.wait.max.ms", fetch_wait_max_ms.to_string());
+    client
+}
+
+/// A batch from `consumer`: the record `first` brought, then what else
+/// arrives within `linger`, up to `max` records. `None` (after a short
+/// pause) when `first` was a consume error; `who` names the consumer in
+/// the warning.
+pub(crate) async fn gather(
+    consumer: &StreamConsumer,
+    first: Result<rdkafka::message::BorrowedMessage<'_>, rdkafka::error::KafkaError>,
+    linger: Duration,
+    max: usize,
+    who: &str,
+) -> Option<Vec<Record>> {
+    let mut batch = match first {
+        Ok(msg) => vec![detach(&msg)],
+        Err(e) => {
+            tracing::warn!(consumer = who, error = %e, "consume error");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            return None;
+        }
+    };
+    let deadline = tokio::time::Instant::now() + linger;
+    while batch.len() < max {
+        match tokio::time::timeout_at(deadline, consumer.recv()).await {
+            Ok(Ok(msg)) => batch.push(detach(&msg)),
+            Ok(Err(e)) => {
+                tracing::warn!(consumer = who, error = %e, "consume error");
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    Some(batch)
 }
 
 pub(crate) fn detach<M: Message>(msg: &M) -> Record {

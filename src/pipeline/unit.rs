@@ -40,7 +40,7 @@ use crate::kafka::topics::TopicNames;
 use crate::shutdown::Shutdown;
 
 use super::checkpoints::{Checkpoints, Rewind};
-use super::runner::{detach, Handler, Record, Worker};
+use super::runner::{gather, Handler, Record, Worker};
 use super::topology::Topology;
 
 /// The committed declaration (`topologies/units.toml`).
@@ -210,21 +210,10 @@ pub async fn run(config: &Config, unit: &UnitDecl, shutdown: Shutdown) -> anyhow
     let group = unit_group_id(config, unit);
     start_where_members_stand(config, &source, &group, &topologies).await;
 
-    let consumer: Arc<StreamConsumer> = Arc::new(
-        crate::kafka::client_config(&config.kafka)
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("session.timeout.ms", "10000")
-            .set("heartbeat.interval.ms", "1000")
-            // As a pipeline alone (runner::run_on): outages are waited out
-            // without polling.
-            .set("max.poll.interval.ms", "86400000")
-            .set("fetch.min.bytes", "1")
-            .set("fetch.wait.max.ms", "500")
-            .create()?,
-    );
+    // Fetched at once: the latency-critical members need each record as
+    // it comes (background members batch by their own linger).
+    let consumer: Arc<StreamConsumer> =
+        Arc::new(super::runner::consumer_config(config, &group, 1, 500).create()?);
     consumer.subscribe(&[&source])?;
     tracing::info!(unit = %unit.name, %source, %group, pipelines = ?unit.pipelines, "unit started");
 
@@ -308,25 +297,9 @@ pub async fn run(config: &Config, unit: &UnitDecl, shutdown: Shutdown) -> anyhow
             }
             m = consumer.recv() => m,
         };
-        let mut batch = match first {
-            Ok(msg) => vec![detach(&msg)],
-            Err(e) => {
-                tracing::warn!(unit = %unit.name, error = %e, "consume error");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
+        let Some(batch) = gather(&consumer, first, linger, unit.batch_max, &group).await else {
+            continue;
         };
-        let deadline = tokio::time::Instant::now() + linger;
-        while batch.len() < unit.batch_max {
-            match tokio::time::timeout_at(deadline, consumer.recv()).await {
-                Ok(Ok(msg)) => batch.push(detach(&msg)),
-                Ok(Err(e)) => {
-                    tracing::warn!(unit = %unit.name, error = %e, "consume error");
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
         let batch = Arc::new(batch);
         for q in &queues {
             if !hand_over(q, Item::Batch(batch.clone()), &shutdown).await {

@@ -873,3 +873,133 @@ impl Ws {
         (seqs, ctrl)
     }
 }
+
+/// A TCP proxy in front of MariaDB that the test can take down: while
+/// down, every open connection is cut and new ones are closed at once.
+pub struct DbProxy {
+    pub addr: std::net::SocketAddr,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl DbProxy {
+    pub async fn start(target: String) -> DbProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy");
+        let addr = listener.local_addr().unwrap();
+        let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> =
+            std::sync::Arc::default();
+        let accept = {
+            let (up, connections) = (up.clone(), connections.clone());
+            tokio::spawn(async move {
+                while let Ok((mut inbound, _)) = listener.accept().await {
+                    if !up.load(std::sync::atomic::Ordering::SeqCst) {
+                        drop(inbound);
+                        continue;
+                    }
+                    let target = target.clone();
+                    let task = tokio::spawn(async move {
+                        if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        }
+                    });
+                    connections.lock().unwrap().push(task);
+                }
+            })
+        };
+        DbProxy {
+            addr,
+            up,
+            connections,
+            accept,
+        }
+    }
+
+    pub fn down(&self) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+        for c in self.connections.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    pub fn up(&self) {
+        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for DbProxy {
+    fn drop(&mut self) {
+        self.down();
+        self.accept.abort();
+    }
+}
+
+/// `mysql://user:pass@host:port[/…][?…]` → `host:port`.
+pub fn server_of(url: &str) -> String {
+    let rest = url.rsplit_once('@').map_or(url, |(_, r)| r);
+    let rest = rest.strip_prefix("mysql://").unwrap_or(rest);
+    rest.split(['/', '?']).next().unwrap_or(rest).to_string()
+}
+
+/// `config` with its MySQL server replaced by `addr`.
+pub fn through(config: &Config, addr: std::net::SocketAddr) -> Config {
+    let mut config = config.clone();
+    let server = server_of(&config.mysql.url);
+    config.mysql.url = config.mysql.url.replacen(&server, &addr.to_string(), 1);
+    config
+}
+
+/// `(rows, distinct seqs)` of a topic in the current month table.
+pub async fn stored_counts(pool: &sqlx::MySqlPool, topic: &str) -> (i64, i64) {
+    sqlx::query_as(&format!(
+        "SELECT COUNT(*), COUNT(DISTINCT seqid) FROM im_group_messages_{} WHERE topic = ?",
+        imstream::store::month::ShardMonth::of(chrono::Utc::now())
+    ))
+    .bind(topic)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// A `MessageSent` of `topic` at `seq` (group 42, from user 7, this
+/// month), as the send path would produce it.
+pub fn message_sent(
+    tenant: &str,
+    topic: &str,
+    seq: i64,
+    content: String,
+) -> imstream::events::GroupEvent {
+    let now = imstream::events::now_ms();
+    let mut event = imstream::events::GroupEvent::new(
+        tenant,
+        topic,
+        7,
+        imstream::events::GroupEventBody::MessageSent(imstream::events::MessageSent {
+            message_id: (rand::random::<u32>() as i64) << 20 | seq,
+            group_id: 42,
+            seq,
+            shard_month: imstream::store::month::ShardMonth::of(chrono::Utc::now()).to_string(),
+            client_msg_id: Some(format!("{topic}-{seq}")),
+            from_user: 7,
+            msg_type: "text".into(),
+            head: None,
+            content_size: content.len() as i32,
+            content: Some(content),
+            mentioned_user_ids: vec![],
+            mention_all: false,
+            reply_seq: None,
+            root_seq: None,
+            file_count: 0,
+            has_risk: false,
+            audit_status: "pass".into(),
+            created_at: now,
+            expires_at: None,
+        }),
+    );
+    event.actor_device = "test".into();
+    event
+}
