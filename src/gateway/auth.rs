@@ -90,7 +90,16 @@ pub struct Tokens {
     tenants: HashMap<String, Keyring>,
     issuer: String,
     ttl_secs: i64,
+    /// Tokens already verified (compared byte for byte) → their claims,
+    /// served until the token's `exp`: a reconnect or an HTTP request
+    /// with the same token skips the signature check. The keyrings never
+    /// change under it (they are fixed for this `Tokens`); revocation is
+    /// checked after `verify`, on every use, as before.
+    verified: std::sync::Arc<std::sync::Mutex<HashMap<String, Claims>>>,
 }
+
+/// Verified tokens kept; the cache is emptied when it grows past this.
+const VERIFIED_MAX: usize = 16_384;
 
 /// A freshly issued token.
 #[derive(Debug, Clone)]
@@ -118,6 +127,7 @@ impl Tokens {
                 .collect(),
             issuer: auth.issuer.clone(),
             ttl_secs: auth.token_ttl_secs as i64,
+            verified: Default::default(),
         }
     }
 
@@ -177,6 +187,26 @@ impl Tokens {
     /// expiry, `iss` and `aud` (= the tenant). Accepts the token as is or
     /// base64 encoded (Tinode clients send `secret` as base64 bytes).
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        let now = Utc::now().timestamp();
+        if let Some(claims) = self
+            .verified
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(token)
+            .filter(|c| c.exp > now)
+        {
+            return Ok(claims.clone());
+        }
+        let claims = self.verify_uncached(token)?;
+        let mut verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+        if verified.len() >= VERIFIED_MAX {
+            verified.clear();
+        }
+        verified.insert(token.to_string(), claims.clone());
+        Ok(claims)
+    }
+
+    fn verify_uncached(&self, token: &str) -> Result<Claims, AuthError> {
         match self.verify_jwt(token) {
             Ok(c) => Ok(c),
             Err(_) => {
@@ -360,6 +390,41 @@ mod tests {
             },
         ];
         c
+    }
+
+    #[test]
+    fn a_verified_token_is_served_from_the_cache_only_byte_for_byte_and_until_it_expires() {
+        let t = Tokens::new(&config());
+        let issued = t.issue("demo", 7, "web-1", 3, 2);
+        let first = t.verify(&issued.token).unwrap();
+        assert!(t.verified.lock().unwrap().contains_key(&issued.token));
+        assert_eq!(
+            t.clone().verify(&issued.token).unwrap(),
+            first,
+            "clones share it"
+        );
+        // A token that differs in one byte is verified, and fails.
+        let mut other = issued.token.clone().into_bytes();
+        let last = other.len() - 1;
+        other[last] = if other[last] == b'A' { b'B' } else { b'A' };
+        let other = String::from_utf8(other).unwrap();
+        assert_eq!(t.verify(&other), Err(AuthError::Failed));
+        // An entry past its expiry is not served: the token is verified
+        // again (and this one is not a token at all).
+        let mut stale = first.clone();
+        stale.exp = Utc::now().timestamp() - 1;
+        t.verified
+            .lock()
+            .unwrap()
+            .insert("not-a-token".into(), stale.clone());
+        assert_eq!(t.verify("not-a-token"), Err(AuthError::Failed));
+        let mut live = stale;
+        live.exp = Utc::now().timestamp() + 60;
+        t.verified
+            .lock()
+            .unwrap()
+            .insert("not-a-token".into(), live.clone());
+        assert_eq!(t.verify("not-a-token"), Ok(live), "served until exp");
     }
 
     #[test]

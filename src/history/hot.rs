@@ -214,38 +214,6 @@ pub async fn remove(
     Ok(())
 }
 
-/// A newest-first page if the hot set covers it completely. `newest` is the
-/// newest seq known stored (from the route); without it a page with no
-/// `before` cannot be proven complete at the top.
-pub async fn page(
-    redis: &mut Redis,
-    tenant: &str,
-    topic: &str,
-    query: &PageQuery,
-    newest: Option<i64>,
-) -> Result<Option<Vec<StoredMessage>>, HistoryError> {
-    let keys = TopicKeys::new(tenant, topic);
-    let members: Vec<String> = redis::cmd("ZREVRANGEBYSCORE")
-        .arg(keys.hot_seqs())
-        .arg(max_score(query))
-        .arg(query.low())
-        .arg("LIMIT")
-        .arg(0)
-        .arg(query.limit)
-        .query_async(redis)
-        .await?;
-    let seqs = seqs_of(&members);
-    if !covers(&seqs, query, newest) {
-        return Ok(None);
-    }
-    let snapshot_keys: Vec<String> = seqs.iter().map(|s| keys.hot_msg(*s)).collect();
-    let snapshots: Vec<Option<String>> = redis::cmd("MGET")
-        .arg(snapshot_keys)
-        .query_async(redis)
-        .await?;
-    Ok(decode(snapshots))
-}
-
 static HOT_PAGE: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../lua/hot_page.lua")));
 
@@ -262,7 +230,9 @@ pub struct HotRead {
 }
 
 impl HotRead {
-    /// The page, if the hot set covers it completely (as [`page`]).
+    /// The page, if the hot set covers it completely. `newest` is the
+    /// newest seq known stored (from the route); without it a page with no
+    /// `before` cannot be proven complete at the top.
     pub fn page(&self, query: &PageQuery, newest: Option<i64>) -> Option<Vec<StoredMessage>> {
         if !covers(&self.seqs, query, newest) || self.snapshots.len() != self.seqs.len() {
             return None;
