@@ -37,6 +37,47 @@ pub fn spawn_dlq(
     spawn_reader(kafka, pipeline, dlq, replay_group, Some(source), shutdown)
 }
 
+/// A live pipeline's gauges: its group's lag on `source` and, unless it
+/// reads its own DLQ (a DLQ replay), the dead letters no replay has
+/// handled yet (alert `DeadLettersWaiting`). Aborted together on drop.
+pub struct Gauges(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Gauges {
+    fn drop(&mut self) {
+        for g in &self.0 {
+            g.abort();
+        }
+    }
+}
+
+pub fn spawn_gauges(
+    config: &crate::config::Config,
+    pipeline: &str,
+    source: &str,
+    group: &str,
+    dlq: &str,
+    shutdown: &Shutdown,
+) -> Gauges {
+    let mut all = vec![spawn(
+        config.kafka.clone(),
+        pipeline.to_string(),
+        source.to_string(),
+        group.to_string(),
+        shutdown.clone(),
+    )];
+    if source != dlq {
+        all.push(spawn_dlq(
+            config.kafka.clone(),
+            pipeline.to_string(),
+            source.to_string(),
+            dlq.to_string(),
+            super::dlq::replay_group(config, pipeline),
+            shutdown.clone(),
+        ));
+    }
+    Gauges(all)
+}
+
 /// The loop of [`spawn`] (`dlq_of`: `None`) and [`spawn_dlq`] (`dlq_of`:
 /// the pipeline's source, `topic` its DLQ).
 fn spawn_reader(

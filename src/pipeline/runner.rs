@@ -316,25 +316,7 @@ pub async fn run_on<H: Handler>(
     consumer.subscribe(&[source])?;
     crate::events::decoded::share(source);
     tracing::info!(pipeline = %topology.name, %source, %group, "pipeline started");
-    let lag_gauge = super::lag::spawn(
-        config.kafka.clone(),
-        topology.name.clone(),
-        source.to_string(),
-        group.to_string(),
-        shutdown.clone(),
-    );
-    // The live pipeline (not a DLQ replay) also reports its DLQ's dead
-    // letters that no replay has handled yet (alert `DeadLettersWaiting`).
-    let dlq_gauge = (source != dlq).then(|| {
-        super::lag::spawn_dlq(
-            config.kafka.clone(),
-            topology.name.clone(),
-            source.to_string(),
-            dlq.to_string(),
-            super::dlq::replay_group(config, &topology.name),
-            shutdown.clone(),
-        )
-    });
+    let gauges = super::lag::spawn_gauges(config, &topology.name, source, group, dlq, &shutdown);
     let worker = Worker::new(
         topology,
         handler,
@@ -409,10 +391,7 @@ pub async fn run_on<H: Handler>(
             let _ = consumer.commit_consumer_state(CommitMode::Sync);
         }
     }
-    lag_gauge.abort();
-    if let Some(g) = dlq_gauge {
-        g.abort();
-    }
+    drop(gauges);
     tracing::info!(pipeline = %topology.name, "pipeline stopped");
     Ok(())
 }

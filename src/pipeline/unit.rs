@@ -543,21 +543,8 @@ impl super::WithHandler for Member {
             shutdown,
         } = self;
         crate::events::decoded::share(&source);
-        let lag_gauge = super::lag::spawn(
-            config.kafka.clone(),
-            topology.name.clone(),
-            source.clone(),
-            group.clone(),
-            shutdown.clone(),
-        );
-        let dlq_gauge = super::lag::spawn_dlq(
-            config.kafka.clone(),
-            topology.name.clone(),
-            source.clone(),
-            dlq.clone(),
-            super::dlq::replay_group(&config, &topology.name),
-            shutdown.clone(),
-        );
+        let gauges =
+            super::lag::spawn_gauges(&config, &topology.name, &source, &group, &dlq, &shutdown);
         let own = OwnGroup {
             probe: Arc::new(crate::kafka::lag::group_probe(&config.kafka, &group)?),
             group: group.clone(),
@@ -659,8 +646,7 @@ impl super::WithHandler for Member {
             gathered.rewind(index, &rw, &rewinds, &mut pending);
         }
         own.commit(pending).await;
-        lag_gauge.abort();
-        dlq_gauge.abort();
+        drop(gauges);
         tracing::info!(pipeline = %topology.name, "pipeline stopped in its unit");
         Ok(())
     }
@@ -746,6 +732,7 @@ impl Gathered {
                         self.next.insert(p, at.get(&p).copied().unwrap_or(0));
                     }
                 }
+                let mut skipped: HashMap<i32, i64> = HashMap::new();
                 for r in batch.iter() {
                     if self.rewinding.contains(&r.partition) {
                         continue;
@@ -754,10 +741,14 @@ impl Gathered {
                     if r.offset < next {
                         // Handled before (earlier run, or the rewind of
                         // another member): done already.
-                        progress.set(member, r.partition, r.offset + 1, false);
+                        let done = skipped.entry(r.partition).or_insert(0);
+                        *done = (*done).max(r.offset + 1);
                         continue;
                     }
                     out.push(r.clone());
+                }
+                for (partition, done) in skipped {
+                    progress.set(member, partition, done, false);
                 }
             }
         }
@@ -778,7 +769,10 @@ impl Gathered {
             let next = self.next.entry(r.partition).or_insert(0);
             *next = (*next).max(r.offset + 1);
             pending.insert(r.partition, *next);
-            progress.set(member, r.partition, *next, false);
+        }
+        // Reported once per partition and batch, not per record.
+        for (partition, next) in pending.iter() {
+            progress.set(member, *partition, *next, false);
         }
     }
 
