@@ -76,7 +76,7 @@ impl Cap<'_> {
                 Ok((items.len() as i64, items))
             }
             Cap::Dellog { topic, uid } => Ok((
-                crate::history::dellog::own_rows(pool, topic, *uid).await?,
+                crate::store::dellog::own_rows(pool, topic, *uid).await?,
                 Vec::new(),
             )),
         }

@@ -82,7 +82,7 @@ pub enum BenchCommand {
     /// The search index: indexing docs/s, then query p50/p99 at a fixed rate.
     Search(crate::bench::search::SearchArgs),
     /// Legacy-table copy throughput (rows/s) into monthly tables, on a scratch database.
-    LegacyCopy(crate::legacy::bench::LegacyCopyArgs),
+    LegacyCopy(crate::bench::legacy::LegacyCopyArgs),
 }
 
 #[derive(Debug, Args)]

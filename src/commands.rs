@@ -5,7 +5,6 @@ use anyhow::{bail, Context};
 
 use crate::cli::{Cli, Command, DevArgs, SchemasCommand, ShardsArgs, TokenCommand, TopicsCommand};
 use crate::config::Config;
-use crate::events::catalog;
 use crate::kafka::topics::{self, TopicNames};
 use crate::shutdown::Shutdown;
 use crate::telemetry::{self, Readiness};
@@ -138,8 +137,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             if config.tenant(&tenant).is_none() {
                 bail!("unknown tenant {tenant:?}");
             }
-            let issued =
-                crate::gateway::auth::Tokens::new(&config).issue(&tenant, uid, &device, 0, 0);
+            let issued = crate::auth::Tokens::new(&config).issue(&tenant, uid, &device, 0, 0);
             println!("{}", issued.token);
             Ok(())
         }
@@ -174,7 +172,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::bench::search::run(&config, args).await
         }
         Command::Bench(crate::cli::BenchCommand::LegacyCopy(args)) => {
-            crate::legacy::bench::run(&config, args).await
+            crate::bench::legacy::run(&config, args).await
         }
     }
 }
@@ -460,9 +458,9 @@ async fn dlq_replay(config: &Config, pipeline: &str, follow: bool) -> anyhow::Re
 
 async fn schemas_register(config: &Config) -> anyhow::Result<()> {
     let names = TopicNames::new(&config.kafka);
-    let client =
-        catalog::RegistryClient::new(&config.registry.url).with_token(&config.registry.write_token);
-    let reports = catalog::register_all_with(client, &names).await?;
+    let client = crate::registry::client::RegistryClient::new(&config.registry.url)
+        .with_token(&config.registry.write_token);
+    let reports = crate::registry::client::register_all_with(client, &names).await?;
     for r in reports {
         println!("{}\tid={}", r.subject, r.id.unwrap_or_default());
     }
@@ -471,7 +469,7 @@ async fn schemas_register(config: &Config) -> anyhow::Result<()> {
 
 async fn schemas_check(config: &Config) -> anyhow::Result<()> {
     let names = TopicNames::new(&config.kafka);
-    let reports = catalog::check_all(&config.registry.url, &names).await?;
+    let reports = crate::registry::client::check_all(&config.registry.url, &names).await?;
     let mut bad = 0;
     for r in &reports {
         if r.compatible {
@@ -564,7 +562,7 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
     .await?;
     seed_demo(config).await?;
 
-    let tokens = crate::gateway::auth::Tokens::new(&config);
+    let tokens = crate::auth::Tokens::new(&config);
     println!("imstream dev is up:");
     if !config.gateway.webapp_dir.is_empty() {
         println!("  web app             http://{}/", gateway.addr);

@@ -896,9 +896,9 @@ impl Config {
         }
         let mut seen = std::collections::HashSet::new();
         for t in &self.tenants {
-            crate::tenant::validate_tenant_id(&t.id)
+            crate::names::validate_tenant_id(&t.id)
                 .map_err(|e| ConfigError::Invalid(format!("tenants.id {:?}: {e}", t.id)))?;
-            crate::tenant::validate_database_name(&t.database).map_err(|e| {
+            crate::names::validate_database_name(&t.database).map_err(|e| {
                 ConfigError::Invalid(format!("tenants.database {:?}: {e}", t.database))
             })?;
             for (what, url) in [
@@ -958,7 +958,7 @@ impl Config {
         if self.auth.issuer.is_empty() {
             return Err(ConfigError::Invalid("auth.issuer is empty".into()));
         }
-        crate::tenant::validate_database_name(&self.registry.database).map_err(|e| {
+        crate::names::validate_database_name(&self.registry.database).map_err(|e| {
             ConfigError::Invalid(format!(
                 "registry.database {:?}: {e}",
                 self.registry.database

@@ -16,7 +16,7 @@
 use sqlx::mysql::{MySql, MySqlPool, MySqlTypeInfo, MySqlValueRef};
 use sqlx::Row;
 
-use crate::store::month::{P2P_TABLE_PREFIX, TABLE_PREFIX};
+use crate::names::{P2P_TABLE_PREFIX, TABLE_PREFIX};
 
 /// An identity read from a binary column: its bytes, which imstream only
 /// ever writes from Rust strings, as UTF-8 text (anything else is a decode

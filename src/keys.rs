@@ -2,6 +2,11 @@
 //! 001 §5). Per-topic keys share the Cluster hash tag `{tenant:topic}` so a
 //! script touches one slot; tenant-wide keys use `{tenant}`.
 
+/// How long an idempotency claim ([`TopicKeys::uniq`]) lives: a claim
+/// (pending or done) answers retries with the same identity for a day. A
+/// pending claim never expires sooner: its event may be in the log.
+pub const CLAIM_TTL_MS: u64 = 24 * 3600 * 1000;
+
 /// Keys of one topic of one tenant.
 #[derive(Debug, Clone)]
 pub struct TopicKeys {

@@ -6,54 +6,117 @@
 //! realtime fan-out); a thin Tinode-compatible gateway only produces events
 //! and serves reads. See `docs/ARCHITECTURE.md`.
 //!
-//! # Layout
+//! # Layout: floors
 //!
-//! - [`cli`] — the command line (one subcommand per process role).
-//! - [`commands`] — what each subcommand does, wired from the parts below.
-//! - [`config`] — the TOML configuration with environment overrides.
-//! - [`bearer`] — operator bearer tokens, compared in constant time.
-//! - [`telemetry`], [`metrics`] — tracing, Prometheus metrics, health endpoints.
-//! - [`shutdown`] — the graceful-shutdown signal handed to every task.
-//! - [`events`] — the Avro event contract, the wire-format codec, schema registration.
-//! - [`registry`] — the embedded Confluent-compatible schema registry.
-//! - [`kafka`] — producer, topics of the event log.
-//! - [`failure`] — outage or poison: how every failure is classified.
-//! - [`exact`] — exact identities: identity columns are `VARBINARY`, checked before a database is used.
-//! - [`tenant`] — tenant databases (each on its own server, if configured), pools, migrations.
-//! - [`replica`] — read replicas of tenant servers: the lag probe that decides when they are read.
-//! - [`keys`], [`redis_util`] — Redis key names, scripts, locks, the month clock.
-//! - [`store`] — month tables, the catalog, the shard manager, month archives in
-//!   object storage, the store writer, routes.
-//! - [`groups`] — membership and roles as the gateway asks about them.
-//! - [`group_model`] — the group write model: one consistent state per group in Redis that every command is checked against and changed in atomically; rebuilt from MySQL and the log.
-//! - [`caps`] — per-user caps (favorites, history clears) checked and taken atomically in Redis.
-//! - [`governance`] — who may govern a group and the events each action becomes.
-//! - [`conversations`] — the chat list read model: conversations, unread counts, profiles, member lists.
-//! - [`references`] — reports, favorites and a conversation's files: `(topic, seq)` references resolved when read.
-//! - [`search`] — message search from its own index: Tantivy per tenant, jieba for Chinese; hits resolved through the read path.
-//! - [`stats`] — admin statistics: daily summaries per topic (messages, edits, recalls, deletes, senders).
-//! - [`users`] — password logins (`basic`): the logins table, Argon2id hashes.
-//! - [`relations`] — friends and blocks between users, cached for the one-to-one send path.
-//! - [`notifications`] — a user's system notifications with their read state, derived from the log.
-//! - [`pipeline`] — the consumer-group runner and the projector pipelines.
-//! - [`send`], [`snowflake`] — the send path: ACL, seq allocation, produce, ack.
-//! - [`gateway`] — the Tinode-compatible WebSocket and HTTP front end.
-//! - [`tinode`] — the Tinode protocol's names, client messages and `{ctrl}` frames, for every layer.
-//! - [`request_id`] — the id of the request being answered: in answers, in `{ctrl}` ≥ 500, in logs.
-//! - [`realtime`] — presence, the realtime bus envelope, local session hub, Pub/Sub.
-//! - [`history`] — the read path: hot messages, routes, month tables, archived
-//!   months, dellog, coalescing.
-//! - [`replay`] — `imstream replay`: rebuild a projection from the log and verify it.
-//! - [`legacy`] — `imstream legacy`: move the legacy single table into month tables.
-//! - [`bench`] — `imstream bench …` load generators (latency percentiles, throughput).
+//! The modules stand on eight floors; a module imports from its own floor
+//! and the floors below, never above ([`FLOORS`], checked by the test in
+//! `src/layers.rs` on every `cargo test`). Lowest first:
+//!
+//! 1. **Base** — [`config`] (the TOML configuration with environment
+//!    overrides), [`names`] (tenant ids, database names, month-table
+//!    prefixes), [`keys`] (Redis key names), [`exact`] (identity columns are
+//!    `VARBINARY`, checked before a database is used), [`failure`] (outage
+//!    or poison), [`metrics`], [`routes`] (HTTP routes listed by the code
+//!    that builds them), [`bearer`] (operator tokens, constant-time),
+//!    [`shutdown`], [`request_id`], [`tinode`] (the protocol's names and
+//!    `{ctrl}` frames), [`coalesce`] (single-flight reads), [`digest`]
+//!    (order-independent digests of rows, for verifications).
+//! 2. **Contract** — [`events`]: the Avro events and their wire codec.
+//! 3. **Clients** — [`kafka`] (producer, topics), [`registry`] (the
+//!    embedded schema registry and the client that registers schemas),
+//!    [`redis_util`] (connections, locks, Redis's clock, the dataset
+//!    generation), [`tenant`] (tenant databases, pools, migrations),
+//!    [`replica`] (read replicas and their lag), [`users`] (password
+//!    logins), [`snowflake`] (ids), [`telemetry`] (tracing, metrics and
+//!    health endpoints).
+//! 4. **Store** — [`store`]: stored messages and everything that keeps
+//!    them: month tables, the catalog and the month clock, the writer,
+//!    routes, user-view deletes, archives (format, writer, verify, reader),
+//!    the legacy table as the paths see it, the consistency checker.
+//! 5. **Models** — state the commands are checked against and read models
+//!    beside the messages: [`group_model`] (one consistent state per group,
+//!    changed atomically), [`groups`], [`governance`], [`caps`],
+//!    [`relations`], [`session_control`], [`conversations`] (the chat list),
+//!    [`search`], [`stats`], [`realtime`] (presence, the bus, the local
+//!    hub), [`auth`] (session tokens, `basic` logins).
+//! 6. **Paths** — [`history`] (page assembly: hot, routes, months,
+//!    archives, legacy), [`send`] (ACL, seq allocation, produce, ack),
+//!    [`references`] (reports, favorites, files resolved through the read
+//!    path), [`notifications`].
+//! 7. **Processes** — [`gateway`] (Tinode WebSocket and HTTP), [`pipeline`]
+//!    (the projector runner and pipelines), [`replay`] (rebuild and verify
+//!    a projection), [`legacy`] (the legacy-table migration commands).
+//! 8. **Entry** — [`cli`], [`commands`] (what each subcommand does, wired
+//!    from the floors below), [`bench`] (load generators).
 
+/// The floors of the crate, lowest first (see `# Layout`): a module may
+/// import from its own floor and those below. Every top-level module is on
+/// exactly one floor; `src/layers.rs` checks both.
+pub const FLOORS: &[(&str, &[&str])] = &[
+    (
+        "base",
+        &[
+            "bearer",
+            "coalesce",
+            "config",
+            "digest",
+            "exact",
+            "failure",
+            "keys",
+            "metrics",
+            "names",
+            "request_id",
+            "routes",
+            "shutdown",
+            "tinode",
+        ],
+    ),
+    ("contract", &["events"]),
+    (
+        "clients",
+        &[
+            "kafka",
+            "redis_util",
+            "registry",
+            "replica",
+            "snowflake",
+            "telemetry",
+            "tenant",
+            "users",
+        ],
+    ),
+    ("store", &["store"]),
+    (
+        "models",
+        &[
+            "auth",
+            "caps",
+            "conversations",
+            "governance",
+            "group_model",
+            "groups",
+            "realtime",
+            "relations",
+            "search",
+            "session_control",
+            "stats",
+        ],
+    ),
+    ("paths", &["history", "notifications", "references", "send"]),
+    ("processes", &["gateway", "legacy", "pipeline", "replay"]),
+    ("entry", &["bench", "cli", "commands"]),
+];
+
+pub mod auth;
 pub mod bearer;
 pub mod bench;
 pub mod caps;
 pub mod cli;
+pub mod coalesce;
 pub mod commands;
 pub mod config;
 pub mod conversations;
+pub mod digest;
 pub mod events;
 pub mod exact;
 pub mod failure;
@@ -66,6 +129,7 @@ pub mod kafka;
 pub mod keys;
 pub mod legacy;
 pub mod metrics;
+pub mod names;
 pub mod notifications;
 pub mod pipeline;
 pub mod realtime;
@@ -76,6 +140,7 @@ pub mod relations;
 pub mod replay;
 pub mod replica;
 pub mod request_id;
+pub mod routes;
 pub mod search;
 pub mod send;
 pub mod session_control;
@@ -89,3 +154,6 @@ pub mod tinode;
 pub mod users;
 
 pub use commands::run;
+
+#[cfg(test)]
+mod layers;

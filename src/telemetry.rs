@@ -89,11 +89,8 @@ pub fn health_router(readiness: Readiness) -> Router {
 }
 
 /// [`health_router`] as recorded routes of `listener`.
-pub fn health_routes(
-    listener: &'static str,
-    readiness: Readiness,
-) -> crate::gateway::routes::Routes {
-    use crate::gateway::routes::{get, Routes};
+pub fn health_routes(listener: &'static str, readiness: Readiness) -> crate::routes::Routes {
+    use crate::routes::{get, Routes};
     Routes::new(listener)
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))

@@ -113,33 +113,6 @@ pub fn mysql_error_kind(number: u16) -> FailureKind {
     FailureKind::from_transient(transient)
 }
 
-/// Checks a tenant id: 1–32 characters of `[a-z0-9_]`. Tenant ids appear in
-/// Redis keys, Kafka keys and channel names, so they are kept plain.
-pub fn validate_tenant_id(id: &str) -> Result<(), String> {
-    if id.is_empty() || id.len() > 32 {
-        return Err("must be 1 to 32 characters".into());
-    }
-    if !id
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-    {
-        return Err("may contain only a-z, 0-9 and _".into());
-    }
-    Ok(())
-}
-
-/// Checks a database name: 1–64 characters of `[A-Za-z0-9_]`, so it can be
-/// quoted into DDL safely.
-pub fn validate_database_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 64 {
-        return Err("must be 1 to 64 characters".into());
-    }
-    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-        return Err("may contain only A-Z, a-z, 0-9 and _".into());
-    }
-    Ok(())
-}
-
 /// Connection pools, one per configured tenant database (on the tenant's
 /// own server), and one per read replica.
 #[derive(Clone)]
@@ -295,7 +268,7 @@ fn tenant_pool(mysql: &MysqlConfig, tenant: &TenantConfig) -> Result<MySqlPool, 
 
 /// Creates `database` on the server if it does not exist (utf8mb4).
 pub async fn create_database(mysql: &MysqlConfig, database: &str) -> Result<(), TenantError> {
-    validate_database_name(database)
+    crate::names::validate_database_name(database)
         .map_err(|e| TenantError::Db(sqlx::Error::Configuration(e.into())))?;
     let options: MySqlConnectOptions = mysql.url.parse()?;
     let mut conn = sqlx::MySqlConnection::connect_with(&options).await?;
@@ -407,15 +380,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tenant_ids() {
-        assert!(validate_tenant_id("acme_01").is_ok());
-        assert!(validate_tenant_id("").is_err());
-        assert!(validate_tenant_id("Acme").is_err());
-        assert!(validate_tenant_id("a:b").is_err());
-        assert!(validate_tenant_id(&"a".repeat(33)).is_err());
-    }
-
-    #[test]
     fn unreachable_or_busy_databases_are_outages() {
         for e in [
             sqlx::Error::PoolTimedOut,
@@ -455,12 +419,5 @@ mod tests {
         ] {
             assert_eq!(db_failure(&e), FailureKind::Poison, "{e}");
         }
-    }
-
-    #[test]
-    fn database_names() {
-        assert!(validate_database_name("im_tenant_acme").is_ok());
-        assert!(validate_database_name("x`; DROP").is_err());
-        assert!(validate_database_name("").is_err());
     }
 }

@@ -230,7 +230,7 @@ async fn a_device_revoke_command_refuses_that_devices_tokens_only() {
     let control = imstream::session_control::load(&stack.pool(), UID)
         .await
         .unwrap();
-    let renewed = imstream::gateway::auth::Tokens::new(stack.config())
+    let renewed = imstream::auth::Tokens::new(stack.config())
         .issue(
             stack.tenant(),
             UID,

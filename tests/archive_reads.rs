@@ -17,10 +17,10 @@ use imstream::events::{
     now_ms, EventCodec, GroupEvent, GroupEventBody, HistoryCleared, MessageEdited, MessageRecalled,
     MessageSent, SeqRange,
 };
-use imstream::history::archived::{ArchiveReadError, Archives};
 use imstream::history::{History, HistoryError, PageQuery};
 use imstream::kafka::producer::EventProducer;
 use imstream::kafka::topics::TopicKind;
+use imstream::store::archive::reader::{ArchiveReadError, Archives};
 use imstream::store::archive::{self, format, ArchiveIndex, ArchiveLocation};
 use imstream::store::catalog::{self, ShardStatus};
 use imstream::store::month::ShardMonth;

@@ -316,7 +316,7 @@ async fn revoking_one_password_login_leaves_the_other() {
     let admin_addr = stack.admin_addr(0);
     let device_of = |ctrl: &serde_json::Value| -> String {
         let token = ctrl["params"]["token"].as_str().expect("a token");
-        imstream::gateway::auth::Tokens::new(stack.config())
+        imstream::auth::Tokens::new(stack.config())
             .verify(token)
             .expect("a valid token")
             .dev

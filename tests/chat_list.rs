@@ -14,9 +14,9 @@ use std::time::Duration;
 use futures::SinkExt;
 use imstream::conversations::{self, Conversation};
 use imstream::groups::Role;
-use imstream::history::dellog;
 use imstream::keys::{TopicKeys, UserKeys};
 use imstream::replay::{projection, replay, ReplayArgs};
+use imstream::store::dellog;
 use serde_json::{json, Value};
 
 use common::{call, send_http, wait_for, Stack, Ws};

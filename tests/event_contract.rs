@@ -4,9 +4,9 @@
 
 mod common;
 
-use imstream::events::catalog::{self, RegistryClient};
 use imstream::events::*;
 use imstream::kafka::topics::{TopicKind, TopicNames};
+use imstream::registry::client::{self, RegistryClient};
 
 use common::World;
 
@@ -113,7 +113,7 @@ fn every_group_event() -> Vec<GroupEvent> {
 async fn every_event_kind_round_trips_through_the_registry() {
     let world = World::with_registry().await;
     let names = TopicNames::new(&world.config.kafka);
-    catalog::register_all(world.registry_url(), &names)
+    client::register_all(world.registry_url(), &names)
         .await
         .expect("register schemas");
     let codec = EventCodec::new(world.registry_url()).unwrap();
@@ -283,7 +283,7 @@ fn message_sent_fields(schema: &mut serde_json::Value) -> &mut Vec<serde_json::V
 async fn incompatible_changes_are_refused_with_409_naming_the_problem() {
     let world = World::with_registry().await;
     let names = TopicNames::new(&world.config.kafka);
-    catalog::register_all(world.registry_url(), &names)
+    client::register_all(world.registry_url(), &names)
         .await
         .unwrap();
     let client = RegistryClient::new(world.registry_url());
@@ -348,7 +348,7 @@ async fn incompatible_changes_are_refused_with_409_naming_the_problem() {
 
     // A compatible evolution (new field with a default, new event kind at the
     // end) is accepted.
-    let before = catalog::register_all(world.registry_url(), &names)
+    let before = client::register_all(world.registry_url(), &names)
         .await
         .unwrap();
     let evolved = edited_group_schema(|s| {
@@ -371,12 +371,12 @@ async fn incompatible_changes_are_refused_with_409_naming_the_problem() {
 
     // During a rolling deploy this (older) build still finds its own schema
     // id, so its producers keep working...
-    let after = catalog::register_all(world.registry_url(), &names)
+    let after = client::register_all(world.registry_url(), &names)
         .await
         .unwrap();
     assert_eq!(before[0].id, after[0].id);
     // ...while `schemas check` says it could not read the newer kind.
-    let reports = catalog::check_all(world.registry_url(), &names)
+    let reports = client::check_all(world.registry_url(), &names)
         .await
         .unwrap();
     let group = reports.iter().find(|r| r.subject == subject).unwrap();
@@ -401,7 +401,7 @@ async fn events_from_a_newer_writer_still_decode() {
     // union) writes; this build reads what it knows and names what it does not.
     let world = World::with_registry().await;
     let names = TopicNames::new(&world.config.kafka);
-    catalog::register_all(world.registry_url(), &names)
+    client::register_all(world.registry_url(), &names)
         .await
         .unwrap();
     let topic = names.name(TopicKind::GroupEvents);

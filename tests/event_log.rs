@@ -12,10 +12,10 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::Message;
 use sqlx::Row;
 
-use imstream::events::catalog;
 use imstream::events::*;
 use imstream::kafka::producer::EventProducer;
 use imstream::kafka::topics::{self, Ensured, TopicKind, TopicNames};
+use imstream::registry::client;
 
 use common::World;
 
@@ -179,7 +179,7 @@ async fn an_acked_event_comes_back_from_kafka_decoded() {
     let world = World::with_registry().await;
     topics::ensure(&world.config).await.unwrap();
     let names = TopicNames::new(&world.config.kafka);
-    catalog::register_all(world.registry_url(), &names)
+    client::register_all(world.registry_url(), &names)
         .await
         .unwrap();
     let codec = EventCodec::new(world.registry_url()).unwrap();

@@ -1247,7 +1247,7 @@ async fn identical_concurrent_reads_share_one_fetch() {
 /// the cache); unannounced, the cache would keep serving what it had.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_readers_deletes_are_cached_until_the_topic_announces_a_change() {
-    use imstream::history::dellog;
+    use imstream::store::dellog;
     let stack = Stack::prepared(None).await;
     let (pool, mut redis) = (stack.pool(), stack.redis().await);
     let tenant = stack.tenant().to_string();

@@ -9,11 +9,13 @@
 mod common;
 
 use chrono::Utc;
-use imstream::history::{History, PageQuery, StoredMessage};
+use imstream::bench::legacy::{fill_synthetic, Synthetic};
+use imstream::history::{History, PageQuery};
 use imstream::keys::TopicKeys;
-use imstream::legacy::bench::{fill_synthetic, Synthetic};
 use imstream::legacy::copy::{copy, CopyOptions, CopyOutcome};
-use imstream::legacy::{cutover, plan, state, table, verify};
+use imstream::legacy::{cutover, plan, verify};
+use imstream::store::legacy::{state, table};
+use imstream::store::message::StoredMessage;
 use imstream::store::month::ShardMonth;
 use imstream::tenant::TenantPools;
 
@@ -238,7 +240,7 @@ async fn legacy_table_moves_into_month_tables_with_pauses_and_identical_reads() 
         report
             .topics
             .iter()
-            .find(|t| t.verdict != imstream::replay::digest::Verdict::Identical)
+            .find(|t| t.verdict != imstream::digest::Verdict::Identical)
     );
     assert_eq!(
         (

@@ -625,10 +625,10 @@ async fn an_announced_switch_takes_effect_at_its_instant_of_the_redis_clock() {
         .await
         .unwrap();
     let at_ms = now + 3_000;
-    imstream::redis_util::announce_switch(
+    imstream::store::clock::announce_switch(
         &mut redis,
         stack.tenant(),
-        imstream::redis_util::MonthSwitch {
+        imstream::store::clock::MonthSwitch {
             month: imstream::store::month::ShardMonth::parse(OCT).unwrap(),
             at_ms,
         },

@@ -58,7 +58,7 @@ async fn database_exists(server: &sqlx::MySqlPool, db: &str) -> bool {
 }
 
 fn token(stack: &Stack, tenant: &str, uid: i64) -> String {
-    imstream::gateway::auth::Tokens::new(stack.config())
+    imstream::auth::Tokens::new(stack.config())
         .issue(tenant, uid, "web", 0, 0)
         .token
 }

@@ -566,7 +566,7 @@ async fn reports_favorites_and_files_find_their_messages_across_months_and_archi
         mine.iter().any(|t| t.topic == TOPIC)
             && mine
                 .iter()
-                .all(|t| t.verdict == imstream::replay::digest::Verdict::Identical),
+                .all(|t| t.verdict == imstream::digest::Verdict::Identical),
         "replay verified identical: {report:?}"
     );
     stack.start_pipeline("references").await;

@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use imstream::config::TenantConfig;
+use imstream::digest::{Summary, Verdict};
 use imstream::events::{new_event_id, now_ms, EventCodec, GroupEvent, GroupEventBody, MessageSent};
 use imstream::kafka::producer::EventProducer;
 use imstream::kafka::topics::{TopicKind, TopicNames};
-use imstream::replay::digest::{Summary, Verdict};
 use imstream::replay::{projection, replay, ReplayArgs};
 use imstream::store::month::ShardMonth;
 use sqlx::MySqlPool;

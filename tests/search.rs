@@ -22,10 +22,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures::StreamExt;
+use imstream::digest::Verdict;
 use imstream::events::{new_event_id, GroupEvent, GroupEventBody, MessageSent};
 use imstream::kafka::producer::EventProducer;
 use imstream::kafka::topics::TopicKind;
-use imstream::replay::digest::Verdict;
 use imstream::replay::{replay, ReplayArgs};
 use imstream::store::month::ShardMonth;
 use serde_json::{json, Value};

@@ -190,7 +190,7 @@ async fn a_login_nobody_can_check_is_refused() {
     let missing = format!("imt_missing_{}", stack.world.id);
     stack.add_tenant(&broken, missing, Vec::new());
     let addr = stack.start_gateway("node-a").await;
-    let token = imstream::gateway::auth::Tokens::new(stack.config())
+    let token = imstream::auth::Tokens::new(stack.config())
         .issue(&broken, 7, "web", 0, 0)
         .token;
     let ctrl = login(addr, &token, "unknowable").await;

@@ -185,7 +185,7 @@ async fn internal_failures_are_not_echoed_and_bad_traceparents_are_not_copied() 
     stack.add_tenant(&broken, missing, Vec::new());
     stack.start_pipeline("members").await;
     let addr = stack.start_gateway("node-a").await;
-    let token = imstream::gateway::auth::Tokens::new(stack.config())
+    let token = imstream::auth::Tokens::new(stack.config())
         .issue(&broken, 7, "web", 0, 0)
         .token;
     let resp = reqwest::Client::new()
@@ -254,7 +254,7 @@ async fn internal_failures_are_not_echoed_and_bad_traceparents_are_not_copied() 
 /// schema's id (a register call of a schema already there) does not.
 #[tokio::test]
 async fn registry_changes_need_the_write_token() {
-    use imstream::events::catalog::{self, RegistryClient};
+    use imstream::registry::client::{self, RegistryClient};
     let mut world = common::World::config_only();
     world.config.registry.write_token = format!("w-{}", uuid::Uuid::new_v4().simple());
     let running = imstream::registry::start(
@@ -270,13 +270,13 @@ async fn registry_changes_need_the_write_token() {
     let token = world.config.registry.write_token.clone();
 
     // Without the token nothing new is registered.
-    let refused = catalog::register_all(&base, &names).await;
+    let refused = client::register_all(&base, &names).await;
     assert!(refused.is_err(), "registered without the token");
-    let first = catalog::register_all_with(RegistryClient::new(&base).with_token(&token), &names)
+    let first = client::register_all_with(RegistryClient::new(&base).with_token(&token), &names)
         .await
         .expect("register with the token");
     // The same schemas again: a lookup, fine without the token, same ids.
-    let again = catalog::register_all(&base, &names).await.expect("lookup");
+    let again = client::register_all(&base, &names).await.expect("lookup");
     assert_eq!(
         first.iter().map(|r| r.id).collect::<Vec<_>>(),
         again.iter().map(|r| r.id).collect::<Vec<_>>()
@@ -355,7 +355,7 @@ async fn a_token_login_keeps_its_expiry_and_revocations_outlive_tokens() {
     let addr = stack.start_gateway("node-a").await;
     let mut short = stack.config().clone();
     short.auth.token_ttl_secs = 3600;
-    let issued = imstream::gateway::auth::Tokens::new(&short).issue(stack.tenant(), 4, "web", 0, 0);
+    let issued = imstream::auth::Tokens::new(&short).issue(stack.tenant(), 4, "web", 0, 0);
     let mut ws = Client::connect(addr, "short").await;
     let ctrl = ws.login(&issued.token).await;
     assert_eq!(ctrl["code"], json!(200), "{ctrl}");
@@ -363,7 +363,7 @@ async fn a_token_login_keeps_its_expiry_and_revocations_outlive_tokens() {
         .unwrap()
         .timestamp();
     assert_eq!(expires, issued.expires.timestamp(), "{ctrl}");
-    let again = imstream::gateway::auth::Tokens::new(stack.config())
+    let again = imstream::auth::Tokens::new(stack.config())
         .verify(ctrl["params"]["token"].as_str().unwrap())
         .unwrap();
     assert_eq!(again.exp, issued.expires.timestamp());

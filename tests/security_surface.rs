@@ -422,7 +422,7 @@ async fn internal_failures_answer_a_generic_text_and_a_request_id() {
     let database = format!("imt_missing_{}", common::unique_id());
     stack.add_tenant("broken", database.clone(), Vec::new());
     let addr = stack.start_gateway("surface").await;
-    let broken = imstream::gateway::auth::Tokens::new(stack.config())
+    let broken = imstream::auth::Tokens::new(stack.config())
         .issue("broken", 8301, "w", 0, 0)
         .token;
     let client = reqwest::Client::new();

@@ -94,7 +94,7 @@ async fn replay_stats(stack: &Stack, same: bool) {
         .verifications
         .iter()
         .flat_map(|v| &v.topics)
-        .all(|t| t.verdict == imstream::replay::digest::Verdict::Identical);
+        .all(|t| t.verdict == imstream::digest::Verdict::Identical);
     assert!(
         !same || identical,
         "replay verified against the summaries it replaced: {report:?}"

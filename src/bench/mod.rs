@@ -9,6 +9,7 @@ pub mod cost;
 pub mod deliveries;
 pub mod fanout;
 pub mod history;
+pub mod legacy;
 pub mod search;
 pub mod send;
 
@@ -16,8 +17,8 @@ use hdrhistogram::Histogram;
 
 pub use cost::{BoxCpu, Costs};
 
+use crate::auth::Tokens;
 use crate::config::Config;
-use crate::gateway::auth::Tokens;
 
 /// What every benchmark starts from: its tenant, that tenant's database,
 /// a token minter, and a short run id that keeps its names unique.

@@ -36,8 +36,8 @@ use sqlx::Row;
 use crate::events::now_ms;
 use crate::exact::Exact;
 use crate::groups::Role;
-use crate::history::dellog::{self, Hidden};
 use crate::keys::{TopicKeys, UserKeys};
+use crate::store::dellog::{self, Hidden};
 
 use super::{deleted_ranges, unread, Conversation, Kind, Profile, Query};
 

@@ -1,8 +1,7 @@
 //! The event contract: Avro schemas (`schemas/*.avsc`), their Rust types
-//! ([`model`]), the Confluent wire-format codec ([`codec`]), and
-//! `imstream schemas register|check` ([`catalog`]).
+//! ([`model`]), and the Confluent wire-format codec ([`codec`]).
+//! Registering them is the registry client's (`crate::registry::client`).
 
-pub mod catalog;
 pub mod codec;
 pub mod decoded;
 pub mod model;

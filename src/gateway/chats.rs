@@ -109,7 +109,7 @@ pub async fn catch_up(
     uid: i64,
     c: &Conversation,
     n: i64,
-) -> Result<Option<Vec<crate::history::StoredMessage>>, Refusal> {
+) -> Result<Option<Vec<crate::store::message::StoredMessage>>, Refusal> {
     if c.unread == 0 || c.unread > n {
         return Ok(None);
     }

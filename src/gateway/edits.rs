@@ -13,7 +13,8 @@ use crate::events::{now_ms, GroupEventBody, MessageRecalled, SeqRange};
 use crate::governance::exec::Origin;
 use crate::governance::{Actor, Refused};
 use crate::groups::{Role, Standing};
-use crate::history::{PageQuery, StoredMessage};
+use crate::history::PageQuery;
+use crate::store::message::StoredMessage;
 
 use super::reads::Refusal;
 use super::Gateway;
@@ -246,7 +247,7 @@ fn merged(ranges: Vec<SeqRange>, extra: &[i64]) -> Vec<SeqRange> {
         .map(|r| (r.low, r.hi))
         .chain(extra.iter().map(|s| (*s, s + 1)))
         .collect();
-    crate::history::dellog::Hidden::new(rows)
+    crate::store::dellog::Hidden::new(rows)
         .ranges()
         .iter()
         .map(|&(low, hi)| SeqRange { low, hi })

@@ -36,10 +36,10 @@ use crate::governance::exec::Origin;
 use crate::governance::{consent, Action, Actor, Outcome};
 use crate::groups::Standing;
 
-use super::auth::Claims;
 use super::edits::{self, Caller};
 use super::http::{authenticate, error, refused, send_as, ApiError, SendBody};
 use super::Gateway;
+use crate::auth::Claims;
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| error(400, format!("malformed: {e}")))

@@ -13,9 +13,9 @@ use serde_json::{json, Value};
 use crate::events::GroupCreated;
 use crate::send::SendRequest;
 
-use super::auth::Claims;
 use super::session::{send_error_reply, split_head};
 use super::Gateway;
+use crate::auth::Claims;
 use crate::tinode;
 
 pub struct ApiError(pub StatusCode, pub String, pub Option<Value>);
@@ -322,14 +322,14 @@ pub(super) async fn reader(
     Ok(claims)
 }
 
-pub(super) fn message_json(m: &crate::history::StoredMessage) -> Value {
+pub(super) fn message_json(m: &crate::store::message::StoredMessage) -> Value {
     serde_json::to_value(MessageJson(m)).expect("a message renders")
 }
 
 /// A stored message as the API shows it, serialized straight into the
 /// response: head and content are the stored JSON text itself (checked,
 /// not rebuilt as a tree), or a string when the text is not JSON.
-pub(super) struct MessageJson<'a>(pub &'a crate::history::StoredMessage);
+pub(super) struct MessageJson<'a>(pub &'a crate::store::message::StoredMessage);
 
 impl serde::Serialize for MessageJson<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -647,7 +647,7 @@ pub async fn list_p2p(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::StoredMessage;
+    use crate::store::message::StoredMessage;
 
     fn stored(head: Option<&str>, content: Option<&str>) -> StoredMessage {
         StoredMessage {

@@ -135,7 +135,7 @@ pub async fn take_n(
 }
 
 /// The subjects a login attempt is counted against: the normalized login
-/// name of a `basic` login (any tenant, [`super::auth::basic_login_name`])
+/// name of a `basic` login (any tenant, [`crate::auth::basic_login_name`])
 /// and the client address. Each attempt is reserved before its
 /// credentials are checked (`lua/login_attempt.lua`), so attempts racing
 /// each other are counted one by one: at most the free ones are checked

@@ -5,7 +5,6 @@
 //! also serves the Tinode web app at `/` ([`webapp`]).
 
 pub mod admin;
-pub mod auth;
 pub mod chats;
 pub mod control;
 pub mod dev_profiles;
@@ -21,7 +20,6 @@ pub mod reads;
 pub mod references;
 pub mod relations;
 pub mod replies;
-pub mod routes;
 pub mod search;
 mod server;
 pub mod session;
@@ -35,10 +33,10 @@ use axum::extract::{State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use self::routes::{delete, get, post, put, RouteInfo, Routes};
 use crate::config::Config;
 use crate::events::EventCodec;
 use crate::kafka::producer::EventProducer;
+use crate::routes::{delete, get, post, put, RouteInfo, Routes};
 use crate::send::Sender;
 use crate::shutdown::Shutdown;
 use crate::snowflake::Snowflake;
@@ -52,7 +50,7 @@ pub struct Gateway {
     pub sender: Sender,
     pub history: crate::history::History,
     pub governance: crate::governance::Executor,
-    pub tokens: auth::Tokens,
+    pub tokens: crate::auth::Tokens,
     pub snowflake: Snowflake,
     /// This node's local sessions.
     pub hub: crate::realtime::hub::Hub,
@@ -104,7 +102,7 @@ pub async fn start(
     // History pages read from tenants' read replicas while they keep up.
     pools.watch_replicas(config, &shutdown);
     let history = crate::history::History::new(pools.clone(), redis.clone()).with_archives(
-        crate::history::archived::Archives::from_config(&config.shards),
+        crate::store::archive::reader::Archives::from_config(&config.shards),
     );
     let sender = Sender::new(
         config.clone(),
@@ -123,7 +121,7 @@ pub async fn start(
         sender,
         history,
         governance,
-        tokens: auth::Tokens::new(config),
+        tokens: crate::auth::Tokens::new(config),
         snowflake,
         hub: crate::realtime::hub::Hub::default(),
         shutdown: shutdown.clone(),
@@ -181,10 +179,10 @@ pub async fn start(
     let app = public_router(gateway.clone())
         // `/metrics` is served on the telemetry port only, never here.
         .merge(crate::telemetry::health_routes(
-            routes::PUBLIC,
+            crate::routes::PUBLIC,
             readiness.clone(),
         ));
-    let web_routes = Routes::new(routes::PUBLIC)
+    let web_routes = Routes::new(crate::routes::PUBLIC)
         .when("gateway.webapp_dir")
         .route("/v0/file/u/", post(webapp::no_files))
         .route("/v0/file/s/{*path}", get(webapp::no_files))
@@ -240,7 +238,10 @@ pub async fn start(
         admin_addr: admin_bound,
         task,
         routes,
-        listeners: vec![(routes::PUBLIC, bound), (routes::ADMIN, admin_bound)],
+        listeners: vec![
+            (crate::routes::PUBLIC, bound),
+            (crate::routes::ADMIN, admin_bound),
+        ],
     })
 }
 
@@ -248,7 +249,7 @@ pub async fn start(
 /// Operator routes (`/v1/admin/…`) are not here: they answer 404 on this
 /// port ([`admin_router`]).
 fn public_router(gateway: Arc<Gateway>) -> Routes {
-    Routes::new(routes::PUBLIC)
+    Routes::new(crate::routes::PUBLIC)
         .route("/v0/channels", get(upgrade))
         .route("/v1/groups", post(http::create_group))
         .route("/v1/groups/{topic}", delete(governance::dissolve))
@@ -338,7 +339,7 @@ fn public_router(gateway: Arc<Gateway>) -> Routes {
 /// per-address throttle of failed admin tokens ([`admin::throttle`]).
 fn admin_router(gateway: Arc<Gateway>) -> Routes {
     let throttle = (gateway.clone(), limits::AdminFailures::default());
-    Routes::new(routes::ADMIN)
+    Routes::new(crate::routes::ADMIN)
         .route("/v1/admin/reports", get(references::list_reports))
         .route(
             "/v1/admin/reports/{report_id}/resolve",

@@ -6,9 +6,10 @@ use serde_json::{json, Value};
 
 use crate::events::{GroupEvent, GroupEventBody, HistoryCleared, SeqRange};
 use crate::groups::Membership;
-use crate::history::{HistoryError, PageQuery, StoredMessage};
+use crate::history::{HistoryError, PageQuery};
 use crate::kafka::topics::TopicKind;
 use crate::keys::TopicKeys;
+use crate::store::message::StoredMessage;
 
 use super::Gateway;
 use crate::tinode;
@@ -43,7 +44,7 @@ impl From<HistoryError> for Refusal {
             HistoryError::Archive(e) => {
                 let request_id = crate::request_id::current();
                 tracing::error!(%request_id, error = %e, "archived month unreadable");
-                use crate::history::archived::ArchiveReadError as A;
+                use crate::store::archive::reader::ArchiveReadError as A;
                 let what = match &e {
                     A::Missing { .. } => "missing",
                     A::Damaged { .. } => "damaged",
@@ -341,7 +342,7 @@ pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::archived::ArchiveReadError;
+    use crate::store::archive::reader::ArchiveReadError;
     use crate::store::month::ShardMonth;
 
     #[test]

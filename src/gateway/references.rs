@@ -44,11 +44,11 @@ use crate::kafka::topics::TopicKind;
 use crate::references::{self, favorites, files, reports, Resolved, State as RefState};
 use crate::tinode;
 
-use super::auth::Claims;
 use super::http::{
     authenticate, error, message_json, rate, reader, refused, unavailable, ApiError,
 };
 use super::Gateway;
+use crate::auth::Claims;
 
 fn seq_of(text: &str) -> Result<i64, ApiError> {
     text.parse()

@@ -943,7 +943,7 @@ async fn remember_refusal(
             .arg(text)
             .arg("NX")
             .arg("PX")
-            .arg(crate::send::CLAIM_TTL_MS)
+            .arg(crate::keys::CLAIM_TTL_MS)
             .query_async(redis)
             .await;
     }

@@ -41,10 +41,10 @@ use std::sync::{Arc, LazyLock};
 
 use redis::Script;
 
+use crate::coalesce::Coalescer;
 use crate::config::Config;
 use crate::events::EventCodec;
 use crate::groups::{Role, Standing};
-use crate::history::coalesce::Coalescer;
 use crate::keys::TopicKeys;
 use crate::redis_util::Redis;
 use crate::tenant::TenantPools;
@@ -368,7 +368,7 @@ impl GroupModel {
             .key(keys.seq())
             .key(claim.map_or_else(|| keys.command(0, "-"), |c| c.0.to_string()))
             .arg(claim.map_or("", |c| c.1))
-            .arg(crate::send::CLAIM_TTL_MS)
+            .arg(crate::keys::CLAIM_TTL_MS)
             .arg(change.status)
             .arg(change.checks.len());
         for (uid, place) in &change.checks {

@@ -28,9 +28,9 @@ use sqlx::Row;
 
 use crate::events::{GroupEvent, GroupEventBody};
 use crate::groups::{Role, MEMBERS_PLACEHOLDER};
+use crate::kafka::producer::IN_FLIGHT_WINDOW_MS;
 use crate::keys::TopicKeys;
 use crate::redis_util::RedisLock;
-use crate::send::IN_FLIGHT_WINDOW_MS;
 
 use super::{Existence, Inner};
 
@@ -228,7 +228,7 @@ async fn rebuild_locked(
             );
             IN_FLIGHT_WINDOW_MS
         } else {
-            let age = crate::send::reseed::generation_age_ms(redis, tenant)
+            let age = crate::redis_util::generation::generation_age_ms(redis, tenant)
                 .await
                 .map_err(|e| e.to_string())?;
             let wait = (IN_FLIGHT_WINDOW_MS - age).max(0);

@@ -9,7 +9,8 @@ use crate::redis_util::Redis;
 
 use crate::keys::TopicKeys;
 
-use super::{HistoryError, PageQuery, StoredMessage};
+use super::{HistoryError, PageQuery};
+use crate::store::message::StoredMessage;
 
 /// How long a hot message stays.
 pub const HOT_TTL_SECS: i64 = 24 * 3600;

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use sqlx::mysql::MySqlPool;
 
-use crate::legacy::{state, table};
+use crate::store::legacy::{state, table};
 
-use super::{to_message, HistoryError, PageQuery, StoredMessage};
+use super::{HistoryError, PageQuery};
+use crate::store::message::StoredMessage;
 
 /// How long a tenant's switch is cached.
 const SWITCH_TTL: Duration = Duration::from_secs(1);
@@ -59,7 +60,10 @@ pub async fn page(
         .fetch_all(pool)
         .await
     {
-        Ok(rows) => rows.iter().map(to_message).collect(),
+        Ok(rows) => rows
+            .iter()
+            .map(|r| StoredMessage::from_row(r).map_err(HistoryError::from))
+            .collect(),
         Err(e) if table::is_missing_table(&e) => Ok(Vec::new()),
         Err(e) => Err(e.into()),
     }

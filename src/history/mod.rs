@@ -3,12 +3,10 @@
 //! hot messages when they cover the whole page, else the Redis route
 //! (rebuilt from the MySQL mirror on a miss) and month tables one at a time
 //! with `LIMIT` — or, for a month whose table was archived and dropped, its
-//! archive ([`archived`]); user-view deletes are filtered per reader.
+//! archive (`crate::store::archive::reader`); user-view deletes
+//! (`crate::store::dellog`) are filtered per reader.
 //! Clients never see months.
 
-pub mod archived;
-pub mod coalesce;
-pub mod dellog;
 pub mod hot;
 pub mod legacy;
 pub mod route;
@@ -18,12 +16,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::redis_util::Redis;
-use serde::Serialize;
 use sqlx::mysql::MySqlPool;
-use sqlx::Row;
 
+use crate::coalesce;
 use crate::metrics as m;
+use crate::store::archive::reader as archived;
 use crate::store::catalog::{self, ShardStatus};
+use crate::store::dellog;
+use crate::store::message::StoredMessage;
 use crate::store::month::{MonthTable, ShardMonth};
 use crate::tenant::TenantPools;
 
@@ -31,61 +31,6 @@ use crate::tenant::TenantPools;
 pub const MAX_LIMIT: i64 = 100;
 /// Page size when the client gives none.
 pub const DEFAULT_LIMIT: i64 = 32;
-
-/// One message as read back.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct StoredMessage {
-    pub seq: i64,
-    pub from: i64,
-    /// Epoch ms.
-    pub ts: i64,
-    /// Tinode head (JSON text), if any.
-    pub head: Option<String>,
-    /// Tinode content (JSON text).
-    pub content: Option<String>,
-    pub status: String,
-    pub version: i32,
-    /// Seq of the newest edit applied to a hot snapshot (edits apply in
-    /// replacement order); not kept in MySQL rows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub edit_seq: Option<i64>,
-    /// The message this one answers (`head.reply`, column `reply_seqid`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reply_seq: Option<i64>,
-    /// The first message of the thread it answers (`root_seqid`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub root_seq: Option<i64>,
-}
-
-impl StoredMessage {
-    /// A message as it was sent (normal, first version).
-    pub fn sent(m: &crate::events::MessageSent) -> Self {
-        Self {
-            seq: m.seq,
-            from: m.from_user,
-            ts: m.created_at,
-            head: m.head.clone(),
-            content: m.content.clone(),
-            status: "normal".into(),
-            version: 1,
-            edit_seq: None,
-            reply_seq: m.reply_seq,
-            root_seq: m.root_seq,
-        }
-    }
-
-    /// Not recalled or deleted for everyone.
-    pub fn visible(&self) -> bool {
-        self.status == "normal"
-    }
-
-    /// The seq this message replaces when it is an edit (`head.replace`).
-    pub fn replaces(&self) -> Option<i64> {
-        crate::tinode::replaced_seq(self.head.as_deref())
-            .ok()
-            .flatten()
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
@@ -791,7 +736,7 @@ impl History {
                 .fetch_all(rows_from)
                 .await?;
             for r in rows {
-                let msg = to_message(&r)?;
+                let msg = StoredMessage::from_row(&r)?;
                 if !dellog::covers(&deleted, msg.seq) {
                     out.push(msg);
                 }
@@ -862,7 +807,9 @@ async fn read_rows(
         .bind(limit)
         .fetch_all(pool)
         .await?;
-    rows.iter().map(to_message).collect()
+    rows.iter()
+        .map(|r| StoredMessage::from_row(r).map_err(HistoryError::from))
+        .collect()
 }
 
 async fn read_rows_desc(
@@ -874,21 +821,6 @@ async fn read_rows_desc(
     limit: i64,
 ) -> Result<Vec<StoredMessage>, HistoryError> {
     read_rows(pool, sql, topic, below, low, limit).await
-}
-
-fn to_message(r: &sqlx::mysql::MySqlRow) -> Result<StoredMessage, HistoryError> {
-    Ok(StoredMessage {
-        seq: r.try_get(0)?,
-        from: r.try_get(1)?,
-        head: r.try_get(2)?,
-        content: r.try_get(3)?,
-        status: r.try_get(4)?,
-        version: r.try_get(5)?,
-        ts: r.try_get(6)?,
-        edit_seq: None,
-        reply_seq: r.try_get(7)?,
-        root_seq: r.try_get(8)?,
-    })
 }
 
 #[cfg(test)]

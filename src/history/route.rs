@@ -3,7 +3,7 @@
 //! — when even the mirror has nothing — only the active and the two
 //! previous months, counted as a repair. Never every month.
 //!
-//! A route rebuilt from the mirror carries the field [`COMPLETE_FIELD`].
+//! A route rebuilt from the mirror carries the field `COMPLETE_FIELD`.
 //! Without it the route may be partial: after the keys were lost, the store
 //! pipeline re-creates them with only the months it is writing, and older
 //! months would silently vanish from reads. An unmarked route is therefore
@@ -13,16 +13,14 @@
 use crate::redis_util::Redis;
 use sqlx::mysql::MySqlPool;
 
-use crate::keys::{TenantKeys, TopicKeys};
+use crate::keys::TopicKeys;
 use crate::metrics as m;
 use crate::store::catalog;
+use crate::store::clock::{self, ClockError};
 use crate::store::month::ShardMonth;
-use crate::store::routes;
+use crate::store::routes::{self, COMPLETE_FIELD};
 
 use super::HistoryError;
-
-/// `route_meta` field saying the route holds every month of the mirror.
-pub const COMPLETE_FIELD: &str = "complete";
 
 /// One month segment of a topic: seqs `min_seq..=max_seq` live in `month`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,10 +56,14 @@ pub async fn segments(
             if out.is_empty() {
                 // No mirror either: look only at recent months, and say so.
                 metrics::counter!(m::ROUTE_REBUILD_TOTAL, "status" => "scan_recent").increment(1);
-                let active =
-                    crate::redis_util::active_month(redis, &TenantKeys::new(tenant).active_month())
-                        .await?
-                        .unwrap_or_else(|| ShardMonth::of(chrono::Utc::now()));
+                // A clock Redis lost is put back from the catalog; a tenant
+                // with no writable month yet looks at the current months.
+                let active = match clock::active_month(redis, pool, tenant).await {
+                    Ok(month) => month,
+                    Err(ClockError::NoWritableMonth) => ShardMonth::of(chrono::Utc::now()),
+                    Err(ClockError::Redis(e)) => return Err(e.into()),
+                    Err(ClockError::Db(e)) => return Err(e.into()),
+                };
                 let recent = [active.prev().prev(), active.prev(), active];
                 for entry in catalog::list(pool).await? {
                     if recent.contains(&entry.month) {

@@ -34,6 +34,13 @@ impl ProduceError {
     }
 }
 
+/// A produce is acknowledged or failed within this (`message.timeout.ms`).
+pub const MESSAGE_TIMEOUT_MS: u64 = 10_000;
+/// A send that allocated a seq acks or fails within this window (the
+/// producer's [`MESSAGE_TIMEOUT_MS`] plus slack): what a re-seed after lost
+/// Redis state, and a group model rebuilt after it, wait out.
+pub const IN_FLIGHT_WINDOW_MS: i64 = MESSAGE_TIMEOUT_MS as i64 + 1_000;
+
 /// Where an acknowledged event landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acked {
@@ -88,7 +95,7 @@ impl EventProducer {
             .set("linger.ms", "1")
             .set("compression.type", "lz4")
             // A send gives up (and the client gets a retryable error) after this.
-            .set("message.timeout.ms", "10000")
+            .set("message.timeout.ms", MESSAGE_TIMEOUT_MS.to_string())
             .create()
     }
 

@@ -30,8 +30,8 @@ use sqlx::{MySql, Row, Transaction};
 use crate::store::catalog::ShardStatus;
 use crate::store::month::{MonthTable, SecondaryIndex, ShardMonth, SECONDARY_INDEXES};
 
-use super::state::{self, Cursor};
-use super::table::{self, COPY_COLUMNS};
+use crate::store::legacy::state::{self, Cursor};
+use crate::store::legacy::table::{self, COPY_COLUMNS};
 
 /// MySQL's limit on the placeholders of one prepared statement.
 const MAX_PLACEHOLDERS: usize = 65_535;

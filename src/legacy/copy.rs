@@ -40,8 +40,8 @@ use crate::store::routes;
 use crate::store::writer::MirrorRow;
 
 use super::bulk::{self, LegacyRow, Load};
-use super::state::{self, Batch, Cursor, MonthState};
-use super::table::{self, TABLE};
+use crate::store::legacy::state::{self, Batch, Cursor, MonthState};
+use crate::store::legacy::table::{self, TABLE};
 
 /// Seed 000 §9: 1,000 to 5,000 rows per batch.
 pub const BATCH_MIN: usize = 1000;

@@ -19,12 +19,9 @@
 //! seqs not yet copied are never missing and copied ones never doubled.
 //! `imstream legacy dual-read on|off` flips it by hand.
 
-pub mod bench;
 pub mod bulk;
 pub mod copy;
 pub mod plan;
-pub mod state;
-pub mod table;
 pub mod verify;
 
 use anyhow::bail;
@@ -33,6 +30,7 @@ use sqlx::mysql::MySqlPool;
 
 use crate::config::Config;
 use crate::shutdown::Shutdown;
+use crate::store::legacy::{state, table};
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum LegacyCommand {
@@ -245,9 +243,9 @@ fn print_verify(tenant: &str, r: &verify::VerifyReport) {
     for c in r
         .topics
         .iter()
-        .filter(|c| c.verdict != crate::replay::digest::Verdict::Identical)
+        .filter(|c| c.verdict != crate::digest::Verdict::Identical)
     {
-        let show = |s: &Option<crate::replay::digest::Summary>| {
+        let show = |s: &Option<crate::digest::Summary>| {
             s.as_ref().map_or("-".to_string(), |s| s.to_string())
         };
         println!(

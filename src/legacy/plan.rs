@@ -13,8 +13,8 @@ use crate::keys::TopicKeys;
 use crate::store::catalog::{self, ShardStatus};
 use crate::store::month::ShardMonth;
 
-use super::state;
-use super::table::{self, CURSOR_INDEX, TABLE};
+use crate::store::legacy::state;
+use crate::store::legacy::table::{self, CURSOR_INDEX, TABLE};
 
 /// What `plan` found and prepared.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -12,14 +12,14 @@ use futures::TryStreamExt;
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
 
+use crate::digest::{self, Digests, TopicCheck, Verdict};
 use crate::keys::TopicKeys;
-use crate::replay::digest::{self, Digests, TopicCheck, Verdict};
 use crate::replay::projection;
 use crate::store::catalog;
 use crate::store::routes;
 
-use super::state;
-use super::table::TABLE;
+use crate::store::legacy::state;
+use crate::store::legacy::table::TABLE;
 
 /// What `verify` found.
 #[derive(Debug, Clone, Default)]

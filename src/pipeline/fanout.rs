@@ -13,11 +13,11 @@ use crate::redis_util::Redis;
 
 use crate::events::{now_ms, EventCodec, GroupEvent, GroupEventBody};
 use crate::groups::Role;
-use crate::history::StoredMessage;
 use crate::realtime::{
     envelope::node_channel, envelope::BROADCAST_CHANNEL, frames, presence, Envelope, Kind,
     TargetType,
 };
+use crate::store::message::StoredMessage;
 use crate::tinode;
 
 use super::failure::redis_failure;

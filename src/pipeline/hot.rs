@@ -6,7 +6,8 @@
 use crate::redis_util::Redis;
 
 use crate::events::{now_ms, EventCodec, GroupEvent, GroupEventBody};
-use crate::history::{hot, StoredMessage};
+use crate::history::hot;
+use crate::store::message::StoredMessage;
 
 use super::failure::redis_failure;
 use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};

@@ -12,8 +12,9 @@ use crate::redis_util::Redis;
 
 use crate::events::{EventCodec, GroupEvent, GroupEventBody};
 use crate::metrics as m;
+use crate::store::message::NewMessage;
 use crate::store::month::ShardMonth;
-use crate::store::writer::{self, StoreError, StoredMessage};
+use crate::store::writer::{self, StoreError};
 use crate::store::{revisions, routes};
 use crate::tenant::{db_failure, TenantPools};
 
@@ -45,7 +46,7 @@ impl StoreHandler {
     async fn dellog_changed(&self, gate: &mut KeyGate<'_>, i: usize, event: &GroupEvent) {
         let mut redis = self.redis.clone();
         if let Err(e) =
-            crate::history::dellog::changed(&mut redis, &event.tenant_id, &event.topic).await
+            crate::store::dellog::changed(&mut redis, &event.tenant_id, &event.topic).await
         {
             tracing::warn!(tenant = %event.tenant_id, topic = %event.topic, error = %e, "dellog change not announced");
             gate.fail(RecordFailure::new(
@@ -145,10 +146,10 @@ impl Handler for StoreHandler {
                     continue;
                 }
             };
-            let batch: Vec<StoredMessage<'_>> = members
+            let batch: Vec<NewMessage<'_>> = members
                 .iter()
                 .filter_map(|n| match &events[*n].1.body {
-                    GroupEventBody::MessageSent(msg) => Some(StoredMessage {
+                    GroupEventBody::MessageSent(msg) => Some(NewMessage {
                         topic: &events[*n].1.topic,
                         event_id: &events[*n].1.event_id,
                         msg,

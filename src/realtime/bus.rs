@@ -30,7 +30,7 @@ use crate::metrics as m;
 use crate::shutdown::Shutdown;
 
 use super::envelope::{node_channel, Envelope, Kind, TargetType, BROADCAST_CHANNEL};
-use crate::history::StoredMessage;
+use crate::store::message::StoredMessage;
 
 /// Reads a topic's newest stored messages (tenant, topic), newest first,
 /// with the group's departures (uid → the seqs between which its messages

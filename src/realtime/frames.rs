@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::history::StoredMessage;
+use crate::store::message::StoredMessage;
 use crate::tinode;
 
 /// JSON text as a value; anything unparsable as a string.

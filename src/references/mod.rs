@@ -16,7 +16,8 @@ pub mod reports;
 
 use serde::Serialize;
 
-use crate::history::{History, HistoryError, StoredMessage};
+use crate::history::{History, HistoryError};
+use crate::store::message::StoredMessage;
 
 /// What a reference points at, as its reader may see it now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -4,9 +4,12 @@
 //! compatible one); this one exists because none installs from the package
 //! registries a laptop or CI reaches. It serves the REST subset clients use
 //! (see [`api`]), persists schemas in MySQL/MariaDB ([`store`]), and checks
-//! compatibility with apache-avro ([`compat`]).
+//! compatibility with apache-avro ([`compat`]). [`client`] is the other side:
+//! `imstream schemas register|check` against any such registry, ours or
+//! Confluent's.
 
 pub mod api;
+pub mod client;
 pub mod compat;
 pub mod store;
 

@@ -30,7 +30,6 @@
 //! (`fanout`, `control`, `commands`, `notify`, `push`, `pushsend`) are
 //! refused.
 
-pub mod digest;
 pub mod offsets;
 pub mod projection;
 pub mod run;
@@ -46,7 +45,7 @@ use crate::kafka::producer::EventProducer;
 use crate::pipeline::{load_topology, Route};
 use crate::shutdown::Shutdown;
 
-use digest::{Summary, TopicCheck, Verdict};
+use crate::digest::{Summary, TopicCheck, Verdict};
 use run::{Counts, Replayer, TenantFilter};
 
 /// Pipelines whose handler only writes its own projection.
@@ -118,7 +117,7 @@ impl Target {
     pub fn parse(text: &str) -> anyhow::Result<Target> {
         match text.split_once(':') {
             Some(("database", name)) => {
-                crate::tenant::validate_database_name(name)
+                crate::names::validate_database_name(name)
                     .map_err(|e| anyhow::anyhow!("--into database:{name}: {e}"))?;
                 Ok(Target::Database(name.to_string()))
             }
@@ -323,7 +322,7 @@ pub async fn replay(
         .map(|((tenant, part, b), (_, _, a))| Verification {
             tenant,
             part,
-            topics: digest::compare(&b, &a),
+            topics: crate::digest::compare(&b, &a),
         })
         .collect();
     Ok(Report {

@@ -9,12 +9,12 @@ use sha2::{Digest, Sha256};
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
 
-use crate::history::StoredMessage;
 use crate::keys::TopicKeys;
 use crate::store::catalog;
+use crate::store::message::StoredMessage;
 use crate::store::month::Family;
 
-use super::digest::{Digests, Summary};
+use crate::digest::{Digests, Summary};
 
 /// Every message in the tenant's month tables (every month the catalog
 /// knows whose tables exist, both families).
@@ -234,7 +234,7 @@ pub async fn routes(
         let mut hasher = Sha256::new();
         let (mut count, mut min_seq, mut max_seq) = (0, i64::MAX, i64::MIN);
         for (month, value) in &meta {
-            if month == crate::history::route::COMPLETE_FIELD {
+            if month == crate::store::routes::COMPLETE_FIELD {
                 continue;
             }
             let field = |name: &str| {

@@ -95,10 +95,8 @@ pub fn entries(dir: &Path) -> Result<Vec<Entry>, SearchError> {
 
 /// The searchable messages of a tenant's index per topic: `(seq, text)`,
 /// summarised as the replay's verification compares them.
-pub fn summaries(
-    dir: &Path,
-) -> Result<BTreeMap<String, crate::replay::digest::Summary>, SearchError> {
-    let mut digests = crate::replay::digest::Digests::default();
+pub fn summaries(dir: &Path) -> Result<BTreeMap<String, crate::digest::Summary>, SearchError> {
+    let mut digests = crate::digest::Digests::default();
     for e in entries(dir)? {
         if let Some(text) = e.text() {
             let from = e.sent.as_ref().map_or(0, |s| s.from);

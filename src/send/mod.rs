@@ -16,9 +16,9 @@ pub(crate) mod reseed;
 
 pub use content::{derive, replied_seq, ContentError, Derived, MAX_JSON_DEPTH, MAX_MENTIONS};
 
-pub use reseed::{
-    establish_generation, establish_generations, IN_FLIGHT_WINDOW_MS, MARGIN_AFTER_LOSS,
-};
+pub use crate::kafka::producer::IN_FLIGHT_WINDOW_MS;
+pub use crate::redis_util::generation::{establish_generation, establish_generations};
+pub use reseed::MARGIN_AFTER_LOSS;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,19 +32,15 @@ use crate::config::Config;
 use crate::events::{now_ms, GroupEvent, GroupEventBody, MessageEdited, MessageSent};
 use crate::kafka::producer::EventProducer;
 use crate::kafka::topics::TopicKind;
-use crate::keys::{TenantKeys, TopicKeys};
+use crate::keys::{TenantKeys, TopicKeys, CLAIM_TTL_MS};
 use crate::metrics as m;
 use crate::snowflake::Snowflake;
-use crate::store::catalog::{self, ShardStatus};
-use crate::store::month::ShardMonth;
+use crate::store::clock;
 use crate::tenant::TenantPools;
 
 static ALLOCATE: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/allocate_seq.lua")));
 
-/// A claim (pending or done) answers retries with the same identity for a
-/// day. A pending claim never expires sooner: its event may be in the log.
-pub(crate) const CLAIM_TTL_MS: u64 = 24 * 3600 * 1000;
 /// How long a send keeps producing its event again after a failed attempt
 /// (each attempt waits up to the producer's `message.timeout.ms`).
 const PRODUCE_RETRY_BUDGET: Duration = Duration::from_secs(5);
@@ -546,7 +542,10 @@ impl Sender {
                 }
                 // The tenant's active month is missing (one server).
                 Some("NOMONTH") => {
-                    self.restore_active_month(&req.tenant, pool).await?;
+                    let mut redis = self.inner.redis.clone();
+                    clock::restore_active_month(&mut redis, pool, &req.tenant)
+                        .await
+                        .map_err(SendError::retry)?;
                 }
                 Some("NOTMEMBER") => return Err(SendError::NotMember),
                 Some("DISSOLVED") => return Err(SendError::Dissolved),
@@ -760,13 +759,15 @@ impl Sender {
         let mut redis = self.inner.redis.clone();
         for _ in 0..3 {
             let asked = Instant::now();
-            let (active, switch) = crate::redis_util::month_state(&mut redis, tenant)
+            let (active, switch) = clock::month_state(&mut redis, tenant)
                 .await
                 .map_err(|e| SendError::retry(format!("redis: {e}")))?;
             let active = match active {
                 Some(m) => m,
                 None => {
-                    self.restore_active_month(tenant, pool).await?;
+                    clock::restore_active_month(&mut redis, pool, tenant)
+                        .await
+                        .map_err(SendError::retry)?;
                     continue;
                 }
             };
@@ -789,29 +790,6 @@ impl Sender {
         Err(SendError::retry(
             "the tenant's active month could not be read",
         ))
-    }
-
-    /// Puts back a tenant's active month that Redis lost: the latest
-    /// writable month of the catalog (never backwards).
-    async fn restore_active_month(
-        &self,
-        tenant: &str,
-        pool: &sqlx::MySqlPool,
-    ) -> Result<ShardMonth, SendError> {
-        let writable = catalog::list(pool)
-            .await
-            .map_err(SendError::retry)?
-            .into_iter()
-            .filter(|e| e.status == ShardStatus::Writable)
-            .map(|e| e.month)
-            .max()
-            .ok_or_else(|| {
-                SendError::retry("no writable month yet (is `imstream shards` running?)")
-            })?;
-        let mut redis = self.inner.redis.clone();
-        crate::redis_util::advance_month(&mut redis, tenant, writable)
-            .await
-            .map_err(|e| SendError::retry(format!("redis: {e}")))
     }
 }
 

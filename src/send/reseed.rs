@@ -31,15 +31,13 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::events::now_ms;
-use crate::keys::{TenantKeys, TopicKeys};
+use crate::kafka::producer::IN_FLIGHT_WINDOW_MS;
+use crate::keys::{TopicKeys, CLAIM_TTL_MS};
+use crate::redis_util::generation::generation_age_ms;
 use crate::redis_util::RedisLock;
 
 use super::{SendError, Sender};
 
-/// A send allocated from the old state acks or fails within this window
-/// (the producer's `message.timeout.ms` plus slack).
-pub const IN_FLIGHT_WINDOW_MS: i64 = 11_000;
 /// Added to the recovered maximum when Redis lost data, for safety.
 pub const MARGIN_AFTER_LOSS: i64 = 1000;
 /// How long a send waits for a quick re-seed (new topics) before answering
@@ -286,7 +284,7 @@ async fn refence(
                 .arg(value)
                 .arg("NX")
                 .arg("PX")
-                .arg(super::CLAIM_TTL_MS)
+                .arg(CLAIM_TTL_MS)
                 .ignore();
         }
         let _: () = pipe.query_async(redis).await.map_err(|e| retry(&e))?;
@@ -448,7 +446,7 @@ async fn recover_stored(
     .await
     .map_err(|e| retry(&e))?;
     // During a legacy migration, seqs not yet copied live only there.
-    let legacy_seq = crate::legacy::table::max_seq(pool, topic)
+    let legacy_seq = crate::store::legacy::table::max_seq(pool, topic)
         .await
         .map_err(|e| retry(&e))?;
     Ok(Recovered {
@@ -457,64 +455,4 @@ async fn recover_stored(
         scanned: 0,
         sent: Vec::new(),
     })
-}
-
-/// Milliseconds since this Redis dataset got its generation marker; a
-/// missing marker is created now (age 0: data may just have been lost).
-pub(crate) async fn generation_age_ms(
-    redis: &mut crate::redis_util::Redis,
-    tenant: &str,
-) -> redis::RedisResult<i64> {
-    let key = TenantKeys::new(tenant).generation();
-    let now = now_ms();
-    let candidate = format!("{}|{now}", uuid::Uuid::new_v4().simple());
-    let _: Option<String> = redis::cmd("SET")
-        .arg(&key)
-        .arg(&candidate)
-        .arg("NX")
-        .query_async(redis)
-        .await?;
-    let current: Option<String> = redis::cmd("GET").arg(&key).query_async(redis).await?;
-    let created = current
-        .as_deref()
-        .and_then(|v| v.split('|').nth(1))
-        .and_then(|t| t.parse::<i64>().ok())
-        .unwrap_or(now);
-    Ok(now - created)
-}
-
-/// Marks the tenant's Redis dataset as established long ago (a fresh
-/// deployment has no earlier data to lose). Called by `migrate`/`dev` on a
-/// tenant's first setup, never after data could exist.
-pub async fn establish_generation(
-    redis: &mut crate::redis_util::Redis,
-    tenant: &str,
-) -> redis::RedisResult<bool> {
-    let key = TenantKeys::new(tenant).generation();
-    let value = format!("{}|0", uuid::Uuid::new_v4().simple());
-    let set: Option<String> = redis::cmd("SET")
-        .arg(&key)
-        .arg(value)
-        .arg("NX")
-        .query_async(redis)
-        .await?;
-    Ok(set.is_some())
-}
-
-/// `establish_generation` for every tenant whose database holds no
-/// messages yet (run by `migrate`): a tenant with data keeps whatever
-/// generation Redis has, so a lost Redis is still detected as a loss.
-pub async fn establish_generations(config: &crate::config::Config) -> anyhow::Result<()> {
-    let mut redis = crate::redis_util::connect(&config.redis.url).await?;
-    for t in &config.tenants {
-        let pool = crate::tenant::pool_of(config, t)?;
-        let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_group_message_topic_shards")
-            .fetch_one(&pool)
-            .await?;
-        if stored == 0 {
-            establish_generation(&mut redis, &t.id).await?;
-        }
-        pool.close().await;
-    }
-    Ok(())
 }

@@ -381,7 +381,7 @@ async fn read_redis(
             months.entry(month).or_default().0 = Some(first);
         }
         for (field, value) in meta {
-            if field == crate::history::route::COMPLETE_FIELD {
+            if field == super::routes::COMPLETE_FIELD {
                 continue;
             }
             months.entry(field).or_default().1 = parse_meta(&value);
@@ -477,7 +477,7 @@ async fn rebuild_route(
     let keys = TopicKeys::new(tenant, topic);
     let _: () = redis::cmd("HSET")
         .arg(keys.route_meta())
-        .arg(crate::history::route::COMPLETE_FIELD)
+        .arg(super::routes::COMPLETE_FIELD)
         .arg(crate::events::now_ms())
         .query_async(redis)
         .await?;

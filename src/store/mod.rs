@@ -7,7 +7,11 @@
 
 pub mod archive;
 pub mod catalog;
+pub mod clock;
 pub mod consistency;
+pub mod dellog;
+pub mod legacy;
+pub mod message;
 pub mod month;
 pub mod revisions;
 pub mod routes;

@@ -6,6 +6,8 @@ use std::fmt;
 
 use chrono::{DateTime, Datelike, TimeZone, Utc};
 
+use crate::names::{P2P_TABLE_PREFIX, TABLE_PREFIX};
+
 /// A validated UTC month `YYYYMM` (years 2000–2999).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ShardMonth {
@@ -103,11 +105,6 @@ impl fmt::Display for ShardMonth {
         write!(f, "{:04}{:02}", self.year, self.month)
     }
 }
-
-/// Prefix of every group month table.
-pub const TABLE_PREFIX: &str = "im_group_messages_";
-/// Prefix of every one-to-one month table.
-pub const P2P_TABLE_PREFIX: &str = "im_p2p_messages_";
 
 /// Which conversations a table family holds. Group and one-to-one messages
 /// never share a table (nor an index); both families are created from the

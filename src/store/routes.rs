@@ -12,6 +12,10 @@ use crate::keys::TopicKeys;
 use super::month::ShardMonth;
 use super::writer::MirrorRow;
 
+/// `route_meta` field saying the route holds every month of the mirror
+/// (`crate::history::route` completes a route without it).
+pub const COMPLETE_FIELD: &str = "complete";
+
 /// Writes the Redis route of every mirror row (one pipeline round trip).
 pub async fn apply(redis: &mut Redis, tenant: &str, rows: &[MirrorRow]) -> redis::RedisResult<()> {
     if rows.is_empty() {

@@ -11,9 +11,10 @@ use crate::redis_util::Redis;
 use chrono::{DateTime, Utc};
 use sqlx::mysql::MySqlPool;
 
+use super::clock::advance_month;
 use crate::config::Config;
 use crate::keys::TenantKeys;
-use crate::redis_util::{advance_month, Clock, RedisLock};
+use crate::redis_util::{Clock, RedisLock};
 use crate::shutdown::Shutdown;
 
 use super::catalog::{self, ShardStatus};
@@ -122,22 +123,22 @@ pub async fn switch_month(
     tenant: &str,
     month: ShardMonth,
 ) -> Result<ShardMonth, ShardError> {
-    let (active, announced) = crate::redis_util::month_state(redis, tenant).await?;
+    let (active, announced) = super::clock::month_state(redis, tenant).await?;
     if let Some(a) = announced {
         let now = crate::redis_util::redis_now_ms(redis).await?;
         if a.at_ms <= now || active.is_none() {
             advance_month(redis, tenant, a.month).await?;
         }
     }
-    let (active, _) = crate::redis_util::month_state(redis, tenant).await?;
+    let (active, _) = super::clock::month_state(redis, tenant).await?;
     match active {
         Some(a) if a >= month => return Ok(a),
         None => return Ok(advance_month(redis, tenant, month).await?),
         Some(_) => {}
     }
     let at_ms = crate::redis_util::redis_now_ms(redis).await? + SWITCH_LEAD_MS;
-    let switch = crate::redis_util::MonthSwitch { month, at_ms };
-    crate::redis_util::announce_switch(redis, tenant, switch).await?;
+    let switch = super::clock::MonthSwitch { month, at_ms };
+    super::clock::announce_switch(redis, tenant, switch).await?;
     tracing::info!(tenant, %month, at_ms, "month switch announced");
     loop {
         let now = crate::redis_util::redis_now_ms(redis).await?;
@@ -163,7 +164,7 @@ pub async fn export_gauges(tenant: &str, pool: &MySqlPool, redis: &mut Redis, no
     use crate::metrics as m;
     let current = ShardMonth::of(now);
     let t = tenant.to_string();
-    match crate::redis_util::month_state(redis, tenant).await {
+    match super::clock::month_state(redis, tenant).await {
         Ok((active, _)) => {
             let number = active.map_or(0.0, |a| a.to_string().parse::<f64>().unwrap_or(0.0));
             metrics::gauge!(m::SHARD_ACTIVE_MONTH, "tenant" => t.clone()).set(number);

@@ -10,7 +10,7 @@ use chrono::{TimeZone, Utc};
 use sqlx::mysql::{MySqlPool, MySqlRow};
 use sqlx::{MySql, QueryBuilder, Row, Transaction};
 
-use crate::events::MessageSent;
+use super::message::NewMessage;
 
 use super::catalog::{self, ShardStatus};
 use super::month::{Family, MonthTable, ShardMonth};
@@ -47,14 +47,6 @@ impl StoreError {
             StoreError::IllegalMonth(_) | StoreError::Sealed(..) => false,
         }
     }
-}
-
-/// A message to store, with the topic and event id from its envelope.
-#[derive(Debug, Clone)]
-pub struct StoredMessage<'a> {
-    pub topic: &'a str,
-    pub event_id: &'a str,
-    pub msg: &'a MessageSent,
 }
 
 /// One route-mirror row after the write.
@@ -95,7 +87,7 @@ pub async fn writable_table(pool: &MySqlPool, month: ShardMonth) -> Result<Month
 pub async fn write_month(
     pool: &MySqlPool,
     month: ShardMonth,
-    messages: &[StoredMessage<'_>],
+    messages: &[NewMessage<'_>],
 ) -> Result<WriteOutcome, StoreError> {
     let table = writable_table(pool, month).await?;
     let mut tx = pool.begin().await?;
@@ -103,7 +95,7 @@ pub async fn write_month(
     let result = async {
         let mut total = WriteOutcome::default();
         for family in Family::ALL {
-            let batch: Vec<StoredMessage<'_>> = messages
+            let batch: Vec<NewMessage<'_>> = messages
                 .iter()
                 .filter(|m| Family::of_topic(m.topic) == family)
                 .cloned()
@@ -145,7 +137,7 @@ pub async fn write_month(
 async fn write_in_tx(
     tx: &mut Transaction<'_, MySql>,
     table: &MonthTable,
-    messages: &[StoredMessage<'_>],
+    messages: &[NewMessage<'_>],
 ) -> Result<WriteOutcome, StoreError> {
     let mut outcome = WriteOutcome::default();
 
@@ -153,7 +145,7 @@ async fn write_in_tx(
     //    seq is a duplicate; within the batch the first occurrence wins.
     let claimed = existing_dedup(tx, messages).await?;
     let mut seen_cmid: HashSet<(&str, i64, &str)> = HashSet::new();
-    let mut candidates: Vec<&StoredMessage<'_>> = Vec::with_capacity(messages.len());
+    let mut candidates: Vec<&NewMessage<'_>> = Vec::with_capacity(messages.len());
     for m in messages {
         if let Some(cmid) = m.msg.client_msg_id.as_deref() {
             let key = (m.topic, m.msg.from_user, cmid);
@@ -172,7 +164,7 @@ async fn write_in_tx(
     //    collision, kept aside whole, never dropped).
     let before = rows_present(tx, table, &candidates).await?;
     let mut colliding = Vec::new();
-    let mut fresh: Vec<&StoredMessage<'_>> = Vec::with_capacity(candidates.len());
+    let mut fresh: Vec<&NewMessage<'_>> = Vec::with_capacity(candidates.len());
     for m in candidates.iter().copied() {
         match before.get(&(m.topic.to_string(), m.msg.seq)) {
             None => fresh.push(m),
@@ -190,7 +182,7 @@ async fn write_in_tx(
         insert_messages(tx, table, chunk).await?;
         ours += count_message_ids(tx, table, chunk).await?;
     }
-    let inserted: Vec<&StoredMessage<'_>> = if ours == fresh.len() {
+    let inserted: Vec<&NewMessage<'_>> = if ours == fresh.len() {
         fresh
     } else {
         // Some rows were kept out by another unique key (a client id stored
@@ -240,7 +232,7 @@ pub struct Collision {
 async fn record_collisions(
     tx: &mut Transaction<'_, MySql>,
     month: ShardMonth,
-    colliding: &[(&StoredMessage<'_>, i64)],
+    colliding: &[(&NewMessage<'_>, i64)],
 ) -> Result<Vec<Collision>, StoreError> {
     if colliding.is_empty() {
         return Ok(Vec::new());
@@ -312,7 +304,7 @@ type DedupKey = (String, i64, String);
 
 async fn existing_dedup(
     tx: &mut Transaction<'_, MySql>,
-    messages: &[StoredMessage<'_>],
+    messages: &[NewMessage<'_>],
 ) -> Result<HashMap<DedupKey, i64>, StoreError> {
     let with_cmid: Vec<_> = messages
         .iter()
@@ -348,7 +340,7 @@ async fn existing_dedup(
 async fn insert_dedup(
     tx: &mut Transaction<'_, MySql>,
     month: ShardMonth,
-    messages: &[&StoredMessage<'_>],
+    messages: &[&NewMessage<'_>],
 ) -> Result<(), StoreError> {
     let rows: Vec<_> = messages
         .iter()
@@ -381,7 +373,7 @@ async fn insert_dedup(
 async fn rows_present(
     tx: &mut Transaction<'_, MySql>,
     table: &MonthTable,
-    messages: &[&StoredMessage<'_>],
+    messages: &[&NewMessage<'_>],
 ) -> Result<HashMap<(String, i64), i64>, StoreError> {
     let mut by_topic: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
     for m in messages {
@@ -420,7 +412,7 @@ fn datetime(ms: i64) -> chrono::NaiveDateTime {
 async fn count_message_ids(
     tx: &mut Transaction<'_, MySql>,
     table: &MonthTable,
-    rows: &[&StoredMessage<'_>],
+    rows: &[&NewMessage<'_>],
 ) -> Result<usize, StoreError> {
     let sql = table.count_message_ids_sql(rows.len());
     let mut q = sqlx::query_scalar::<_, i64>(&sql);
@@ -433,7 +425,7 @@ async fn count_message_ids(
 async fn insert_messages(
     tx: &mut Transaction<'_, MySql>,
     table: &MonthTable,
-    rows: &[&StoredMessage<'_>],
+    rows: &[&NewMessage<'_>],
 ) -> Result<u64, StoreError> {
     let sql = table.insert_sql(rows.len());
     let mut q = sqlx::query(&sql);
@@ -485,7 +477,7 @@ fn json_or_null(text: Option<&str>) -> Option<String> {
 async fn upsert_mirror(
     tx: &mut Transaction<'_, MySql>,
     month: ShardMonth,
-    inserted: &[&StoredMessage<'_>],
+    inserted: &[&NewMessage<'_>],
 ) -> Result<Vec<MirrorRow>, StoreError> {
     #[derive(Default)]
     struct Agg {

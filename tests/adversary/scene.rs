@@ -82,7 +82,7 @@ impl Scene {
     }
 
     pub fn token_in(&self, tenant: &str, uid: i64, device: &str) -> String {
-        imstream::gateway::auth::Tokens::new(self.stack.config())
+        imstream::auth::Tokens::new(self.stack.config())
             .issue(tenant, uid, device, 0, 0)
             .token
     }

@@ -1096,10 +1096,7 @@ pub fn percent_decode(s: &str) -> String {
 
 /// Differences between the router's routes and the table: routes with no
 /// entry, and entries for routes the router does not have.
-pub fn check_complete(
-    routes: &[imstream::gateway::routes::RouteInfo],
-    table: &[Entry],
-) -> Vec<String> {
+pub fn check_complete(routes: &[imstream::routes::RouteInfo], table: &[Entry]) -> Vec<String> {
     use std::collections::BTreeSet;
     let served: BTreeSet<(String, String)> = routes
         .iter()

@@ -279,7 +279,7 @@ impl Stack {
             .await
             .expect("topics");
         let names = imstream::kafka::topics::TopicNames::new(&config.kafka);
-        imstream::events::catalog::register_all(&config.registry.url, &names)
+        imstream::registry::client::register_all(&config.registry.url, &names)
             .await
             .expect("schemas");
         let stack = Stack {
@@ -472,7 +472,7 @@ impl Stack {
     }
 
     pub fn token(&self, uid: i64, device: &str) -> String {
-        imstream::gateway::auth::Tokens::new(&self.world.config)
+        imstream::auth::Tokens::new(&self.world.config)
             .issue(self.tenant(), uid, device, 0, 0)
             .token
     }

@@ -398,7 +398,7 @@ pub fn token_for(
     device: &str,
     auth_version: i64,
 ) -> String {
-    imstream::gateway::auth::Tokens::new(config)
+    imstream::auth::Tokens::new(config)
         .issue(tenant, uid, device, auth_version, 0)
         .token
 }

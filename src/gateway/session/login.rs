@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use crate::auth::{self, AuthError};
 use crate::events::now_ms;
-use crate::gateway::auth::{self, AuthError};
 use crate::gateway::control;
 use crate::gateway::limits::LoginSubjects;
 use crate::realtime::hub::SessionHandle;

@@ -225,8 +225,8 @@ impl ArchivedRow {
     }
 
     /// The row as the read path returns it.
-    pub fn to_message(&self) -> crate::history::StoredMessage {
-        crate::history::StoredMessage {
+    pub fn to_message(&self) -> crate::store::message::StoredMessage {
+        crate::store::message::StoredMessage {
             seq: self.seqid,
             from: self.from_user,
             ts: self.created_ms,

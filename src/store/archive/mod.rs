@@ -5,13 +5,14 @@
 //! `imstream shards drop --confirm` drops the table only after the archive
 //! verifies against the table row for row, and marks the month `archived`
 //! in the catalog. Reads of an archived month are then served from the
-//! archive (`crate::history::archived`).
+//! archive (`crate::store::archive::reader`).
 //!
 //! Archives of the first format (v1, JSON lines) are not read: a drop
 //! refuses them (archive the month again while its table is there).
 
 pub mod format;
 pub mod location;
+pub mod reader;
 
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;

@@ -1,12 +1,14 @@
 //! Small Redis building blocks: connections (one server or a Redis
-//! Cluster), the lua/ scripts, a lock with an owner token, the month clock.
+//! Cluster), a lock with an owner token, Redis's clock, and the dataset's
+//! generation marker ([`generation`]). The tenant's month clock is the
+//! store's (`crate::store::clock`).
+
+pub mod generation;
 
 use chrono::{DateTime, TimeZone, Utc};
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncCommands, Script};
-
-use crate::store::month::ShardMonth;
+use redis::Script;
 
 /// A connection to Redis, cheap to clone: one server (reconnecting,
 /// multiplexed) or a Redis Cluster (every command routed to its key's
@@ -234,82 +236,8 @@ async fn scan_node(
     }
 }
 
-static ADVANCE_MONTH: std::sync::LazyLock<Script> =
-    std::sync::LazyLock::new(|| Script::new(include_str!("../lua/advance_month.lua")));
 static RELEASE_LOCK: std::sync::LazyLock<Script> =
-    std::sync::LazyLock::new(|| Script::new(include_str!("../lua/release_lock.lua")));
-
-/// Sets the tenant's active month to `month` unless it already holds a
-/// later one, and ends an announced switch to it (or to an earlier month);
-/// returns the month in force.
-pub async fn advance_month(
-    redis: &mut Redis,
-    tenant: &str,
-    month: ShardMonth,
-) -> redis::RedisResult<ShardMonth> {
-    let keys = crate::keys::TenantKeys::new(tenant);
-    let in_force: String = ADVANCE_MONTH
-        .key(keys.active_month())
-        .key(keys.month_switch())
-        .arg(month.to_string())
-        .invoke_async(redis)
-        .await?;
-    Ok(ShardMonth::parse(&in_force).unwrap_or(month))
-}
-
-/// A month switch announced for an instant of the Redis clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MonthSwitch {
-    pub month: ShardMonth,
-    /// Epoch ms (Redis `TIME`) from which the send path gives `month`.
-    pub at_ms: i64,
-}
-
-impl MonthSwitch {
-    /// `YYYYMM@epoch_ms`, as stored and as `lua/allocate_seq.lua` reads it.
-    pub fn encode(&self) -> String {
-        format!("{}@{}", self.month, self.at_ms)
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        let (month, at) = text.split_once('@')?;
-        Some(Self {
-            month: ShardMonth::parse(month).ok()?,
-            at_ms: at.parse().ok()?,
-        })
-    }
-}
-
-/// The tenant's active month and announced switch, read together (one
-/// slot: both carry the tenant's hash tag).
-pub async fn month_state(
-    redis: &mut Redis,
-    tenant: &str,
-) -> redis::RedisResult<(Option<ShardMonth>, Option<MonthSwitch>)> {
-    let keys = crate::keys::TenantKeys::new(tenant);
-    let (active, switch): (Option<String>, Option<String>) = redis::cmd("MGET")
-        .arg(keys.active_month())
-        .arg(keys.month_switch())
-        .query_async(redis)
-        .await?;
-    Ok((
-        active.and_then(|s| ShardMonth::parse(&s).ok()),
-        switch.as_deref().and_then(MonthSwitch::parse),
-    ))
-}
-
-/// Announces that the tenant's month becomes `month` at `at_ms` (Redis
-/// clock); kept until [`advance_month`] moves the active month there.
-pub async fn announce_switch(
-    redis: &mut Redis,
-    tenant: &str,
-    switch: MonthSwitch,
-) -> redis::RedisResult<()> {
-    let keys = crate::keys::TenantKeys::new(tenant);
-    redis
-        .set::<_, _, ()>(keys.month_switch(), switch.encode())
-        .await
-}
+    std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/release_lock.lua")));
 
 /// Redis `TIME` in epoch ms.
 pub async fn redis_now_ms(redis: &mut Redis) -> redis::RedisResult<i64> {
@@ -383,10 +311,4 @@ impl Clock {
             }
         }
     }
-}
-
-/// Reads a tenant's active month, if set.
-pub async fn active_month(redis: &mut Redis, key: &str) -> redis::RedisResult<Option<ShardMonth>> {
-    let v: Option<String> = redis.get(key).await?;
-    Ok(v.and_then(|s| ShardMonth::parse(&s).ok()))
 }

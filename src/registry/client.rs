@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::kafka::topics::{TopicKind, TopicNames};
 
-use super::model::{
+use crate::events::{
     AdminCommand, AdminResult, Event, GroupEvent, PushTask, ReceiptEvent, SessionControlEvent,
     UserEvent,
 };

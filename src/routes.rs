@@ -1,6 +1,6 @@
 //! The gateway's routes, built and listed by the same code: [`Routes`] adds
 //! each route to the axum router and records its path, methods and
-//! listener, so the list ([`RouteInfo`], on [`super::RunningGateway`]) is
+//! listener, so the list ([`RouteInfo`], on `crate::gateway::RunningGateway`) is
 //! the router itself, never a copy kept by hand. tests/adversary.rs reads
 //! it and fails for a route its attack table does not cover.
 //!

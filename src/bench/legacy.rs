@@ -26,10 +26,10 @@ pub struct LegacyCopyArgs {
     #[arg(long, default_value_t = 4)]
     pub months: u32,
     /// Rows per batch transaction (1000-5000).
-    #[arg(long, default_value_t = super::copy::BATCH_MAX)]
+    #[arg(long, default_value_t = crate::legacy::copy::BATCH_MAX)]
     pub batch_size: usize,
     /// Months copied at once (1-8).
-    #[arg(long, default_value_t = super::copy::JOBS_DEFAULT)]
+    #[arg(long, default_value_t = crate::legacy::copy::JOBS_DEFAULT)]
     pub jobs: usize,
     /// Keep past months' secondary indexes during their copy (no bulk load).
     #[arg(long)]
@@ -141,9 +141,9 @@ pub async fn run(config: &Config, args: LegacyCopyArgs) -> anyhow::Result<()> {
     );
     fill_synthetic(&pool, &shape).await?;
     let planned = Instant::now();
-    let plan = super::plan::plan(&pool, &mut redis, &tenant.id).await?;
+    let plan = crate::legacy::plan::plan(&pool, &mut redis, &tenant.id).await?;
     let plan_time = planned.elapsed();
-    let options = super::copy::CopyOptions {
+    let options = crate::legacy::copy::CopyOptions {
         batch_size: args.batch_size,
         progress: true,
         jobs: args.jobs,
@@ -151,10 +151,11 @@ pub async fn run(config: &Config, args: LegacyCopyArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let costs = crate::bench::Costs::start();
-    let out = super::copy::copy(&pool, &mut redis, &tenant.id, &options, &Shutdown::new()).await?;
+    let out = crate::legacy::copy::copy(&pool, &mut redis, &tenant.id, &options, &Shutdown::new())
+        .await?;
     let cost = costs.report(out.rows_read.max(0) as u64, "rows");
     let verified = Instant::now();
-    let report = super::verify::verify(&pool, &mut redis, &tenant.id).await?;
+    let report = crate::legacy::verify::verify(&pool, &mut redis, &tenant.id).await?;
     let verify_time = verified.elapsed();
     let mut h = crate::bench::histogram();
     for t in &out.batch_times {
@@ -172,7 +173,7 @@ pub async fn run(config: &Config, args: LegacyCopyArgs) -> anyhow::Result<()> {
         args.batch_size,
         out.elapsed.as_secs_f64(),
         out.rows_per_sec(),
-        options.jobs.clamp(1, super::copy::JOBS_MAX),
+        options.jobs.clamp(1, crate::legacy::copy::JOBS_MAX),
         if args.keep_indexes { "indexes kept" } else { "past months bulk-loaded" },
         out.months_indexed,
         out.index_time.as_secs_f64()

@@ -21,7 +21,7 @@ use crate::store::archive::{
 };
 use crate::store::month::ShardMonth;
 
-use super::StoredMessage;
+use crate::store::message::StoredMessage;
 
 /// Why an archived month could not be read.
 #[derive(Debug, Clone, thiserror::Error)]
