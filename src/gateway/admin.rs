@@ -110,7 +110,7 @@ pub async fn throttle(
         Err(ms) => {
             metrics::counter!(crate::metrics::RATE_LIMITED_TOTAL, "what" => "admin").increment(1);
             tracing::warn!(%ip, "admin call refused: too many failed admin tokens from this address");
-            super::http::limited(super::limits::Limited::Over(ms)).into_response()
+            super::refusal::limited(super::limits::Limited::Over(ms)).into_response()
         }
         Ok(()) if !valid => {
             tracing::warn!(%ip, path = %req.uri().path(), "admin call with an invalid admin token");
@@ -142,13 +142,13 @@ async fn produce(
         );
     };
     // Versions are bumped past the ground truth (MySQL), not the cache.
-    let current = match gw.sender.pools().get(tenant) {
+    let current = match gw.pools.get(tenant) {
         Ok(pool) => crate::session_control::load(pool, uid).await,
         Err(_) => return refuse(StatusCode::NOT_FOUND, "unknown tenant"),
     };
     let current = match current {
         Ok(c) => c,
-        Err(e) => return super::http::unavailable(e).into_response(),
+        Err(e) => return super::refusal::unavailable(e).into_response(),
     };
     let event = SessionControlEvent {
         event_id: new_event_id(),
@@ -175,7 +175,7 @@ async fn produce(
             Json(json!({"event_id": event.event_id})),
         )
             .into_response(),
-        Err(e) => super::http::unavailable(e).into_response(),
+        Err(e) => super::refusal::unavailable(e).into_response(),
     }
 }
 
@@ -404,7 +404,7 @@ pub async fn submit_command(
             }
             match crate::users::hash_password_async(p).await {
                 Ok(h) => h,
-                Err(e) => return super::http::unavailable(e).into_response(),
+                Err(e) => return super::refusal::unavailable(e).into_response(),
             }
         }
         (_, Some(_)) => {
@@ -443,7 +443,7 @@ pub async fn submit_command(
             Json(json!({"command_id": command.command_id})),
         )
             .into_response(),
-        Err(e) => super::http::unavailable(e).into_response(),
+        Err(e) => super::refusal::unavailable(e).into_response(),
     }
 }
 
@@ -502,7 +502,7 @@ pub async fn stats(
     {
         return refuse(StatusCode::BAD_REQUEST, "malformed: topic");
     }
-    let Ok(pool) = gw.sender.pools().get(&p.tenant) else {
+    let Ok(pool) = gw.pools.get(&p.tenant) else {
         return refuse(StatusCode::NOT_FOUND, "unknown tenant");
     };
     match crate::stats::report(pool, from, to, p.topic.as_deref()).await {
@@ -516,6 +516,6 @@ pub async fn stats(
             "total": r.total,
         }))
         .into_response(),
-        Err(e) => super::http::unavailable(e).into_response(),
+        Err(e) => super::refusal::unavailable(e).into_response(),
     }
 }

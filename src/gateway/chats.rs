@@ -18,7 +18,7 @@ use crate::keys::{TenantKeys, TopicKeys};
 use crate::realtime::frames::access_mode;
 use crate::tinode;
 
-use super::reads::Refusal;
+use super::refusal::Refusal;
 use super::Gateway;
 
 /// Longest full name / group name, in characters.
@@ -39,7 +39,7 @@ fn unavailable(e: impl std::fmt::Display) -> Refusal {
 }
 
 fn pool<'a>(gw: &'a Gateway, tenant: &str) -> Result<&'a sqlx::MySqlPool, Refusal> {
-    gw.sender.pools().get(tenant).map_err(Refusal::internal)
+    gw.pools.get(tenant).map_err(Refusal::internal)
 }
 
 /// Tinode's `acs` object for one mode.
@@ -128,7 +128,7 @@ pub async fn conversations_of(
     query: &conversations::Query,
 ) -> Result<Vec<Conversation>, Refusal> {
     let pool = pool(gw, tenant)?;
-    let redis = gw.sender.redis();
+    let redis = gw.redis.clone();
     let deletes = gw.history.dellog_cache();
     let mut list = conversations::hot::list(pool, &redis, deletes, tenant, uid, query)
         .await
@@ -259,7 +259,7 @@ async fn live_entry(
             )
         }
     };
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     let last: Option<i64> = redis::cmd("HGET")
         .arg(TopicKeys::new(tenant, topic).seq())
         .arg("last_seq")
@@ -306,7 +306,7 @@ pub async fn online_users(gw: &Gateway, tenant: &str, uids: &[i64]) -> HashSet<i
     for uid in uids {
         pipe.hget(keys.presence_user(*uid), "online");
     }
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     let flags: Vec<Option<String>> = pipe.query_async(&mut redis).await.unwrap_or_default();
     uids.iter()
         .zip(flags)
@@ -486,7 +486,7 @@ pub async fn online_flags(gw: &Gateway, tenant: &str, me: i64, list: &[Conversat
         for c in &groups {
             pipe.srandmember_multiple(TopicKeys::new(tenant, &c.topic).online_members(), 2);
         }
-        let mut redis = gw.sender.redis();
+        let mut redis = gw.redis.clone();
         let samples: Vec<Vec<i64>> = pipe.query_async(&mut redis).await.unwrap_or_default();
         for (c, sample) in groups.iter().zip(samples) {
             if sample.iter().any(|uid| *uid != me) {
@@ -565,7 +565,7 @@ pub async fn group_members(
     for m in &members {
         pipe.sismember(keys.online_members(), m.uid);
     }
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     let online: Vec<bool> = if members.is_empty() {
         Vec::new()
     } else {
@@ -735,7 +735,7 @@ pub async fn announce_to_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str)
             return;
         }
     };
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     for peer in peers {
         let envelope = crate::realtime::Envelope {
             event_id: new_event_id(),

@@ -62,7 +62,7 @@ pub async fn seed(gw: Arc<Gateway>) {
 
 /// Produces the user's profile unless one is stored; whether it did.
 async fn seed_one(gw: &Gateway, user: &crate::config::DevUser) -> anyhow::Result<bool> {
-    let pool = gw.sender.pools().get(&user.tenant)?;
+    let pool = gw.pools.get(&user.tenant)?;
     let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_user_profiles WHERE uid = ?")
         .bind(user.uid)
         .fetch_one(pool)

@@ -16,7 +16,7 @@ use crate::groups::{Role, Standing};
 use crate::history::PageQuery;
 use crate::store::message::StoredMessage;
 
-use super::reads::Refusal;
+use super::refusal::Refusal;
 use super::Gateway;
 
 /// Most messages one recall may name (a moderator may delete more).

@@ -37,7 +37,8 @@ use crate::governance::{consent, Action, Actor, Outcome};
 use crate::groups::Standing;
 
 use super::edits::{self, Caller};
-use super::http::{authenticate, error, refused, send_as, ApiError, SendBody};
+use super::http::{authenticate, send_as, SendBody};
+use super::refusal::{error, refused, ApiError};
 use super::Gateway;
 use crate::auth::Claims;
 
@@ -209,7 +210,7 @@ pub async fn add_member(
     }
     let claims = authenticate(&gw, &headers).await?;
     let origin = origin(&claims, &headers)?;
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     super::limits::take_n(
         &mut redis,
         &gw.config.limits,
@@ -219,7 +220,7 @@ pub async fn add_member(
         uids.len() as u32,
     )
     .await
-    .map_err(super::http::limited)?;
+    .map_err(super::refusal::limited)?;
     let outcome = gw
         .governance
         .add_members(
@@ -285,7 +286,7 @@ pub async fn settings(
         .sender
         .pools()
         .get(&claims.ten)
-        .map_err(super::http::unavailable)?;
+        .map_err(super::refusal::unavailable)?;
     let policy = consent::policy(pool, claims.uid)
         .await
         .map_err(|r| error(r.0, r.1))?;
@@ -310,7 +311,7 @@ pub async fn set_settings(
         .sender
         .pools()
         .get(&claims.ten)
-        .map_err(super::http::unavailable)?;
+        .map_err(super::refusal::unavailable)?;
     consent::set_policy(pool, claims.uid, policy)
         .await
         .map_err(|r| error(r.0, r.1))?;

@@ -11,60 +11,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::events::GroupCreated;
-use crate::send::SendRequest;
+use crate::send::{split_head, SendRequest};
 
-use super::session::{send_error_reply, split_head};
+use super::refusal::{error, limited, refused, send_error_reply, unavailable, ApiError};
 use super::Gateway;
 use crate::auth::Claims;
 use crate::tinode;
-
-pub struct ApiError(pub StatusCode, pub String, pub Option<Value>);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut body = json!({"code": self.0.as_u16(), "error": self.1});
-        // A limit's retry-after, also as the standard header (whole seconds).
-        let retry_after = self
-            .2
-            .as_ref()
-            .and_then(|p| p.get("retry_after_ms"))
-            .and_then(Value::as_u64)
-            .map(|ms| ms.div_ceil(1000).max(1));
-        if let Some(p) = self.2 {
-            body["params"] = p;
-        }
-        let mut response = (self.0, Json(body)).into_response();
-        if let Some(secs) = retry_after {
-            response
-                .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, secs.into());
-        }
-        response
-    }
-}
-
-/// An internal failure (a database, Redis or the broker): the detail goes
-/// to the log under a request id; the client gets a generic answer with
-/// that id, never the internal text.
-pub(super) fn unavailable(e: impl std::fmt::Display) -> ApiError {
-    let request_id = super::log_internal(&e);
-    ApiError(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "service unavailable, retry".into(),
-        Some(json!({"retry": true, "request_id": request_id})),
-    )
-}
-
-/// A request refused by a limit: `429` with `Retry-After`, or `503` when
-/// the limiter could not be asked.
-pub(super) fn limited(l: super::limits::Limited) -> ApiError {
-    let (code, text, params) = l.ctrl_parts();
-    ApiError(
-        StatusCode::from_u16(code).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
-        text.into(),
-        Some(params),
-    )
-}
 
 /// Takes one token of `action` for the caller, or refuses.
 pub(super) async fn rate(
@@ -72,7 +24,7 @@ pub(super) async fn rate(
     claims: &Claims,
     action: super::limits::Action,
 ) -> Result<(), ApiError> {
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     super::limits::take(
         &mut redis,
         &gw.config.limits,
@@ -82,14 +34,6 @@ pub(super) async fn rate(
     )
     .await
     .map_err(limited)
-}
-
-pub(super) fn error(code: u16, text: impl Into<String>) -> ApiError {
-    ApiError(
-        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        text.into(),
-        None,
-    )
 }
 
 /// Verifies the bearer token, then session control: a signed-out, disabled
@@ -107,17 +51,11 @@ pub(super) async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Cl
     if gw.config.tenant(&claims.ten).is_none() {
         return Err(error(401, "authentication failed"));
     }
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     // Fails closed: when neither Redis nor MySQL answers, nobody is let in.
-    let state = super::control::state(
-        &mut redis,
-        gw.sender.pools(),
-        &claims.ten,
-        claims.uid,
-        &claims.dev,
-    )
-    .await
-    .map_err(unavailable)?;
+    let state = super::control::state(&mut redis, &gw.pools, &claims.ten, claims.uid, &claims.dev)
+        .await
+        .map_err(unavailable)?;
     if let Some(why) = super::control::refusal(&state, claims.av, claims.gen) {
         return Err(ApiError(
             StatusCode::UNAUTHORIZED,
@@ -266,7 +204,7 @@ pub async fn create_group(
     rate(&gw, &claims, super::limits::Action::GroupCreate).await?;
     let others = body.members.iter().filter(|m| **m != claims.uid).count() as u32;
     if others > 0 {
-        let mut redis = gw.sender.redis();
+        let mut redis = gw.redis.clone();
         super::limits::take_n(
             &mut redis,
             &gw.config.limits,
@@ -304,10 +242,6 @@ pub async fn create_group(
         answer["invited"] = json!(outcome.invited);
     }
     Ok((StatusCode::CREATED, Json(answer)).into_response())
-}
-
-pub(super) fn refused(r: super::reads::Refusal) -> ApiError {
-    error(r.0, r.1)
 }
 
 pub(super) async fn reader(

@@ -12,6 +12,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use crate::redis_util::Redis;
+use crate::tinode;
 use serde_json::json;
 
 use crate::config::{BucketConfig, LimitsConfig};
@@ -80,7 +81,7 @@ impl Limited {
     pub fn ctrl_parts(&self) -> (u16, &'static str, serde_json::Value) {
         match self {
             Limited::Over(ms) => (429, "too many requests", json!({"retry_after_ms": ms})),
-            Limited::Unavailable => (503, "service unavailable, retry", json!({"retry": true})),
+            Limited::Unavailable => (503, tinode::UNAVAILABLE, json!({"retry": true})),
         }
     }
 }

@@ -26,7 +26,8 @@ use crate::tinode;
 
 use super::chats::{self, MAX_CATCHUP};
 use super::governance::origin;
-use super::http::{authenticate, error, message_json, refused, ApiError};
+use super::http::{authenticate, message_json};
+use super::refusal::{error, refused, ApiError};
 use super::Gateway;
 
 #[derive(Deserialize)]
@@ -114,13 +115,13 @@ async fn badge(gw: &Gateway, tenant: &str, uid: i64) -> Result<(i64, i64), ApiEr
         .map_err(|_| error(500, "internal error"))?;
     conversations::hot::badge(
         pool,
-        &gw.sender.redis(),
+        &gw.redis.clone(),
         gw.history.dellog_cache(),
         tenant,
         uid,
     )
     .await
-    .map_err(super::http::unavailable)
+    .map_err(super::refusal::unavailable)
 }
 
 /// `GET /v1/me/unread`
@@ -266,17 +267,17 @@ pub async fn change_password(
         .map_err(|_| error(401, "authentication failed"))?;
     let Some((login, stored)) = crate::users::login_of(pool, claims.uid)
         .await
-        .map_err(super::http::unavailable)?
+        .map_err(super::refusal::unavailable)?
     else {
         return Err(error(404, "no password login for this user"));
     };
     let ip = super::server::peer_of(info.map(|axum::Extension(i)| i));
     let subjects = super::limits::LoginSubjects::new(Some(&login), ip, &gw.config.limits);
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     subjects
         .reserve(&mut redis, &gw.config.limits)
         .await
-        .map_err(super::http::limited)?;
+        .map_err(super::refusal::limited)?;
     let (old, hash) = (body.old_password.clone(), stored.clone());
     let right = tokio::task::spawn_blocking(move || crate::users::verify_password(&old, &hash))
         .await
@@ -292,10 +293,10 @@ pub async fn change_password(
     subjects.succeeded(&mut redis).await;
     let new_hash = crate::users::hash_password_async(&body.new_password)
         .await
-        .map_err(super::http::unavailable)?;
+        .map_err(super::refusal::unavailable)?;
     if !crate::users::replace_password_hash(pool, claims.uid, &stored, &new_hash)
         .await
-        .map_err(super::http::unavailable)?
+        .map_err(super::refusal::unavailable)?
     {
         return Err(error(
             409,
@@ -306,7 +307,7 @@ pub async fn change_password(
     // under the new auth version (its device keeps its generation).
     let current = crate::session_control::load(pool, claims.uid)
         .await
-        .map_err(super::http::unavailable)?;
+        .map_err(super::refusal::unavailable)?;
     let auth_version = current.auth_version + 1;
     let event = crate::events::SessionControlEvent {
         event_id: crate::events::new_event_id(),
@@ -328,7 +329,7 @@ pub async fn change_password(
             None,
         )
         .await
-        .map_err(super::http::unavailable)?;
+        .map_err(super::refusal::unavailable)?;
     let issued = gw.tokens.issue(
         &claims.ten,
         claims.uid,

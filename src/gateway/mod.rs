@@ -18,11 +18,13 @@ pub mod notifications;
 pub mod origin;
 pub mod reads;
 pub mod references;
+pub mod refusal;
 pub mod relations;
 pub mod replies;
 pub mod search;
 mod server;
 pub mod session;
+mod state;
 pub mod trace;
 pub mod webapp;
 
@@ -43,23 +45,7 @@ use crate::snowflake::Snowflake;
 use crate::telemetry::Readiness;
 use crate::tenant::TenantPools;
 
-/// Shared state of one gateway process.
-pub struct Gateway {
-    pub config: Config,
-    pub node_id: String,
-    pub sender: Sender,
-    pub history: crate::history::History,
-    pub governance: crate::governance::Executor,
-    pub tokens: crate::auth::Tokens,
-    pub snowflake: Snowflake,
-    /// This node's local sessions.
-    pub hub: crate::realtime::hub::Hub,
-    pub shutdown: Shutdown,
-    /// Open connections per client address (`limits.connections_per_ip`).
-    pub connections: limits::Connections,
-    /// The search indexes this gateway reads (`GET /v1/search`).
-    pub search: crate::search::query::Indexes,
-}
+pub use state::Gateway;
 
 /// A started gateway.
 pub struct RunningGateway {
@@ -106,19 +92,22 @@ pub async fn start(
     );
     let sender = Sender::new(
         config.clone(),
-        redis,
-        pools,
+        redis.clone(),
+        pools.clone(),
         producer.clone(),
         snowflake.clone(),
     );
     // Governance decides on the same group write model the send path
     // checks senders against.
-    let governance =
-        crate::governance::Executor::new(sender.groups().clone(), producer, node_id.clone());
+    let groups = sender.groups().clone();
+    let governance = crate::governance::Executor::new(groups.clone(), producer, node_id.clone());
     let gateway = Arc::new(Gateway {
         config: config.clone(),
         node_id: node_id.clone(),
         sender,
+        pools,
+        redis,
+        groups,
         history,
         governance,
         tokens: crate::auth::Tokens::new(config),
@@ -133,7 +122,7 @@ pub async fn start(
     // After a lost subscription, the gap is filled from the newest stored
     // messages (the hot copy, else the month tables).
     let history = gateway.history.clone();
-    let model = gateway.sender.groups().clone();
+    let model = gateway.groups.clone();
     let refill: crate::realtime::bus::Refill = Arc::new(move |tenant, topic| {
         let history = history.clone();
         let model = model.clone();
@@ -498,7 +487,7 @@ async fn process_gauges(gw: Arc<Gateway>) {
 /// control for every local session (one round trip each).
 async fn heartbeat(gw: Arc<Gateway>) {
     let every = std::time::Duration::from_secs(gw.config.gateway.heartbeat_secs.max(1));
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     loop {
         tokio::select! {
             _ = gw.shutdown.cancelled() => return,
@@ -519,7 +508,7 @@ async fn heartbeat(gw: Arc<Gateway>) {
             tracing::warn!(error = %e, "presence refresh failed");
         }
         recheck_members(&gw, &mut redis).await;
-        let checked = control::recheck(&mut redis, gw.sender.pools(), &gw.hub.all_sessions()).await;
+        let checked = control::recheck(&mut redis, &gw.pools, &gw.hub.all_sessions()).await;
         for (session, why) in checked.refused {
             tracing::info!(sid = %session.sid, uid = session.uid, why, "closing session on heartbeat");
             session.offer(crate::realtime::hub::Outbound::Close(Arc::from(why)));
@@ -569,7 +558,7 @@ async fn recheck_members(gw: &Gateway, _redis: &mut crate::redis_util::Redis) {
             .or_default()
             .push(uid);
     }
-    let model = gw.sender.groups();
+    let model = &gw.groups;
     for ((tenant, topic), uids) in by_group {
         let snapshot = match model.read(&tenant, &topic, &uids, None).await {
             Ok(crate::group_model::Read::State(s)) => s,

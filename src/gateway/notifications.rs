@@ -26,7 +26,8 @@ use crate::events::{NotificationsRead, UserEvent, UserEventBody};
 use crate::kafka::topics::TopicKind;
 use crate::notifications::{self as notes, DEFAULT_PAGE, MAX_ID_BYTES, MAX_PAGE, MAX_READ_IDS};
 
-use super::http::{authenticate, error, rate, unavailable, ApiError};
+use super::http::{authenticate, rate};
+use super::refusal::{error, unavailable, ApiError};
 use super::Gateway;
 
 #[derive(Deserialize)]
@@ -52,7 +53,7 @@ pub async fn list(
     if p.before.is_some_and(|b| b <= 0) {
         return Err(error(400, "malformed: before is a cursor from next_before"));
     }
-    let pool = gw.sender.pools().get(&claims.ten).map_err(unavailable)?;
+    let pool = gw.pools.get(&claims.ten).map_err(unavailable)?;
     let page = notes::list(pool, claims.uid, p.before, limit, p.unread.unwrap_or(false))
         .await
         .map_err(unavailable)?;

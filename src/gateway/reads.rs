@@ -6,59 +6,14 @@ use serde_json::{json, Value};
 
 use crate::events::{GroupEvent, GroupEventBody, HistoryCleared, SeqRange};
 use crate::groups::Membership;
-use crate::history::{HistoryError, PageQuery};
+use crate::history::PageQuery;
 use crate::kafka::topics::TopicKind;
 use crate::keys::TopicKeys;
 use crate::store::message::StoredMessage;
 
+use super::refusal::Refusal;
 use super::Gateway;
 use crate::tinode;
-
-/// Why a read or delete was refused, as a Tinode code and text.
-#[derive(Debug)]
-pub struct Refusal(pub u16, pub String);
-
-impl Refusal {
-    /// An internal failure that may pass (a database, Redis, the broker):
-    /// the detail is logged under the request id, the client is told only
-    /// to retry (and, by the front end, the request id).
-    pub fn unavailable(e: impl std::fmt::Display) -> Refusal {
-        super::log_internal(&e);
-        Refusal(503, "service unavailable, retry".into())
-    }
-
-    /// An internal failure that will not pass by itself (logged likewise).
-    pub fn internal(e: impl std::fmt::Display) -> Refusal {
-        super::log_internal(&e);
-        Refusal(500, "internal error".into())
-    }
-}
-
-impl From<HistoryError> for Refusal {
-    fn from(e: HistoryError) -> Self {
-        match e {
-            HistoryError::BadRequest(why) => Refusal(400, format!("malformed: {why}")),
-            // An archived month whose archive cannot be read: the server's
-            // fault, named by month (503 when the store may come back); the
-            // detail (object names, store errors) only in the log.
-            HistoryError::Archive(e) => {
-                let request_id = crate::request_id::current();
-                tracing::error!(%request_id, error = %e, "archived month unreadable");
-                use crate::store::archive::reader::ArchiveReadError as A;
-                let what = match &e {
-                    A::Missing { .. } => "missing",
-                    A::Damaged { .. } => "damaged",
-                    A::Unreachable { .. } => "unreachable, retry",
-                };
-                Refusal(
-                    if e.retryable() { 503 } else { 500 },
-                    format!("archive of month {} is {what}", e.month()),
-                )
-            }
-            other => Refusal::unavailable(other),
-        }
-    }
-}
 
 /// Refuses non-members (403) and dissolved groups (404).
 pub async fn ensure_member(
@@ -70,8 +25,8 @@ pub async fn ensure_member(
     if !tinode::is_conversation_topic(topic) {
         return Err(Refusal(404, "topic not found".into()));
     }
-    gw.sender.pools().get(tenant).map_err(Refusal::internal)?;
-    match gw.sender.groups().membership(tenant, topic, uid).await {
+    gw.pools.get(tenant).map_err(Refusal::internal)?;
+    match gw.groups.membership(tenant, topic, uid).await {
         Ok(Membership::Member) => Ok(()),
         Ok(Membership::NotMember) => Err(Refusal(403, "permission denied".into())),
         Ok(Membership::Dissolved) => Err(Refusal(404, "topic not found".into())),
@@ -160,13 +115,13 @@ pub async fn clear_history(
         return Err(Refusal(400, "malformed: 1 to 100 ranges".into()));
     }
     let keys = TopicKeys::new(tenant, topic);
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     // Every read filters by the reader's delete log: it stays bounded.
     // Checked and counted in one step (`caps`), so concurrent clears never
     // pass the cap together; a clear refused below after this leaves the
     // count conservative until it is derived from MySQL again.
     let cap = gw.config.limits.dellog_per_user;
-    let pool = gw.sender.pools().get(tenant).map_err(Refusal::internal)?;
+    let pool = gw.pools.get(tenant).map_err(Refusal::internal)?;
     for r in ranges {
         if r.low < 1 || r.hi.is_some_and(|hi| hi <= r.low) {
             return Err(Refusal(400, "malformed: invalid range".into()));
@@ -244,7 +199,7 @@ pub async fn deleted_ranges(
     topic: &str,
     uid: i64,
 ) -> Result<Option<Value>, Refusal> {
-    let pool = gw.sender.pools().get(tenant).map_err(Refusal::internal)?;
+    let pool = gw.pools.get(tenant).map_err(Refusal::internal)?;
     let rows: Vec<(i32, i64, i64)> = sqlx::query_as(
         "SELECT delid, low, hi FROM im_dellog WHERE topic = ? AND deletedfor IN (0, ?) ORDER BY delid, low",
     )
@@ -273,9 +228,9 @@ pub async fn deleted_ranges(
 /// Tinode's `{meta desc}` body for a member: access mode, the topic's last
 /// seq and the reader's read/recv cursors.
 pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Result<Value, Refusal> {
-    let pool = gw.sender.pools().get(tenant).map_err(Refusal::internal)?;
+    let pool = gw.pools.get(tenant).map_err(Refusal::internal)?;
     let keys = TopicKeys::new(tenant, topic);
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     let last: Option<i64> = redis::cmd("HGET")
         .arg(keys.seq())
         .arg("last_seq")
@@ -337,46 +292,4 @@ pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Resu
         desc["public"] = profile.public();
     }
     Ok(desc)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::archive::reader::ArchiveReadError;
-    use crate::store::month::ShardMonth;
-
-    #[test]
-    fn an_unreadable_archive_is_named_by_month_never_by_its_objects() {
-        let month = ShardMonth::parse("202609").unwrap();
-        let detail = "s3://bucket/tenants/acme/202609/index.json: 404 from 10.0.0.7".to_string();
-        for (e, code, text) in [
-            (
-                ArchiveReadError::Missing {
-                    month,
-                    detail: detail.clone(),
-                },
-                500,
-                "archive of month 202609 is missing",
-            ),
-            (
-                ArchiveReadError::Damaged {
-                    month,
-                    detail: detail.clone(),
-                },
-                500,
-                "archive of month 202609 is damaged",
-            ),
-            (
-                ArchiveReadError::Unreachable {
-                    month,
-                    detail: detail.clone(),
-                },
-                503,
-                "archive of month 202609 is unreachable, retry",
-            ),
-        ] {
-            let Refusal(c, t) = HistoryError::Archive(e).into();
-            assert_eq!((c, t.as_str()), (code, text));
-        }
-    }
 }

@@ -44,9 +44,8 @@ use crate::kafka::topics::TopicKind;
 use crate::references::{self, favorites, files, reports, Resolved, State as RefState};
 use crate::tinode;
 
-use super::http::{
-    authenticate, error, message_json, rate, reader, refused, unavailable, ApiError,
-};
+use super::http::{authenticate, message_json, rate, reader};
+use super::refusal::{error, refused, unavailable, ApiError};
 use super::Gateway;
 use crate::auth::Claims;
 
@@ -95,7 +94,7 @@ async fn readable_when_stored(
     if found.state != RefState::Gone {
         return Ok(found);
     }
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     let allocated: Option<i64> = redis::cmd("HGET")
         .arg(crate::keys::TopicKeys::new(&claims.ten, topic).seq())
         .arg("last_seq")
@@ -259,7 +258,7 @@ pub async fn add_favorite(
     // Checked and taken in one step (`caps`): concurrent saves never pass
     // the cap together.
     let cap = gw.config.limits.favorites_per_user;
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     let taken = crate::caps::take(
         &mut redis,
         pool(&gw, &claims.ten)?,
@@ -319,7 +318,7 @@ pub async fn remove_favorite(
     )
     .await?;
     // Its place under the cap is free once the removal is in the log.
-    let mut redis = gw.sender.redis();
+    let mut redis = gw.redis.clone();
     crate::caps::give(
         &mut redis,
         &claims.ten,

@@ -29,7 +29,8 @@ use crate::events::{
 use crate::kafka::topics::TopicKind;
 use crate::relations::{contains, Set};
 
-use super::http::{authenticate, error, ApiError};
+use super::http::authenticate;
+use super::refusal::{error, ApiError};
 use super::Gateway;
 use crate::tinode;
 
@@ -54,7 +55,7 @@ async fn produce(gw: &Gateway, events: Vec<UserEvent>) -> Result<Response, ApiEr
             .producer()
             .send(TopicKind::UserEvents, &e.key(), &e, None)
             .await
-            .map_err(super::http::unavailable)?;
+            .map_err(super::refusal::unavailable)?;
         ids.push(e.event_id);
     }
     Ok((StatusCode::ACCEPTED, Json(json!({"events": ids}))).into_response())
@@ -71,11 +72,11 @@ async fn related(
         .sender
         .pools()
         .get(tenant)
-        .map_err(super::http::unavailable)?;
-    let mut redis = gw.sender.redis();
+        .map_err(super::refusal::unavailable)?;
+    let mut redis = gw.redis.clone();
     contains(pool, &mut redis, tenant, set, uid, other)
         .await
-        .map_err(|_| error(503, "service unavailable, retry"))
+        .map_err(|_| error(503, tinode::UNAVAILABLE))
 }
 
 #[derive(Deserialize)]
@@ -128,7 +129,7 @@ pub async fn accept_friend(
         .sender
         .pools()
         .get(&me.ten)
-        .map_err(super::http::unavailable)?;
+        .map_err(super::refusal::unavailable)?;
     let pending: Option<String> = sqlx::query_scalar(
         "SELECT status FROM im_friend_requests WHERE from_uid = ? AND to_uid = ?",
     )
@@ -136,7 +137,7 @@ pub async fn accept_friend(
     .bind(me.uid)
     .fetch_optional(pool)
     .await
-    .map_err(|_| error(503, "service unavailable, retry"))?;
+    .map_err(|_| error(503, tinode::UNAVAILABLE))?;
     match pending.as_deref() {
         None => return Err(error(404, "no friend request from this user")),
         Some("accepted") => return Err(error(409, "already accepted")),

@@ -6,7 +6,7 @@
 //! (`reply_seqid`, `root_seqid`): the root of a reply to a reply is the
 //! first message of the thread, whatever month each is in.
 
-use super::reads::Refusal;
+use super::refusal::Refusal;
 use super::Gateway;
 
 /// The root of the thread `head` replies in (`None` when it is no reply).

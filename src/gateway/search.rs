@@ -32,9 +32,8 @@ use crate::search::query::{Cursor, Request, Scope, MAX_TOPICS};
 use crate::search::SearchError;
 use crate::tinode;
 
-use super::http::{
-    authenticate, error, instant, message_json, rate, refused, unavailable, ApiError,
-};
+use super::http::{authenticate, instant, message_json, rate};
+use super::refusal::{error, refused, unavailable, ApiError};
 use super::Gateway;
 
 /// Hits per page when the client gives no `limit`.

@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use sqlx::MySqlPool;
 
 use super::Refused;
+use crate::tinode;
 
 /// Who may add a user to a group directly (`im_user_settings.add_policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +64,7 @@ pub fn admission(policy: AddPolicy, blocked_adder: bool, contact: bool) -> Optio
 fn unavailable(e: sqlx::Error) -> Refused {
     let request_id = crate::request_id::current();
     tracing::warn!(%request_id, error = %e, "consent: database failed");
-    Refused(503, "service unavailable, retry".into())
+    Refused(503, tinode::UNAVAILABLE.into())
 }
 
 /// How each of `targets` comes in when `adder` adds them; refused (403,

@@ -83,7 +83,7 @@ fn unavailable(e: impl std::fmt::Display) -> Refused {
     tracing::warn!(%request_id, error = %e, "governance: dependency failed");
     metrics::counter!(crate::metrics::GOVERNANCE_COMMANDS_TOTAL, "outcome" => "unavailable")
         .increment(1);
-    Refused(503, "service unavailable, retry".into())
+    Refused(503, tinode::UNAVAILABLE.into())
 }
 
 /// How often a command is decided again after its facts moved under it.

@@ -239,6 +239,23 @@ fn depth(text: &str) -> usize {
     deepest
 }
 
+/// Takes `client_mid` out of a pub head (it is an idempotency key, never
+/// stored or delivered); returns it and the remaining head as JSON text.
+pub fn split_head(
+    head: Option<serde_json::Map<String, Value>>,
+) -> (Option<String>, Option<String>) {
+    let Some(mut head) = head else {
+        return (None, None);
+    };
+    let cmid = head.remove("client_mid").and_then(|v| match v {
+        serde_json::Value::String(s) => Some(s),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    });
+    let rest = (!head.is_empty()).then(|| serde_json::Value::Object(head).to_string());
+    (cmid, rest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,9 @@
 mod content;
 pub(crate) mod reseed;
 
-pub use content::{derive, replied_seq, ContentError, Derived, MAX_JSON_DEPTH, MAX_MENTIONS};
+pub use content::{
+    derive, replied_seq, split_head, ContentError, Derived, MAX_JSON_DEPTH, MAX_MENTIONS,
+};
 
 pub use crate::kafka::producer::IN_FLIGHT_WINDOW_MS;
 pub use crate::redis_util::generation::{establish_generation, establish_generations};

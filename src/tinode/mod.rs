@@ -12,5 +12,10 @@ pub use client::*;
 pub use names::*;
 pub use wire::*;
 
+/// The text of every answer to a failure that may pass (a database,
+/// Redis, the broker): the client retries; the detail is only in the log,
+/// under the request id the answer carries.
+pub const UNAVAILABLE: &str = "service unavailable, retry";
+
 #[cfg(test)]
 mod tests;

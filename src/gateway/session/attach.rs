@@ -44,7 +44,7 @@ impl Session {
             return;
         }
         let who = self.identity.clone().expect("logged in");
-        let Ok(_pool) = self.gateway.sender.pools().get(&who.tenant) else {
+        let Ok(_pool) = self.gateway.pools.get(&who.tenant) else {
             self.reply(ctrl(
                 id,
                 Some(&self.shown(topic)),
@@ -55,7 +55,7 @@ impl Session {
             .await;
             return;
         };
-        let mut redis = self.gateway.sender.redis();
+        let mut redis = self.gateway.redis.clone();
         let membership = self
             .gateway
             .sender
@@ -159,7 +159,7 @@ impl Session {
                     id,
                     Some(&self.shown(topic)),
                     503,
-                    "service unavailable, retry",
+                    tinode::UNAVAILABLE,
                     None,
                 ))
                 .await
@@ -235,7 +235,7 @@ impl Session {
     /// the user's last attached session.
     pub(super) async fn detach(&self, handle: &SessionHandle, topic: &str) {
         let still_here = self.gateway.hub.detach(handle, topic);
-        let mut redis = self.gateway.sender.redis();
+        let mut redis = self.gateway.redis.clone();
         let change = presence::detach(
             &mut redis,
             &handle.tenant,
@@ -292,7 +292,7 @@ impl Session {
             payload: frame,
             exclude: Vec::new(),
         };
-        let mut redis = self.gateway.sender.redis();
+        let mut redis = self.gateway.redis.clone();
         let nodes = presence::online_nodes(&mut redis, tenant, topic, now_ms())
             .await
             .ok()

@@ -4,7 +4,8 @@ use serde_json::json;
 
 use crate::events::SeqRange;
 use crate::gateway::edits;
-use crate::gateway::reads::{self, Refusal};
+use crate::gateway::reads;
+use crate::gateway::refusal::Refusal;
 use crate::tinode::{self, ctrl};
 
 use super::Session;
@@ -78,7 +79,7 @@ impl Session {
             return;
         }
         let who = self.identity.clone().expect("logged in");
-        if let Err(reads::Refusal(code, text)) =
+        if let Err(Refusal(code, text)) =
             reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid).await
         {
             self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
@@ -113,7 +114,7 @@ impl Session {
                 ))
                 .await
             }
-            Err(reads::Refusal(code, text)) => {
+            Err(Refusal(code, text)) => {
                 self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
                     .await
             }

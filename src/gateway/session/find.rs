@@ -10,7 +10,7 @@
 
 use serde_json::{json, Value};
 
-use crate::gateway::reads::Refusal;
+use crate::gateway::refusal::Refusal;
 use crate::tinode::{self, ctrl};
 
 use super::Session;

@@ -3,6 +3,7 @@
 use serde_json::json;
 
 use crate::gateway::reads;
+use crate::gateway::refusal::Refusal;
 use crate::tinode::{self, ctrl};
 
 use super::Session;
@@ -13,7 +14,7 @@ impl Session {
         &self,
         who: &super::Identity,
         topic: &str,
-    ) -> Result<Vec<serde_json::Value>, reads::Refusal> {
+    ) -> Result<Vec<serde_json::Value>, Refusal> {
         let Some((a, b)) = tinode::parse_p2p_topic(topic) else {
             return Ok(Vec::new());
         };
@@ -22,16 +23,16 @@ impl Session {
             .sender
             .pools()
             .get(&who.tenant)
-            .map_err(reads::Refusal::internal)?;
+            .map_err(Refusal::internal)?;
         let mut profiles = crate::conversations::user_profiles(pool, &[a, b])
             .await
-            .map_err(reads::Refusal::unavailable)?;
+            .map_err(Refusal::unavailable)?;
         let peer = if a == who.uid { b } else { a };
         // The peer's note and presence only for someone they share a
         // conversation with and did not block.
         let private = crate::conversations::may_see_private(pool, who.uid, peer)
             .await
-            .map_err(reads::Refusal::unavailable)?;
+            .map_err(Refusal::unavailable)?;
         let mut online =
             crate::gateway::chats::online_users(&self.gateway, &who.tenant, &[a, b]).await;
         if !private {
@@ -68,7 +69,7 @@ impl Session {
         let who = self.identity.clone().expect("logged in");
         // Attached or not: a member removed a moment ago reads no more
         // (one cached membership check).
-        if let Err(reads::Refusal(code, text)) =
+        if let Err(Refusal(code, text)) =
             reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid).await
         {
             self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
@@ -86,7 +87,7 @@ impl Session {
                     }
                     self.reply(json!({ "meta": meta }).to_string()).await
                 }
-                Err(reads::Refusal(code, text)) => {
+                Err(Refusal(code, text)) => {
                     self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
                         .await
                 }
@@ -122,7 +123,7 @@ impl Session {
                     ))
                     .await
                 }
-                Err(reads::Refusal(code, text)) => {
+                Err(Refusal(code, text)) => {
                     self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
                         .await
                 }
@@ -148,7 +149,7 @@ impl Session {
                     ))
                     .await
                 }
-                Err(reads::Refusal(code, text)) => {
+                Err(Refusal(code, text)) => {
                     self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
                         .await
                 }
@@ -182,7 +183,7 @@ impl Session {
                     self.reply_meta(id, &self.shown(topic), json!({ "sub": subs }))
                         .await
                 }
-                Err(reads::Refusal(code, text)) => {
+                Err(Refusal(code, text)) => {
                     self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
                         .await
                 }

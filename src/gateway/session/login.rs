@@ -59,7 +59,7 @@ impl Session {
             .then(|| auth::basic_login_name(&login.secret))
             .flatten();
         let subjects = LoginSubjects::new(basic_name.as_deref(), self.peer, &gw.config.limits);
-        let mut redis = gw.sender.redis();
+        let mut redis = gw.redis.clone();
         if let Err(l) = subjects.reserve(&mut redis, &gw.config.limits).await {
             let (code, text, params) = l.ctrl_parts();
             self.reply(ctrl(id, None, code, text, Some(params))).await;
@@ -81,7 +81,7 @@ impl Session {
                     Some(c.gen),
                 )
             }),
-            "basic" => auth::check_basic_login(&gw.config.auth, gw.sender.pools(), &login.secret)
+            "basic" => auth::check_basic_login(&gw.config.auth, &gw.pools, &login.secret)
                 .await
                 .map(|(tenant, uid)| {
                     // A device of its own for every password login, so
@@ -118,7 +118,7 @@ impl Session {
             }
             Err(AuthError::Unavailable) => {
                 subjects.give_back(&mut redis).await;
-                self.reply(ctrl(id, None, 503, "service unavailable, retry", None))
+                self.reply(ctrl(id, None, 503, tinode::UNAVAILABLE, None))
                     .await;
                 return;
             }
@@ -126,7 +126,7 @@ impl Session {
         // Fails closed: when neither Redis nor MySQL answers, nobody is let in.
         let state = match control::state(
             &mut redis,
-            gw.sender.pools(),
+            &gw.pools,
             &identity.tenant,
             identity.uid,
             &identity.device,
@@ -136,7 +136,7 @@ impl Session {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(request_id = %crate::request_id::current(), error = %e, "session control unavailable at login");
-                self.reply(ctrl(id, None, 503, "service unavailable, retry", None))
+                self.reply(ctrl(id, None, 503, tinode::UNAVAILABLE, None))
                     .await;
                 return;
             }

@@ -7,7 +7,8 @@
 use serde_json::{json, Value};
 
 use crate::gateway::chats;
-use crate::gateway::reads::{self, Refusal};
+use crate::gateway::reads;
+use crate::gateway::refusal::Refusal;
 use crate::tinode::{self, ctrl};
 
 use super::Session;

@@ -17,8 +17,6 @@ mod note;
 mod publish;
 mod set;
 
-pub use publish::{send_error_reply, split_head};
-
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -306,7 +304,7 @@ impl Session {
             .hub
             .user_sessions(&handle.tenant, handle.uid, None, "")
             .is_empty();
-        let mut redis = self.gateway.sender.redis();
+        let mut redis = self.gateway.redis.clone();
         let last = presence::user_offline(
             &mut redis,
             &handle.tenant,
@@ -405,7 +403,7 @@ impl Session {
         let Some(who) = &self.identity else {
             return false;
         };
-        let mut redis = self.gateway.sender.redis();
+        let mut redis = self.gateway.redis.clone();
         match super::limits::take(
             &mut redis,
             &self.gateway.config.limits,
@@ -442,10 +440,10 @@ impl Session {
             return true;
         }
         self.checked_at = now;
-        let mut redis = self.gateway.sender.redis();
+        let mut redis = self.gateway.redis.clone();
         let checked = control::recheck(
             &mut redis,
-            self.gateway.sender.pools(),
+            &self.gateway.pools,
             std::slice::from_ref(handle),
         )
         .await;
@@ -461,7 +459,7 @@ impl Session {
                 id.as_deref(),
                 topic.as_deref(),
                 503,
-                "service unavailable, retry",
+                tinode::UNAVAILABLE,
                 None,
             ))
             .await;

@@ -50,7 +50,7 @@ impl Session {
                     return;
                 }
                 let keys = crate::keys::TopicKeys::new(&who.tenant, topic);
-                let mut redis = self.gateway.sender.redis();
+                let mut redis = self.gateway.redis.clone();
                 let last: Option<i64> = redis::cmd("HGET")
                     .arg(keys.seq())
                     .arg("last_seq")

@@ -1,13 +1,13 @@
 //! `{pub}`: a message or an edit, acknowledged `{ctrl 202 seq}` once produced.
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::gateway::edits;
 use crate::gateway::limits::Action;
-use crate::gateway::reads::Refusal;
+use crate::gateway::refusal::{send_error_reply, Refusal};
 use crate::realtime::hub::Outbound;
-use crate::send::{SendError, SendRequest};
-use crate::tinode::{self, ctrl, MsgPub};
+use crate::send::{split_head, SendRequest};
+use crate::tinode::{ctrl, MsgPub};
 
 use super::Session;
 
@@ -117,77 +117,5 @@ impl Session {
                     .await;
             drop(permit);
         });
-    }
-}
-
-/// Takes `client_mid` out of a pub head (it is an idempotency key, never
-/// stored or delivered); returns it and the remaining head as JSON text.
-pub fn split_head(
-    head: Option<serde_json::Map<String, Value>>,
-) -> (Option<String>, Option<String>) {
-    let Some(mut head) = head else {
-        return (None, None);
-    };
-    let cmid = head.remove("client_mid").and_then(|v| match v {
-        Value::String(s) => Some(s),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    });
-    let rest = (!head.is_empty()).then(|| Value::Object(head).to_string());
-    (cmid, rest)
-}
-
-/// Tinode code, text and params for a refused send.
-pub fn send_error_reply(e: &SendError) -> (u16, String, Option<Value>) {
-    match e {
-        SendError::NotMember => (403, "permission denied".into(), None),
-        SendError::Dissolved => (
-            404,
-            "topic not found".into(),
-            Some(json!({"code": "GROUP_DISSOLVED"})),
-        ),
-        SendError::Muted(until) => (
-            403,
-            "muted".into(),
-            Some(
-                json!({"what": "muted", "code": "GROUP_MUTED", "until": tinode::timestamp_ms(*until)}),
-            ),
-        ),
-        SendError::MutedAll => (
-            403,
-            "group muted".into(),
-            Some(json!({"what": "muted", "code": "GROUP_MUTED"})),
-        ),
-        SendError::Blocked => (
-            403,
-            "blocked by the recipient".into(),
-            Some(json!({"code": "BLOCKED"})),
-        ),
-        SendError::NotFriends => (
-            403,
-            "only friends may send one-to-one messages".into(),
-            Some(json!({"code": "NOT_FRIENDS"})),
-        ),
-        SendError::TooLarge(_) => (413, "message too large".into(), None),
-        SendError::ClientIdReused => (
-            409,
-            "client_mid was already used for a different message".into(),
-            Some(json!({"code": "CLIENT_MID_REUSED"})),
-        ),
-        SendError::BadRequest(why) => (400, format!("malformed: {why}"), None),
-        SendError::Retryable(why) => (
-            503,
-            "service unavailable, retry".into(),
-            Some(json!({"retry": true, "request_id": crate::gateway::log_internal(why)})),
-        ),
-        SendError::Overloaded => (
-            503,
-            "overloaded, retry".into(),
-            Some(json!({
-                "retry": true,
-                "code": "OVERLOADED",
-                "retry_after_ms": crate::send::OVERLOADED_RETRY_MS,
-            })),
-        ),
     }
 }

@@ -4,7 +4,7 @@
 //! with the request id, so a client never waits for nothing.
 
 use crate::gateway::chats;
-use crate::gateway::reads::Refusal;
+use crate::gateway::refusal::Refusal;
 use crate::governance::Actor;
 use serde_json::json;
 
@@ -67,14 +67,8 @@ impl Session {
             Ok(_) => false,
             Err(e) => {
                 tracing::warn!(request_id = %crate::request_id::current(), error = %e, "invitation check failed");
-                self.reply(ctrl(
-                    id,
-                    Some(&shown),
-                    503,
-                    "service unavailable, retry",
-                    None,
-                ))
-                .await;
+                self.reply(ctrl(id, Some(&shown), 503, tinode::UNAVAILABLE, None))
+                    .await;
                 return;
             }
         };
