@@ -30,7 +30,7 @@ use sqlx::{MySql, Row, Transaction};
 use crate::store::catalog::ShardStatus;
 use crate::store::month::{MonthTable, SecondaryIndex, ShardMonth, SECONDARY_INDEXES};
 
-use crate::store::legacy::state::{self, Cursor};
+use super::state::{self, Cursor};
 use crate::store::legacy::table::{self, COPY_COLUMNS};
 
 /// MySQL's limit on the placeholders of one prepared statement.

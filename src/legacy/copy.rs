@@ -40,7 +40,7 @@ use crate::store::routes;
 use crate::store::writer::MirrorRow;
 
 use super::bulk::{self, LegacyRow, Load};
-use crate::store::legacy::state::{self, Batch, Cursor, MonthState};
+use super::state::{self, Batch, Cursor, MonthState};
 use crate::store::legacy::table::{self, TABLE};
 
 /// Seed 000 §9: 1,000 to 5,000 rows per batch.

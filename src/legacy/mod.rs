@@ -22,6 +22,7 @@
 pub mod bulk;
 pub mod copy;
 pub mod plan;
+pub mod state;
 pub mod verify;
 
 use anyhow::bail;
@@ -30,7 +31,7 @@ use sqlx::mysql::MySqlPool;
 
 use crate::config::Config;
 use crate::shutdown::Shutdown;
-use crate::store::legacy::{state, table};
+use crate::store::legacy::table;
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum LegacyCommand {

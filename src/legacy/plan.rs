@@ -13,7 +13,7 @@ use crate::keys::TopicKeys;
 use crate::store::catalog::{self, ShardStatus};
 use crate::store::month::ShardMonth;
 
-use crate::store::legacy::state;
+use super::state;
 use crate::store::legacy::table::{self, CURSOR_INDEX, TABLE};
 
 /// What `plan` found and prepared.

@@ -18,7 +18,7 @@ use crate::replay::projection;
 use crate::store::catalog;
 use crate::store::routes;
 
-use crate::store::legacy::state;
+use super::state;
 use crate::store::legacy::table::TABLE;
 
 /// What `verify` found.
