@@ -2,7 +2,8 @@
 //! each test its own world — a unique Kafka topic prefix, tenant database,
 //! registry database and consumer-group prefix — so tests run in parallel
 //! without stepping on each other. A failing test leaves its databases
-//! behind for inspection.
+//! behind for inspection. Tests start the `imstream` binary only through
+//! [`process`].
 #![allow(dead_code)]
 
 pub mod process;
