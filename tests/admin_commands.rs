@@ -28,7 +28,7 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use common::{read_events, send_http, wait_for, write_config_file, Stack};
+use common::{process, read_events, send_http, wait_for, Stack};
 use imstream::events::AdminResult;
 use imstream::kafka::topics::TopicKind;
 use realtime_support::Client;
@@ -474,27 +474,14 @@ async fn a_user_changes_their_own_password_with_the_old_one() {
 
 /// `imstream users <args>` with `password` in `IMSTREAM_PASSWORD`.
 fn users_cli(stack: &Stack, args: &[&str], password: Option<&str>) -> (bool, String) {
-    let config = write_config_file(stack.config(), &format!("users-{}", stack.world.id));
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_imstream"));
-    cmd.arg("--config")
-        .arg(&config)
-        .arg("users")
-        .args(args)
-        .env("RUST_LOG", "error")
-        .env_remove("IMSTREAM_PASSWORD")
-        .stdin(std::process::Stdio::null());
+    let args = [&["users"], args].concat();
+    let mut cmd = process::command(&stack.config_file("users"), &args);
+    cmd.env("RUST_LOG", "error").env_remove("IMSTREAM_PASSWORD");
     if let Some(p) = password {
         cmd.env("IMSTREAM_PASSWORD", p);
     }
-    let out = cmd.output().expect("run imstream users");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    let ran = process::run(cmd);
+    (ran.ok, ran.printed())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

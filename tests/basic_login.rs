@@ -8,13 +8,10 @@
 mod common;
 mod realtime_support;
 
-use std::process::Stdio;
-
 use base64::Engine;
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
 
-use common::{write_config_file, Stack};
+use common::{process, Stack};
 use realtime_support::{usr, Client};
 
 const UID: i64 = 4242;
@@ -28,39 +25,14 @@ async fn users_add(
     uid: i64,
     password: &str,
 ) -> (bool, String) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
-        .arg("--config")
-        .arg(config)
-        .args([
-            "users",
-            "add",
-            "--tenant",
-            tenant,
-            "--uid",
-            &uid.to_string(),
-            "--login",
-            LOGIN,
-        ])
-        .env_remove("IMSTREAM_PASSWORD")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("run imstream users add");
-    let mut stdin = child.stdin.take().unwrap();
-    stdin
-        .write_all(format!("{password}\n").as_bytes())
-        .await
-        .unwrap();
-    drop(stdin);
-    let out = child.wait_with_output().await.unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    let uid = uid.to_string();
+    let args = [
+        "users", "add", "--tenant", tenant, "--uid", &uid, "--login", LOGIN,
+    ];
+    let mut cmd = process::command(config, &args);
+    cmd.env_remove("IMSTREAM_PASSWORD");
+    let ran = process::run_async(cmd, Some(&format!("{password}\n"))).await;
+    (ran.ok, ran.printed())
 }
 
 fn basic(login: &str, password: &str) -> String {
@@ -72,7 +44,7 @@ async fn a_user_added_with_the_cli_logs_in_with_a_password() {
     let mut stack = Stack::prepared(None).await;
     let tenant = stack.tenant().to_string();
     stack.world.config.auth.basic.tenants = vec![tenant.clone()];
-    let config_file = write_config_file(stack.config(), &format!("basic-{}", stack.world.id));
+    let config_file = stack.config_file("basic");
 
     let (ok, out) = users_add(&config_file, &tenant, UID, PASSWORD).await;
     assert!(ok, "imstream users add failed: {out}");

@@ -12,8 +12,6 @@
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,7 +27,8 @@ use imstream::keys::{TenantKeys, TopicKeys};
 use imstream::send::{IN_FLIGHT_WINDOW_MS, MARGIN_AFTER_LOSS};
 use imstream::store::month::ShardMonth;
 
-use common::{send_http, stored_counts, wait_for, write_config_file, Stack};
+use common::process::Proc;
+use common::{send_http, stored_counts, wait_for, Stack};
 
 fn current_month() -> String {
     ShardMonth::of(chrono::Utc::now()).to_string()
@@ -56,42 +55,6 @@ async fn mirror_count(pool: &MySqlPool, topic: &str) -> i64 {
     .await
     .unwrap();
     counts.into_iter().sum()
-}
-
-/// A store pipeline in its own process.
-struct StoreProcess {
-    child: tokio::process::Child,
-    log: PathBuf,
-}
-
-impl StoreProcess {
-    fn spawn(config_file: &std::path::Path, log_name: &str) -> StoreProcess {
-        let log = common::repo_root().join(format!("target/tmp/{log_name}.log"));
-        let file = std::fs::File::create(&log).expect("log file");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
-            .arg("--config")
-            .arg(config_file)
-            .args(["project", "store"])
-            .stdout(Stdio::null())
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn imstream project store");
-        StoreProcess { child, log }
-    }
-
-    /// SIGKILL, no chance to commit or clean up.
-    async fn kill_9(mut self) {
-        self.child.start_kill().expect("SIGKILL");
-        let status = self.child.wait().await.expect("reaped");
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(
-            status.signal(),
-            Some(9),
-            "killed by SIGKILL ({:?})",
-            self.log
-        );
-    }
 }
 
 /// Sends with retries of retryable refusals (same client_msg_id).
@@ -131,8 +94,10 @@ async fn sigkill_of_the_store_pipeline_mid_batch_loses_and_duplicates_nothing() 
     let members: Vec<i64> = (2..=20).collect();
     stack.create_group(topic, 1, &members).await;
     let pool = stack.pool();
-    let config_file = write_config_file(stack.config(), &format!("crash-{}", stack.world.id));
-    let mut store = StoreProcess::spawn(&config_file, &format!("crash-{}-1", stack.world.id));
+    let config_file = stack.config_file("crash");
+    // A store pipeline in its own process, its logs in crash-<id>-N.log.
+    let name = format!("crash-{}", stack.world.id);
+    let mut store = Proc::spawn(&name, &config_file, &["project", "store"]);
 
     let addr = stack.gateway_addr(0);
     let client = reqwest::Client::new();
@@ -176,10 +141,7 @@ async fn sigkill_of_the_store_pipeline_mid_batch_loses_and_duplicates_nothing() 
         .await;
         store.kill_9().await;
         killed_at.push(seen);
-        store = StoreProcess::spawn(
-            &config_file,
-            &format!("crash-{}-{}", stack.world.id, round + 1),
-        );
+        store.respawn();
     }
     for s in senders {
         s.await.expect("sender");

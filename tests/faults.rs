@@ -43,8 +43,7 @@ mod rollback;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -57,6 +56,7 @@ use imstream::kafka::topics::{TopicNames, PIPELINES_WITH_DLQ};
 use imstream::keys::TopicKeys;
 use imstream::store::month::ShardMonth;
 
+use common::process::{free_addr, Proc};
 use common::{wait_for, write_config_file, Stack};
 use realtime_support::Client;
 
@@ -197,133 +197,6 @@ impl Drop for ServiceDown {
     }
 }
 
-// ------------------------------------------------------ child processes --
-
-/// One `imstream` child process (a gateway or a pipeline), restartable with
-/// the same arguments. Killed when dropped.
-struct Proc {
-    name: String,
-    config_file: PathBuf,
-    args: Vec<String>,
-    child: tokio::process::Child,
-    incarnation: u32,
-}
-
-impl Proc {
-    fn spawn(name: &str, config_file: &Path, args: &[&str]) -> Proc {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let child = spawn_child(name, 1, config_file, &args);
-        Proc {
-            name: name.to_string(),
-            config_file: config_file.to_path_buf(),
-            args,
-            child,
-            incarnation: 1,
-        }
-    }
-
-    fn log(&self) -> PathBuf {
-        log_path(&self.name, self.incarnation)
-    }
-
-    /// SIGKILL, no chance to commit, flush or release anything.
-    async fn kill_9(&mut self) {
-        self.child.start_kill().expect("SIGKILL");
-        let status = self.child.wait().await.expect("reaped");
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(
-            status.signal(),
-            Some(9),
-            "{} killed ({:?})",
-            self.name,
-            self.log()
-        );
-    }
-
-    /// Starts it again (same config, same arguments).
-    fn respawn(&mut self) {
-        self.incarnation += 1;
-        self.child = spawn_child(&self.name, self.incarnation, &self.config_file, &self.args);
-    }
-
-    /// Its exit status, if it exited.
-    fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
-    }
-}
-
-fn log_path(name: &str, incarnation: u32) -> PathBuf {
-    common::repo_root().join(format!("target/tmp/{name}-{incarnation}.log"))
-}
-
-fn spawn_child(
-    name: &str,
-    incarnation: u32,
-    config: &Path,
-    args: &[String],
-) -> tokio::process::Child {
-    let log = log_path(name, incarnation);
-    let file = std::fs::File::create(&log).expect("log file");
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(file)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn imstream {args:?}: {e}"))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn answers(http: &reqwest::Client, addr: SocketAddr) -> bool {
-    matches!(
-        http.get(format!("http://{addr}/healthz"))
-            .timeout(Duration::from_secs(1))
-            .send()
-            .await,
-        Ok(r) if r.status().is_success()
-    )
-}
-
-/// Waits until the gateway answers on `addr`; restarts it whenever it
-/// exits, as a supervisor would. Returns (time until it served, exits seen).
-async fn supervise_until_serving(gw: &mut Proc, addr: SocketAddr) -> (Duration, Vec<String>) {
-    let http = reqwest::Client::new();
-    let started = Instant::now();
-    let mut exits = Vec::new();
-    loop {
-        if answers(&http, addr).await {
-            return (started.elapsed(), exits);
-        }
-        if let Some(status) = gw.exited() {
-            let log = std::fs::read_to_string(gw.log()).unwrap_or_default();
-            let last = log.lines().last().unwrap_or("").to_string();
-            exits.push(format!(
-                "{} exited {status} after {:.1}s: {last}",
-                gw.name,
-                started.elapsed().as_secs_f64()
-            ));
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            gw.respawn();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "{} did not serve on {addr} within 90 s (exits: {exits:?})",
-            gw.name
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 // --------------------------------------------------------------- system --
 
 /// A world with its gateways and pipelines running as child processes.
@@ -354,14 +227,13 @@ impl System {
         // (its own test: tests/security_limits.rs).
         stack.world.config.limits.hot_per_topic = 1_000_000;
         let id = stack.world.id.clone();
-        let pipeline_config = write_config_file(stack.config(), &format!("faults-{name}-{id}"));
+        let pipeline_config = stack.config_file(&format!("faults-{name}"));
         let mut pipelines = HashMap::new();
         for p in CHILD_PIPELINES {
             let proc_name = format!("faults-{name}-{id}-{p}");
-            pipelines.insert(
-                p,
-                Proc::spawn(&proc_name, &pipeline_config, &["project", p]),
-            );
+            let args = ["project", p];
+            let proc = Proc::spawn_logging(&proc_name, &pipeline_config, &args, "warn");
+            pipelines.insert(p, proc);
         }
         for p in imstream::pipeline::PIPELINES {
             if !CHILD_PIPELINES.contains(p) {
@@ -372,18 +244,15 @@ impl System {
             let mut config = stack.config().clone();
             config.node.id = format!("{label}-{id}");
             let file = write_config_file(&config, &format!("faults-{name}-{id}-{label}"));
-            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-            let listen = addr.to_string();
+            let addr = free_addr();
+            let args = ["gateway", "--listen", &addr.to_string()];
             let proc_name = format!("faults-{name}-{id}-{label}");
-            (
-                Proc::spawn(&proc_name, &file, &["gateway", "--listen", &listen]),
-                addr,
-            )
+            (Proc::spawn_logging(&proc_name, &file, &args, "warn"), addr)
         };
         let (mut gateway_a, addr_a) = gateway("gwA");
         let (mut gateway_b, addr_b) = gateway("gwB");
         for (gw, addr) in [(&mut gateway_a, addr_a), (&mut gateway_b, addr_b)] {
-            let (_, exits) = supervise_until_serving(gw, addr).await;
+            let (_, exits) = gw.supervise_until_serving(addr).await;
             assert!(exits.is_empty(), "a fresh gateway exited: {exits:?}");
         }
         let topic = format!("grpFault{}", id);
@@ -1650,7 +1519,7 @@ async fn gateway_kill_9_restarted_with_its_node_id() {
     sys.gateway_a.kill_9().await;
     sys.gateway_a.respawn();
     let addr = sys.addr_a;
-    let (took, exits) = supervise_until_serving(&mut sys.gateway_a, addr).await;
+    let (took, exits) = sys.gateway_a.supervise_until_serving(addr).await;
     let outcome = load.finish_after(AFTER).await;
     let mut report = sys.verify(&outcome, Expect::default()).await;
     report

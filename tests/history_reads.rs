@@ -952,28 +952,18 @@ async fn lost_redis_routes_are_rebuilt_and_reads_stay_complete() {
         .query_async(&mut redis)
         .await
         .unwrap();
-    let config_path =
-        common::write_config_file(stack.config(), &format!("routes-{}", stack.world.id));
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
-        .arg("--config")
-        .arg(&config_path)
-        .args([
-            "routes",
-            "rebuild",
-            "--tenant",
-            stack.tenant(),
-            "--topic",
-            topic,
-        ])
-        .output()
-        .await
-        .expect("run imstream routes rebuild");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "routes rebuild failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let args = [
+        "routes",
+        "rebuild",
+        "--tenant",
+        stack.tenant(),
+        "--topic",
+        topic,
+    ];
+    let cmd = common::process::command(&stack.config_file("routes"), &args);
+    let ran = common::process::run_async(cmd, None).await;
+    let stdout = &ran.stdout;
+    assert!(ran.ok, "routes rebuild failed: {stdout}\n{}", ran.stderr);
     assert!(stdout.contains("3 month(s)"), "{stdout}");
     assert_eq!(
         months_of(redis.clone()).await,

@@ -10,11 +10,11 @@
 mod common;
 mod realtime_support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
 
+use common::process::Proc;
 use common::{write_config_file, Stack};
 use realtime_support::Client;
 
@@ -26,25 +26,11 @@ async fn run_gateway(
     wait: Duration,
 ) -> Option<(bool, String)> {
     let file = write_config_file(config, name);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
-        .arg("--config")
-        .arg(&file)
-        .args(["gateway", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn imstream gateway");
-    match tokio::time::timeout(wait, child.wait()).await {
-        Ok(status) => {
-            let out = child.wait_with_output().await.expect("output");
-            Some((
-                status.expect("status").success(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            ))
-        }
+    let mut gateway = Proc::spawn(name, &file, &["gateway", "--listen", "127.0.0.1:0"]);
+    match tokio::time::timeout(wait, gateway.wait()).await {
+        Ok(status) => Some((status.success(), gateway.log_text())),
         Err(_) => {
-            let _ = child.kill().await;
+            gateway.kill().await;
             None
         }
     }

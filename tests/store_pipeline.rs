@@ -25,7 +25,7 @@ use imstream::kafka::topics::{TopicKind, TopicNames};
 use imstream::pipeline::Topology;
 use imstream::store::month::{MonthTable, ShardMonth};
 
-use common::{send_http, unique_id, wait_for, write_config_file, Stack};
+use common::{process, send_http, unique_id, wait_for, Stack};
 
 /// The store topology with short backoffs, so a doomed record reaches the
 /// DLQ quickly.
@@ -342,23 +342,12 @@ async fn a_missing_month_table_is_waited_for_and_the_dlq_replay_stores_dead_lett
         .await
         .expect("dead letter");
     dlq.wait_for(&[&dead.event_id], 1).await;
-    let config_file = write_config_file(stack.config(), &format!("dlq-{}", stack.world.id));
-    let replay = tokio::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
-        .arg("--config")
-        .arg(&config_file)
-        .args(["dlq", "replay", "store"])
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), replay)
+    let replay = process::command(&stack.config_file("dlq"), &["dlq", "replay", "store"]);
+    let ran = tokio::time::timeout(Duration::from_secs(120), process::run_async(replay, None))
         .await
-        .expect("dlq replay finishes once drained")
-        .expect("dlq replay runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "dlq replay failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .expect("dlq replay finishes once drained");
+    let stdout = &ran.stdout;
+    assert!(ran.ok, "dlq replay failed: {stdout}\n{}", ran.stderr);
     assert!(stdout.contains("replayed 1 DLQ record"), "{stdout}");
     assert_eq!(count_seq(&pool, "203001", topic, 3).await, 1);
     let expected_mirror = {

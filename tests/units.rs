@@ -24,10 +24,8 @@ use imstream::kafka::topics::{TopicKind, TopicNames};
 use imstream::keys::TopicKeys;
 use imstream::store::month::ShardMonth;
 
-use common::{
-    send_http, server_of, stored_counts, through, unique_id, wait_for, write_config_file, DbProxy,
-    Stack,
-};
+use common::process::Proc;
+use common::{send_http, server_of, stored_counts, through, unique_id, wait_for, DbProxy, Stack};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
@@ -227,18 +225,9 @@ async fn a_stuck_member_holds_the_others_back_by_its_window_and_each_resumes_fro
 async fn a_unit_killed_while_clients_send_resumes_every_member_and_stores_each_acked_message_once()
 {
     let mut stack = Stack::prepared(None).await;
-    let config_file = write_config_file(stack.config(), &format!("unit-{}", stack.world.id));
-    let spawn_unit = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
-            .arg("--config")
-            .arg(&config_file)
-            .args(["unit", "group"])
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn imstream unit group")
-    };
-    let mut unit = spawn_unit();
+    let config_file = stack.config_file("unit");
+    let name = format!("unit-{}", stack.world.id);
+    let mut unit = Proc::spawn_logging(&name, &config_file, &["unit", "group"], "warn");
     let gateway = stack.start_gateway("node-u").await;
     let topic = format!("grpUnitKill{}", unique_id());
     stack.create_group(&topic, 1, &[1, 2]).await;
@@ -263,10 +252,9 @@ async fn a_unit_killed_while_clients_send_resumes_every_member_and_stores_each_a
         })
     };
     tokio::time::sleep(Duration::from_millis(700)).await;
-    unit.kill().expect("SIGKILL the unit");
-    unit.wait().unwrap();
+    unit.kill().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut unit = spawn_unit();
+    unit.respawn();
     let acked = sending.await.unwrap();
     assert!(acked.len() >= 100, "most sends acked: {}", acked.len());
 
@@ -309,7 +297,6 @@ async fn a_unit_killed_while_clients_send_resumes_every_member_and_stores_each_a
         &imstream::pipeline::unit::unit_group_id(stack.config(), group_unit),
     )
     .await;
-    let _ = unit.kill();
-    let _ = unit.wait();
+    unit.kill().await;
     let _ = &mut stack;
 }

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use super::client::{http, HttpAnswer};
 use super::names::{p2p_case_pairs, p2p_topic};
 use super::rng::Rng;
-use crate::common::{wait_for, Stack};
+use crate::common::{process, wait_for, Stack};
 
 /// How long a pipeline may take to apply a change.
 pub const APPLIED: Duration = Duration::from_secs(60);
@@ -479,38 +479,21 @@ impl Scene {
 
     /// `imstream users add` for P, password on stdin.
     async fn add_login(&self) {
-        use tokio::io::AsyncWriteExt;
-        let config = crate::common::write_config_file(
-            self.stack.config(),
-            &format!("adversary-{}", self.stack.world.id),
-        );
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
-            .arg("--config")
-            .arg(&config)
-            .args(["users", "add", "--tenant", &self.tenant, "--uid"])
-            .arg(self.p.to_string())
-            .args(["--login", &self.login])
-            .env_remove("IMSTREAM_PASSWORD")
-            .env("RUST_LOG", "error")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("run imstream users add");
-        let mut stdin = child.stdin.take().unwrap();
-        stdin
-            .write_all(format!("{PASSWORD}\n").as_bytes())
-            .await
-            .unwrap();
-        drop(stdin);
-        let out = child.wait_with_output().await.unwrap();
-        assert!(
-            out.status.success(),
-            "imstream users add: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let uid = self.p.to_string();
+        let args = [
+            "users",
+            "add",
+            "--tenant",
+            &self.tenant,
+            "--uid",
+            &uid,
+            "--login",
+            &self.login,
+        ];
+        let mut cmd = process::command(&self.stack.config_file("adversary"), &args);
+        cmd.env_remove("IMSTREAM_PASSWORD").env("RUST_LOG", "error");
+        let ran = process::run_async(cmd, Some(&format!("{PASSWORD}\n"))).await;
+        assert!(ran.ok, "imstream users add: {}", ran.printed());
     }
 
     /// The victims' data as they read it, by part.

@@ -2,8 +2,11 @@
 //! each test its own world — a unique Kafka topic prefix, tenant database,
 //! registry database and consumer-group prefix — so tests run in parallel
 //! without stepping on each other. A failing test leaves its databases
-//! behind for inspection.
+//! behind for inspection. Tests start the `imstream` binary only through
+//! [`process`].
 #![allow(dead_code)]
+
+pub mod process;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -433,23 +436,19 @@ impl Stack {
         addr
     }
 
+    /// This stack's configuration as it is now, written for a child
+    /// `imstream` process (`target/tmp/<label>-<world id>.toml`).
+    pub fn config_file(&self, label: &str) -> PathBuf {
+        write_config_file(self.config(), &format!("{label}-{}", self.world.id))
+    }
+
     /// `imstream <args>` as an operator runs it (a child process with this
     /// stack's configuration); whether it succeeded, and what it printed.
     pub fn imstream(&self, args: &[&str]) -> (bool, String) {
-        let config = write_config_file(self.config(), &format!("cli-{}", self.world.id));
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imstream"))
-            .arg("--config")
-            .arg(&config)
-            .args(args)
-            .env("RUST_LOG", "error")
-            .output()
-            .expect("run imstream");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
+        let mut cmd = process::command(&self.config_file("cli"), args);
+        cmd.env("RUST_LOG", "error");
+        let ran = process::run(cmd);
+        (ran.ok, ran.printed())
     }
 
     pub fn gateway_addr(&self, i: usize) -> std::net::SocketAddr {

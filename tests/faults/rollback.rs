@@ -6,6 +6,8 @@
 //! acknowledged seq, no seq acknowledged twice, once in history and live,
 //! nothing in a DLQ.
 
+use std::path::Path;
+
 use super::*;
 
 /// The stack script's state folder (where Redis keeps its AOF).
