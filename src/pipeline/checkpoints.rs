@@ -27,7 +27,7 @@ use sqlx::MySqlPool;
 use crate::config::Config;
 use crate::tenant::TenantPools;
 
-use super::runner::Record;
+use super::records::Record;
 
 /// How often every tenant's checkpoints are written, records or not.
 pub const ALL_TENANTS_EVERY: Duration = Duration::from_secs(10);

@@ -28,7 +28,7 @@ use crate::metrics as m;
 use crate::tenant::{db_failure, TenantPools};
 
 use super::failure::produce_failure;
-use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+use super::records::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct CommandsHandler {
     codec: EventCodec,

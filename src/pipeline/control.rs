@@ -12,7 +12,7 @@ use crate::session_control::{self, Change};
 use crate::tenant::TenantPools;
 
 use super::failure::{redis_failure, FailureKind};
-use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+use super::records::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct ControlHandler {
     codec: EventCodec,

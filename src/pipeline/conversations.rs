@@ -34,7 +34,7 @@ use crate::failure::{redis_failure, FailureKind};
 use crate::tenant::{db_failure, TenantPools};
 use crate::tinode;
 
-use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+use super::records::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 /// One-to-one topics already known to have both users' rows (so a busy
 /// pair costs no extra write per message); forgotten when it grows past this.

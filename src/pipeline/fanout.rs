@@ -21,7 +21,7 @@ use crate::store::message::StoredMessage;
 use crate::tinode;
 
 use super::failure::redis_failure;
-use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+use super::records::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct FanoutHandler {
     codec: EventCodec,

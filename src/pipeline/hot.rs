@@ -10,7 +10,7 @@ use crate::history::hot;
 use crate::store::message::StoredMessage;
 
 use super::failure::redis_failure;
-use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+use super::records::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct HotHandler {
     codec: EventCodec,

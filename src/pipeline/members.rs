@@ -21,7 +21,7 @@ use crate::realtime::{Envelope, Kind, TargetType};
 use crate::tenant::TenantPools;
 
 use super::failure::group_failure;
-use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+use super::records::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct MembersHandler {
     codec: EventCodec,

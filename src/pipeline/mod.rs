@@ -17,6 +17,7 @@ pub mod notify;
 pub mod push;
 pub mod pushsend;
 pub mod receipts;
+pub mod records;
 pub mod references;
 pub mod relations;
 pub mod runner;
@@ -25,6 +26,7 @@ pub mod stats;
 pub mod store;
 pub mod topology;
 pub mod unit;
+pub mod worker;
 
 use std::path::Path;
 
@@ -146,7 +148,7 @@ pub async fn run_route(
 /// a consumer group, or replay the log through it (`replay`).
 pub trait WithHandler {
     type Output;
-    fn with<H: runner::Handler>(
+    fn with<H: records::Handler>(
         self,
         handler: H,
     ) -> impl std::future::Future<Output = Self::Output> + Send;
@@ -272,7 +274,7 @@ struct RunOn<'a> {
 
 impl WithHandler for RunOn<'_> {
     type Output = Result<(), runner::PipelineError>;
-    async fn with<H: runner::Handler>(self, handler: H) -> Self::Output {
+    async fn with<H: records::Handler>(self, handler: H) -> Self::Output {
         let r = self.route;
         // Only the pipeline's own route keeps checkpoints in the tenant
         // databases (a DLQ replay is not where the projection stands).

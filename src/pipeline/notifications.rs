@@ -16,7 +16,7 @@ use crate::realtime::{bus, Envelope, Kind, TargetType};
 use crate::tenant::{db_failure, TenantPools};
 
 use super::failure::{redis_failure, FailureKind};
-use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+use super::records::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct NotificationsHandler {
     codec: EventCodec,

@@ -14,7 +14,7 @@ use crate::realtime::{bus, Envelope, Kind, TargetType};
 use crate::tinode;
 
 use super::failure::redis_failure;
-use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+use super::records::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct NotifyHandler {
     codec: EventCodec,

@@ -33,7 +33,7 @@ use crate::tenant::TenantPools;
 use crate::tinode;
 
 use super::failure::{produce_failure, redis_failure, FailureKind};
-use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+use super::records::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 /// How long a message's push claim is kept.
 const CLAIM_TTL_SECS: u64 = 7 * 24 * 3600;

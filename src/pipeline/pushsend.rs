@@ -14,7 +14,7 @@ use crate::keys::TenantKeys;
 use crate::metrics as m;
 
 use super::failure::{redis_failure, FailureKind};
-use super::runner::{apply_in_order, Handler, Record, RecordFailure};
+use super::records::{apply_in_order, Handler, Record, RecordFailure};
 
 /// A delivered task id is remembered this long.
 const SENT_TTL_SECS: u64 = 7 * 24 * 3600;

@@ -13,7 +13,7 @@ use crate::tenant::{db_failure, TenantPools};
 use crate::tinode;
 
 use super::failure::{redis_failure, FailureKind};
-use super::runner::{apply_in_order, Handler, Record, RecordFailure};
+use super::records::{apply_in_order, Handler, Record, RecordFailure};
 
 pub struct ReceiptsHandler {
     codec: EventCodec,

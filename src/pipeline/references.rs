@@ -11,7 +11,7 @@ use crate::references::{files, reports};
 use crate::tenant::{db_failure, TenantPools};
 use crate::tinode;
 
-use super::runner::{apply_in_order, Handler, Record, RecordFailure};
+use super::records::{apply_in_order, Handler, Record, RecordFailure};
 
 pub struct ReferencesHandler {
     codec: EventCodec,

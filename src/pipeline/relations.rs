@@ -15,7 +15,7 @@ use crate::relations::{self, Set};
 use crate::tenant::{db_failure, TenantPools};
 
 use super::failure::{redis_failure, relation_failure, FailureKind};
-use super::runner::{apply_in_order, Handler, Record, RecordFailure};
+use super::records::{apply_in_order, Handler, Record, RecordFailure};
 
 pub struct RelationsHandler {
     codec: EventCodec,

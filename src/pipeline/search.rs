@@ -22,7 +22,7 @@ use crate::search::writer::{Batch, TenantWriter};
 use crate::search::SearchError;
 use crate::tinode;
 
-use super::runner::{decode_all, outcome, Handler, Record, RecordFailure};
+use super::records::{decode_all, outcome, Handler, Record, RecordFailure};
 
 pub struct SearchHandler {
     codec: EventCodec,

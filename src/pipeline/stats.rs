@@ -16,7 +16,7 @@ use crate::stats::{day_of, SeqSet};
 use crate::tenant::{db_failure, TenantPools};
 use crate::tinode;
 
-use super::runner::{decode_all, Handler, Record, RecordFailure};
+use super::records::{decode_all, Handler, Record, RecordFailure};
 
 pub struct StatsHandler {
     codec: EventCodec,

@@ -19,7 +19,7 @@ use crate::store::{revisions, routes};
 use crate::tenant::{db_failure, TenantPools};
 
 use super::failure::FailureKind;
-use super::runner::{decode_all, Handler, KeyGate, Record, RecordFailure};
+use super::records::{decode_all, Handler, KeyGate, Record, RecordFailure};
 
 pub struct StoreHandler {
     codec: EventCodec,

@@ -40,8 +40,10 @@ use crate::kafka::topics::TopicNames;
 use crate::shutdown::Shutdown;
 
 use super::checkpoints::{Checkpoints, Rewind};
-use super::runner::{gather, Handler, Record, Worker};
+use super::records::{Handler, Record};
+use super::runner::gather;
 use super::topology::Topology;
+use super::worker::Worker;
 
 /// The committed declaration (`topologies/units.toml`).
 const BUILTIN: &str = include_str!("../../topologies/units.toml");

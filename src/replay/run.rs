@@ -13,7 +13,9 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::Config;
 use crate::kafka::producer::EventProducer;
-use crate::pipeline::runner::{self, Handler, Record, Worker};
+use crate::pipeline::records::{Handler, Record};
+use crate::pipeline::runner;
+use crate::pipeline::worker::Worker;
 use crate::pipeline::{Route, Topology, WithHandler};
 use crate::shutdown::Shutdown;
 
