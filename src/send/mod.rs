@@ -11,6 +11,7 @@
 //! as the identity, so a second copy in the log changes nothing. A seq is a
 //! hole only when no event for it ever reaches the log.
 
+mod claim;
 mod content;
 pub(crate) mod reseed;
 
@@ -39,6 +40,8 @@ use crate::metrics as m;
 use crate::snowflake::Snowflake;
 use crate::store::clock;
 use crate::tenant::TenantPools;
+
+use claim::{digest, edit_event_id, Claim, Identity};
 
 static ALLOCATE: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/allocate_seq.lua")));
@@ -175,95 +178,6 @@ enum Allocated {
 struct Content {
     derived: Derived,
     mention_all: bool,
-}
-
-/// What a claim fixes for good about one message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Identity {
-    seq: i64,
-    month: String,
-    message_id: i64,
-    event_id: String,
-    created_at: i64,
-}
-
-/// A parsed claim: `status|seq|month|message_id|event_id|created_at|digest`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Claim {
-    done: bool,
-    identity: Identity,
-    digest: String,
-}
-
-impl Claim {
-    fn parse(text: &str) -> Option<Claim> {
-        let mut parts = text.split('|');
-        let status = parts.next()?;
-        let seq = parts.next()?.parse().ok()?;
-        let month = parts.next()?.to_string();
-        let message_id = parts.next()?.parse().ok()?;
-        let event_id = parts.next()?.to_string();
-        let created_at = parts.next()?.parse().ok()?;
-        let digest = parts.next()?.to_string();
-        if parts.next().is_some() || event_id.is_empty() {
-            return None;
-        }
-        Some(Claim {
-            done: match status {
-                "done" => true,
-                "pending" => false,
-                _ => return None,
-            },
-            identity: Identity {
-                seq,
-                month,
-                message_id,
-                event_id,
-                created_at,
-            },
-            digest,
-        })
-    }
-
-    fn text(&self) -> String {
-        let i = &self.identity;
-        format!(
-            "{}|{}|{}|{}|{}|{}|{}",
-            if self.done { "done" } else { "pending" },
-            i.seq,
-            i.month,
-            i.message_id,
-            i.event_id,
-            i.created_at,
-            self.digest
-        )
-    }
-}
-
-/// What makes two sends with one client message id the same message.
-fn digest(req: &SendRequest) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    h.update(req.content.as_bytes());
-    h.update([0]);
-    h.update(req.head.as_deref().unwrap_or("").as_bytes());
-    h.update([0]);
-    h.update(req.edit_of.map(|s| s.to_string()).unwrap_or_default());
-    let hash = h.finalize();
-    hash[..8].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The id of the `MessageEdited` that follows an edit's `MessageSent`:
-/// derived from the replacement's event id, so a re-produced edit is the
-/// same event too.
-fn edit_event_id(sent_event_id: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let hash = Sha256::digest(format!("{sent_event_id}:edit").as_bytes());
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&hash[..16]);
-    uuid::Builder::from_custom_bytes(bytes)
-        .into_uuid()
-        .to_string()
 }
 
 /// Everything the send path needs; cheap to clone.
