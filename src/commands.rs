@@ -42,7 +42,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 bail!("no tenants configured: add [[tenants]] entries to the config");
             }
             let done = crate::tenant::migrate(&config, args.tenant.as_deref()).await?;
-            crate::send::establish_generations(&config).await?;
+            crate::store::setup::establish_generations(&config).await?;
             first_checkpoints(&config, args.tenant.as_deref()).await?;
             for (tenant, report) in &done {
                 for (version, description) in &report.applied {
@@ -515,7 +515,7 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
     .await?;
     if !config.tenants.is_empty() {
         crate::tenant::migrate(config, None).await?;
-        crate::send::establish_generations(config).await?;
+        crate::store::setup::establish_generations(config).await?;
     }
     if !args.no_setup {
         topics_ensure(config).await?;

@@ -218,11 +218,7 @@ async fn with_edits(
         .iter()
         .filter_map(|m| m.edit_seq)
         .collect();
-    let pool = gw
-        .sender
-        .pools()
-        .get(caller.tenant)
-        .map_err(Refusal::internal)?;
+    let pool = gw.pools.get(caller.tenant).map_err(Refusal::internal)?;
     for r in &ranges {
         let seqs: Vec<i64> = sqlx::query_scalar(
             "SELECT edit_seq FROM im_message_revisions \

@@ -283,8 +283,7 @@ pub async fn settings(
 ) -> Result<Response, ApiError> {
     let claims = authenticate(&gw, &headers).await?;
     let pool = gw
-        .sender
-        .pools()
+        .pools
         .get(&claims.ten)
         .map_err(super::refusal::unavailable)?;
     let policy = consent::policy(pool, claims.uid)
@@ -308,8 +307,7 @@ pub async fn set_settings(
     })?;
     let claims = authenticate(&gw, &headers).await?;
     let pool = gw
-        .sender
-        .pools()
+        .pools
         .get(&claims.ten)
         .map_err(super::refusal::unavailable)?;
     consent::set_policy(pool, claims.uid, policy)

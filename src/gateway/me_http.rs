@@ -109,8 +109,7 @@ pub async fn conversations(
 
 async fn badge(gw: &Gateway, tenant: &str, uid: i64) -> Result<(i64, i64), ApiError> {
     let pool = gw
-        .sender
-        .pools()
+        .pools
         .get(tenant)
         .map_err(|_| error(500, "internal error"))?;
     conversations::hot::badge(
@@ -261,8 +260,7 @@ pub async fn change_password(
         ));
     }
     let pool = gw
-        .sender
-        .pools()
+        .pools
         .get(&claims.ten)
         .map_err(|_| error(401, "authentication failed"))?;
     let Some((login, stored)) = crate::users::login_of(pool, claims.uid)

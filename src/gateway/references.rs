@@ -57,8 +57,7 @@ fn seq_of(text: &str) -> Result<i64, ApiError> {
 }
 
 fn pool<'g>(gw: &'g Gateway, tenant: &str) -> Result<&'g sqlx::MySqlPool, ApiError> {
-    gw.sender
-        .pools()
+    gw.pools
         .get(tenant)
         .map_err(|_| error(404, "unknown tenant"))
 }
@@ -363,8 +362,7 @@ pub async fn list_favorites(
             Some(m) => *m,
             None => {
                 let m = gw
-                    .sender
-                    .groups()
+                    .groups
                     .membership(&claims.ten, &f.topic, claims.uid)
                     .await
                     .map_err(unavailable)?;

@@ -68,11 +68,7 @@ async fn related(
     uid: i64,
     other: i64,
 ) -> Result<bool, ApiError> {
-    let pool = gw
-        .sender
-        .pools()
-        .get(tenant)
-        .map_err(super::refusal::unavailable)?;
+    let pool = gw.pools.get(tenant).map_err(super::refusal::unavailable)?;
     let mut redis = gw.redis.clone();
     contains(pool, &mut redis, tenant, set, uid, other)
         .await
@@ -125,11 +121,7 @@ pub async fn accept_friend(
 ) -> Result<Response, ApiError> {
     let me = authenticate(&gw, &headers).await?;
     let from = other_user(me.uid, &uid)?;
-    let pool = gw
-        .sender
-        .pools()
-        .get(&me.ten)
-        .map_err(super::refusal::unavailable)?;
+    let pool = gw.pools.get(&me.ten).map_err(super::refusal::unavailable)?;
     let pending: Option<String> = sqlx::query_scalar(
         "SELECT status FROM im_friend_requests WHERE from_uid = ? AND to_uid = ?",
     )

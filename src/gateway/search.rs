@@ -145,8 +145,7 @@ pub async fn search(
 /// in the index).
 async fn groups_of(gw: &Gateway, tenant: &str, uid: i64) -> Result<Vec<String>, ApiError> {
     let pool = gw
-        .sender
-        .pools()
+        .pools
         .get(tenant)
         .map_err(|_| error(500, "internal error"))?;
     let topics: Vec<crate::exact::Exact> = sqlx::query_scalar(

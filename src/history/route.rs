@@ -16,7 +16,7 @@ use sqlx::mysql::MySqlPool;
 use crate::keys::TopicKeys;
 use crate::metrics as m;
 use crate::store::catalog;
-use crate::store::clock::{self, ClockError};
+use crate::store::clock;
 use crate::store::month::ShardMonth;
 use crate::store::routes::{self, COMPLETE_FIELD};
 
@@ -56,14 +56,9 @@ pub async fn segments(
             if out.is_empty() {
                 // No mirror either: look only at recent months, and say so.
                 metrics::counter!(m::ROUTE_REBUILD_TOTAL, "status" => "scan_recent").increment(1);
-                // A clock Redis lost is put back from the catalog; a tenant
-                // with no writable month yet looks at the current months.
-                let active = match clock::active_month(redis, pool, tenant).await {
-                    Ok(month) => month,
-                    Err(ClockError::NoWritableMonth) => ShardMonth::of(chrono::Utc::now()),
-                    Err(ClockError::Redis(e)) => return Err(e.into()),
-                    Err(ClockError::Db(e)) => return Err(e.into()),
-                };
+                let active = clock::active_month(redis, tenant)
+                    .await?
+                    .unwrap_or_else(|| ShardMonth::of(chrono::Utc::now()));
                 let recent = [active.prev().prev(), active.prev(), active];
                 for entry in catalog::list(pool).await? {
                     if recent.contains(&entry.month) {

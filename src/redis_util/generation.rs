@@ -47,21 +47,3 @@ pub async fn establish_generation(
         .await?;
     Ok(set.is_some())
 }
-
-/// `establish_generation` for every tenant whose database holds no
-/// messages yet (run by `migrate`): a tenant with data keeps whatever
-/// generation Redis has, so a lost Redis is still detected as a loss.
-pub async fn establish_generations(config: &crate::config::Config) -> anyhow::Result<()> {
-    let mut redis = crate::redis_util::connect(&config.redis.url).await?;
-    for t in &config.tenants {
-        let pool = crate::tenant::pool_of(config, t)?;
-        let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_group_message_topic_shards")
-            .fetch_one(&pool)
-            .await?;
-        if stored == 0 {
-            establish_generation(&mut redis, &t.id).await?;
-        }
-        pool.close().await;
-    }
-    Ok(())
-}

@@ -20,7 +20,8 @@ pub use content::{
 };
 
 pub use crate::kafka::producer::IN_FLIGHT_WINDOW_MS;
-pub use crate::redis_util::generation::{establish_generation, establish_generations};
+pub use crate::redis_util::generation::establish_generation;
+pub use crate::store::setup::establish_generations;
 pub use reseed::MARGIN_AFTER_LOSS;
 
 use std::collections::HashMap;

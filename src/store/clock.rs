@@ -1,9 +1,10 @@
 //! The month clock: the tenant's active month (the month sends write to)
 //! and an announced switch to the next one, both in Redis under the
 //! tenant's hash tag; the shard manager advances them, the send path and
-//! the read path's route rebuild read them. When Redis lost the active
-//! month, [`active_month`] puts back the latest writable month of the
-//! catalog (never backwards).
+//! the read path's route rebuild read them ([`active_month`],
+//! [`month_state`]). When Redis lost the active month, the send path puts
+//! back the latest writable month of the catalog ([`restore_active_month`],
+//! never backwards).
 
 use redis::{AsyncCommands, Script};
 use sqlx::mysql::MySqlPool;
@@ -19,7 +20,7 @@ static ADVANCE_MONTH: std::sync::LazyLock<Script> =
 pub enum ClockError {
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
-    #[error("database: {0}")]
+    #[error("{0}")]
     Db(#[from] sqlx::Error),
     #[error("no writable month yet (is `imstream shards` running?)")]
     NoWritableMonth,
@@ -97,17 +98,16 @@ pub async fn announce_switch(
         .await
 }
 
-/// The tenant's active month: Redis's, or — when Redis lost it — the latest
-/// writable month of the catalog, put back.
+/// The tenant's active month as Redis holds it (`None` when Redis lost
+/// it; the send path puts it back with [`restore_active_month`], a read
+/// never writes).
 pub async fn active_month(
     redis: &mut Redis,
-    pool: &MySqlPool,
     tenant: &str,
-) -> Result<ShardMonth, ClockError> {
-    match month_state(redis, tenant).await?.0 {
-        Some(month) => Ok(month),
-        None => restore_active_month(redis, pool, tenant).await,
-    }
+) -> redis::RedisResult<Option<ShardMonth>> {
+    let keys = crate::keys::TenantKeys::new(tenant);
+    let v: Option<String> = redis.get(keys.active_month()).await?;
+    Ok(v.and_then(|s| ShardMonth::parse(&s).ok()))
 }
 
 /// Puts back a tenant's active month that Redis lost: the latest writable

@@ -16,5 +16,6 @@ pub mod month;
 pub mod revisions;
 pub mod routes;
 pub mod sealing;
+pub mod setup;
 pub mod shards;
 pub mod writer;

@@ -58,8 +58,7 @@ impl Session {
         let mut redis = self.gateway.redis.clone();
         let membership = self
             .gateway
-            .sender
-            .groups()
+            .groups
             .membership(&who.tenant, topic, who.uid)
             .await;
         match membership {
@@ -121,8 +120,7 @@ impl Session {
                 // attached until they accept.
                 if let Ok(crate::group_model::Read::State(s)) = self
                     .gateway
-                    .sender
-                    .groups()
+                    .groups
                     .read(&who.tenant, topic, &[who.uid], None)
                     .await
                 {

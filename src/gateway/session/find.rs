@@ -115,8 +115,7 @@ impl Session {
         let (names, ids) = find_terms(query);
         let pool = self
             .gateway
-            .sender
-            .pools()
+            .pools
             .get(&who.tenant)
             .map_err(Refusal::internal)?;
         let users = crate::conversations::find_users(pool, &names, &ids, who.uid)

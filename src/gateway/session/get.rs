@@ -20,8 +20,7 @@ impl Session {
         };
         let pool = self
             .gateway
-            .sender
-            .pools()
+            .pools
             .get(&who.tenant)
             .map_err(Refusal::internal)?;
         let mut profiles = crate::conversations::user_profiles(pool, &[a, b])

@@ -4,7 +4,7 @@
 //!   object; [`location`] — where a tenant's month lives.
 //! - `writer` — `imstream shards archive` writes a sealed month's rows
 //!   ([`export`]), read from its table by `rows`.
-//! - `verify` — the archive against the table row for row ([`verify`]);
+//! - `verify` — the archive against the table row for row ([`verify()`]);
 //!   `imstream shards drop --confirm` drops the table only after that, and
 //!   marks the month `archived` in the catalog ([`drop_month`]).
 //! - [`reader`] — reads of an archived month, served from the archive.
