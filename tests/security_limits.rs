@@ -449,7 +449,10 @@ async fn get_ranges_and_history_clears_are_bounded() {
             break;
         }
         assert_eq!(r["code"], json!(204), "accepted, not yet projected: {r}");
-        assert!(std::time::Instant::now() < deadline, "never answered with data: {r}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never answered with data: {r}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
