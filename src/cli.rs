@@ -83,6 +83,8 @@ pub enum BenchCommand {
     Search(crate::bench::search::SearchArgs),
     /// Legacy-table copy throughput (rows/s) into monthly tables, on a scratch database.
     LegacyCopy(crate::bench::legacy::LegacyCopyArgs),
+    /// After Redis restarts or is emptied: the time until every conversation sends again.
+    Recovery(crate::bench::recovery::RecoveryArgs),
 }
 
 #[derive(Debug, Args)]

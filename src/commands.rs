@@ -174,6 +174,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(crate::cli::BenchCommand::LegacyCopy(args)) => {
             crate::bench::legacy::run(&config, args).await
         }
+        Command::Bench(crate::cli::BenchCommand::Recovery(args)) => {
+            crate::bench::recovery::run(&config, args).await
+        }
     }
 }
 
@@ -266,11 +269,10 @@ async fn users_remove_or_reset(
         Some(p) => crate::users::reset(&pool, tenant, login, p).await?,
         None => crate::users::remove(&pool, tenant, login).await?,
     };
-    let current = crate::session_control::load(&pool, uid).await?;
     let codec = crate::events::EventCodec::new(&config.registry.url)?;
     let producer = crate::kafka::producer::EventProducer::new(&config.kafka, codec)?;
     let auth_version = crate::events::AuthVersion {
-        auth_version: current.auth_version + 1,
+        auth_version: crate::session_control::next_auth_version(&pool, uid).await?,
     };
     let event = crate::events::SessionControlEvent {
         event_id: crate::events::new_event_id(),

@@ -130,6 +130,11 @@ pub const IDENTITY_COLUMNS: &[(&str, &str, &str)] = &[
         "VARBINARY(64) NOT NULL",
     ),
     ("im_user_notifications", "topic", "VARBINARY(64) NULL"),
+    ("im_seq_marks", "topic", "VARBINARY(64) NOT NULL"),
+    ("im_group_models", "topic", "VARBINARY(64) NOT NULL"),
+    ("im_group_model_members", "topic", "VARBINARY(64) NOT NULL"),
+    ("im_group_commands", "claim_key", "VARBINARY(300) NOT NULL"),
+    ("im_group_commands", "topic", "VARBINARY(64) NOT NULL"),
 ];
 
 /// The identity columns of every month table, with the exact type each
@@ -438,6 +443,7 @@ mod tests {
             include_str!("../migrations/tenant/0031_group_invites_and_add_policy.sql"),
             include_str!("../migrations/tenant/0051_consistency_repairs.sql"),
             include_str!("../migrations/tenant/0052_user_notifications.sql"),
+            include_str!("../migrations/tenant/0060_durable_write_side.sql"),
         ];
         for (table, column, definition) in &listed[from_sql.len()..] {
             assert!(

@@ -25,15 +25,19 @@ impl TopicKeys {
         &self.base
     }
 
-    /// HASH `last_seq`, `month_floor`: the topic's seq allocator. Its absence
-    /// means "new topic or Redis lost its data"; see `send::reseed`.
+    /// HASH `last_seq`, `inc`, `end`, `month_floor`, `rec`, `blk`, `at`,
+    /// `pf`: the topic's seq allocator, handing out seqs below `end`, the
+    /// top of a block reserved in the durable mark first (`send::marks`).
+    /// Its absence means "new topic or Redis lost its data".
     pub fn seq(&self) -> String {
         format!("{}:seq", self.base)
     }
     /// HASH `group_id`, `status` (`active` | `dissolved` | `none`),
-    /// `mute_all`, `owner`, `prev_owner`, `version`, `inc`: the group's write
-    /// model (see `group_model`), with `members`, `roles`, `mutes`,
-    /// `invites` and `left`.
+    /// `mute_all`, `owner`, `prev_owner`, `version`, `inc`, `epoch`,
+    /// `unsynced`, `unsynced_claim`: the group's write model (see
+    /// `group_model`), with `members`, `roles`, `mutes`, `invites` and
+    /// `left`, each holding a placeholder `-` so all five exist while the
+    /// model does.
     pub fn meta(&self) -> String {
         format!("{}:meta", self.base)
     }
@@ -64,6 +68,11 @@ impl TopicKeys {
     /// (its answer and its events), so a retry gets the same ones.
     pub fn command(&self, actor: i64, command_id: &str) -> String {
         format!("{}:cmd:{actor}:{command_id}", self.base)
+    }
+    /// STRING: no group has this name (a restore found none), for a while:
+    /// every gateway answers it without asking MySQL again.
+    pub fn absent(&self) -> String {
+        format!("{}:absent", self.base)
     }
     /// Lock held while the group's write model is rebuilt.
     pub fn group_rebuild_lock(&self) -> String {
@@ -103,11 +112,12 @@ impl TopicKeys {
     pub fn hot_msg_prefix(&self) -> String {
         format!("{}:hot_msg:", self.base)
     }
-    /// Counter of delete transaction ids.
     /// STRING `pending|done`: this message's push tasks were produced.
     pub fn push_claim(&self, seq: i64) -> String {
         format!("{}:push:{seq}", self.base)
     }
+    /// Counter of delete transaction ids of a topic from before durable
+    /// marks (`store::marks::next_del_id` goes on from it).
     pub fn del_id(&self) -> String {
         format!("{}:del_id", self.base)
     }
@@ -150,6 +160,11 @@ impl UserKeys {
     /// STRING JSON: the user's public profile as chat lists show it.
     pub fn profile(&self) -> String {
         format!("{}:profile", self.base)
+    }
+    /// STRING lock: one block or unblock of the user at a time, from its
+    /// produce to its write-through, so the writes happen in log order.
+    pub fn blocks_lock(&self) -> String {
+        format!("{}:blocks_lock", self.base)
     }
     /// HASH: the user's favorites cap (`n`, `inc`, `i:<topic|seq>`), see
     /// `caps`: `limits.favorites_per_user` checked and taken in one script.
@@ -230,6 +245,22 @@ impl TenantKeys {
     /// the produce); swept by every gateway.
     pub fn governance_pending(&self) -> String {
         format!("{}:gov:pending", self.base)
+    }
+    /// STRING: the incarnation(s) of Redis whose write-side state has been
+    /// restored for this tenant (`recovery`): the run_id of the server, or
+    /// of every primary of a cluster, sorted and joined by `,`.
+    pub fn restored(&self) -> String {
+        format!("{}:restored", self.base)
+    }
+    /// STRING `<incarnation>@<began ms>`: a restore pass of that
+    /// incarnation ran to its end (every conversation's allocator and
+    /// model restored, not only the claims `restored` covers).
+    pub fn restore_done(&self) -> String {
+        format!("{}:restore_done", self.base)
+    }
+    /// Lock held by the process restoring the tenant's write-side state.
+    pub fn restore_lock(&self) -> String {
+        format!("{}:restore_lock", self.base)
     }
     /// STRING: a push task was delivered (dedup of the push sender).
     pub fn push_sent(&self, task_id: &str) -> String {

@@ -15,7 +15,8 @@
 //! 1. **Base** — [`config`] (the TOML configuration with environment
 //!    overrides), [`names`] (tenant ids, database names, month-table
 //!    prefixes), [`keys`] (Redis key names), [`exact`] (identity columns are
-//!    `VARBINARY`, checked before a database is used), [`failure`] (outage
+//!    `VARBINARY`, checked before a database is used), [`fields`] (what
+//!    every user-given field may hold: the columns' limits), [`failure`] (outage
 //!    or poison), [`metrics`], [`routes`] (HTTP routes listed by the code
 //!    that builds them), [`bearer`] (operator tokens, constant-time),
 //!    [`shutdown`], [`request_id`], [`tinode`] (the protocol's names and
@@ -42,7 +43,8 @@
 //! 6. **Paths** — [`history`] (page assembly: hot, routes, months,
 //!    archives, legacy), [`send`] (ACL, seq allocation, produce, ack),
 //!    [`references`] (reports, favorites, files resolved through the read
-//!    path), [`notifications`].
+//!    path), [`notifications`], [`recovery`] (the write side put back from
+//!    durable state after Redis forgot).
 //! 7. **Processes** — [`gateway`] (Tinode WebSocket and HTTP), [`pipeline`]
 //!    (the projector runner and pipelines), [`replay`] (rebuild and verify
 //!    a projection), [`legacy`] (the legacy-table migration commands).
@@ -62,6 +64,7 @@ pub const FLOORS: &[(&str, &[&str])] = &[
             "digest",
             "exact",
             "failure",
+            "fields",
             "keys",
             "metrics",
             "names",
@@ -102,7 +105,10 @@ pub const FLOORS: &[(&str, &[&str])] = &[
             "stats",
         ],
     ),
-    ("paths", &["history", "notifications", "references", "send"]),
+    (
+        "paths",
+        &["history", "notifications", "recovery", "references", "send"],
+    ),
     ("processes", &["gateway", "legacy", "pipeline", "replay"]),
     ("entry", &["bench", "cli", "commands"]),
 ];
@@ -120,6 +126,7 @@ pub mod digest;
 pub mod events;
 pub mod exact;
 pub mod failure;
+pub mod fields;
 pub mod gateway;
 pub mod governance;
 pub mod group_model;
@@ -133,6 +140,7 @@ pub mod names;
 pub mod notifications;
 pub mod pipeline;
 pub mod realtime;
+pub mod recovery;
 pub mod redis_util;
 pub mod references;
 pub mod registry;

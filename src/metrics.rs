@@ -26,6 +26,25 @@ pub const SEQ_FENCES_TOTAL: &str = "imstream_send_seq_fences_total";
 /// Group write models rebuilt from MySQL and the log (`why`: missing,
 /// lost, fenced).
 pub const GROUP_REBUILDS_TOTAL: &str = "imstream_group_rebuilds_total";
+/// Group changes applied in Redis to a model that was restored (or lost)
+/// before they were stored: not stored, their commands decided again.
+pub const GROUP_CHANGES_LOST_TOTAL: &str = "imstream_group_changes_lost_total";
+/// Blocks of seqs reserved in the durable marks (`why`: first, used_up,
+/// prefetch, month, restore).
+pub const SEQ_BLOCKS_TOTAL: &str = "imstream_seq_blocks_reserved_total";
+/// Write-side state put back into Redis from durable state (`what`: seq,
+/// group; `how`: lazy — a request found it missing —, bulk — the
+/// tenant's restore after Redis forgot).
+pub const WRITE_RESTORES_TOTAL: &str = "imstream_write_restores_total";
+/// Client message ids of restored topics looked up in the durable claims
+/// (`found`: yes, no).
+pub const CLAIM_CHECKS_TOTAL: &str = "imstream_send_claim_checks_total";
+/// A message's claim found held by another message of the same client id
+/// after its produce (a retry that raced it across a Redis loss).
+pub const CLAIM_RACES_TOTAL: &str = "imstream_send_claim_races_total";
+/// Seconds one tenant's restore after Redis forgot took (seq marks, group
+/// models, claims of the log tail).
+pub const RECOVERY_SECONDS: &str = "imstream_recovery_seconds";
 /// Governance commands by outcome (`ok`, `replayed`, `refused`,
 /// `conflict_retried`, `unavailable`).
 pub const GOVERNANCE_COMMANDS_TOTAL: &str = "imstream_governance_commands_total";
@@ -98,6 +117,9 @@ pub const SEARCH_HITS_DROPPED_TOTAL: &str = "imstream_search_hits_dropped_total"
 /// pipeline), measured in `redis_util::Redis` (alert: p99 > 20 ms, seed 003
 /// §11.2).
 pub const REDIS_COMMAND_LATENCY: &str = "imstream_redis_command_latency_seconds";
+/// Times a Redis Cluster connection was rebuilt from the seed nodes after
+/// every command failed for 3 s (`redis_util::cluster`).
+pub const REDIS_RECONNECTS_TOTAL: &str = "imstream_redis_reconnects_total";
 /// Statements a tenant's MySQL server has executed (`Questions` of `SHOW
 /// GLOBAL STATUS`), sampled by the shard manager each pass, by tenant.
 pub const MYSQL_QUERIES_TOTAL: &str = "imstream_mysql_queries_total";
@@ -159,6 +181,12 @@ pub const ALL: &[&str] = &[
     SEQ_COLLISIONS_TOTAL,
     SEQ_FENCES_TOTAL,
     GROUP_REBUILDS_TOTAL,
+    GROUP_CHANGES_LOST_TOTAL,
+    SEQ_BLOCKS_TOTAL,
+    WRITE_RESTORES_TOTAL,
+    CLAIM_CHECKS_TOTAL,
+    CLAIM_RACES_TOTAL,
+    RECOVERY_SECONDS,
     GOVERNANCE_COMMANDS_TOTAL,
     PIPELINE_REWINDS_TOTAL,
     SEND_ACK_LATENCY,
@@ -193,6 +221,7 @@ pub const ALL: &[&str] = &[
     SEARCH_QUERY_LATENCY,
     SEARCH_HITS_DROPPED_TOTAL,
     REDIS_COMMAND_LATENCY,
+    REDIS_RECONNECTS_TOTAL,
     MYSQL_QUERIES_TOTAL,
     MYSQL_SLOW_QUERIES_TOTAL,
     MYSQL_REPLICA_MAX_LAG,
@@ -247,6 +276,31 @@ pub fn describe_all() {
     describe_counter!(
         GROUP_REBUILDS_TOTAL,
         "Group write models rebuilt from MySQL and the log tail (why: missing, lost, fenced)"
+    );
+    describe_counter!(
+        GROUP_CHANGES_LOST_TOTAL,
+        "Group changes applied to a model that was restored before they were stored (decided again)"
+    );
+    describe_counter!(
+        SEQ_BLOCKS_TOTAL,
+        "Blocks of seqs reserved in the durable seq marks, by why"
+    );
+    describe_counter!(
+        WRITE_RESTORES_TOTAL,
+        "Write-side state put back into Redis from durable state, by what and how"
+    );
+    describe_counter!(
+        CLAIM_CHECKS_TOTAL,
+        "Client message ids of restored topics looked up in the durable claims, by found"
+    );
+    describe_counter!(
+        CLAIM_RACES_TOTAL,
+        "Messages whose claim another message of the same client id held after the produce"
+    );
+    describe_histogram!(
+        RECOVERY_SECONDS,
+        Unit::Seconds,
+        "One tenant's restore of write-side state after Redis forgot"
     );
     describe_counter!(
         GOVERNANCE_COMMANDS_TOTAL,
@@ -363,6 +417,10 @@ pub fn describe_all() {
         REDIS_COMMAND_LATENCY,
         Unit::Seconds,
         "Round trip of one Redis command or pipeline, by kind"
+    );
+    describe_counter!(
+        REDIS_RECONNECTS_TOTAL,
+        "Redis Cluster connections rebuilt from the seed nodes after every command failed for 3 s"
     );
     describe_counter!(
         MYSQL_QUERIES_TOTAL,

@@ -82,6 +82,29 @@ fn exact_devices(devices: Vec<(Exact, i64)>) -> Vec<(String, i64)> {
     devices.into_iter().map(|(d, g)| (d.0, g)).collect()
 }
 
+/// Takes the user's next auth version, atomically, in the row the
+/// projection keeps (issue 39: computed from that row as the projection
+/// had left it, two quick bumps took the same version, and a token issued
+/// under the first survived the second). The projection writes the same
+/// version again (`GREATEST`), so nothing goes back.
+pub async fn next_auth_version(pool: &MySqlPool, uid: i64) -> sqlx::Result<i64> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO im_session_control_users (uid, version, auth_version, disabled) \
+         VALUES (?, 0, 1, 0) ON DUPLICATE KEY UPDATE auth_version = auth_version + 1",
+    )
+    .bind(uid)
+    .execute(&mut *tx)
+    .await?;
+    let taken: i64 =
+        sqlx::query_scalar("SELECT auth_version FROM im_session_control_users WHERE uid = ?")
+            .bind(uid)
+            .fetch_one(&mut *tx)
+            .await?;
+    tx.commit().await?;
+    Ok(taken)
+}
+
 /// Applies `change` in one transaction (bumping the row version) and
 /// returns the state after it.
 pub async fn apply(pool: &MySqlPool, uid: i64, change: &Change) -> sqlx::Result<UserControl> {

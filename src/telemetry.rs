@@ -76,41 +76,54 @@ impl Readiness {
 }
 
 /// Routes `/metrics`, `/healthz` and `/readyz`, to be merged into a
-/// process's own HTTP router or served alone by [`serve_ops`].
+/// process's own HTTP router or served alone by [`serve_ops`]: the
+/// operator's view, `/readyz` naming each degraded pipeline and why.
 pub fn ops_router(readiness: Readiness) -> Router {
     let handle = metrics_handle();
-    health_router(readiness).route("/metrics", get(move || async move { handle.render() }))
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(readiness)
+        .route("/metrics", get(move || async move { handle.render() }))
 }
 
-/// `/healthz` and `/readyz` only: what a public port (the gateway's) may
-/// serve; its metrics stay on the telemetry port.
-pub fn health_router(readiness: Readiness) -> Router {
-    health_routes("telemetry", readiness).into_parts().0
-}
-
-/// [`health_router`] as recorded routes of `listener`.
+/// `/healthz` and `/readyz` as recorded routes of `listener`: what a
+/// public port (the gateway's) may serve. Its `/readyz` says ready or
+/// not, and which pipelines are degraded, but never why: a reason is an
+/// error text of a database or broker (addresses, users, schema), for the
+/// telemetry port (issue 39).
 pub fn health_routes(listener: &'static str, readiness: Readiness) -> crate::routes::Routes {
     use crate::routes::{get, Routes};
     Routes::new(listener)
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
+        .route("/readyz", get(readyz_public))
         .with_state(readiness)
 }
 
 async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, String) {
+    readiness_answer(&readiness, true)
+}
+
+async fn readyz_public(State(readiness): State<Readiness>) -> (StatusCode, String) {
+    readiness_answer(&readiness, false)
+}
+
+fn readiness_answer(readiness: &Readiness, with_reasons: bool) -> (StatusCode, String) {
     if !readiness.is_ready() {
         return (StatusCode::SERVICE_UNAVAILABLE, "not ready".into());
     }
     let degraded = Degraded::list();
     if degraded.is_empty() {
-        (StatusCode::OK, "ready".into())
-    } else {
-        let lines: Vec<String> = degraded
-            .iter()
-            .map(|(pipeline, reason)| format!("degraded: {pipeline}: {reason}"))
-            .collect();
-        (StatusCode::SERVICE_UNAVAILABLE, lines.join("\n"))
+        return (StatusCode::OK, "ready".into());
     }
+    let lines: Vec<String> = degraded
+        .iter()
+        .map(|(pipeline, reason)| match with_reasons {
+            true => format!("degraded: {pipeline}: {reason}"),
+            false => format!("degraded: {pipeline}"),
+        })
+        .collect();
+    (StatusCode::SERVICE_UNAVAILABLE, lines.join("\n"))
 }
 
 /// The pipelines of this process that are waiting out an outage (a

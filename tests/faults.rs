@@ -38,6 +38,8 @@
 
 mod common;
 mod realtime_support;
+#[path = "faults/recovery.rs"]
+mod recovery;
 #[path = "faults/rollback.rs"]
 mod rollback;
 

@@ -259,6 +259,24 @@ async fn an_unreachable_database_is_waited_out_and_every_message_is_stored_once(
         said.contains("mysql") || said.contains("pool") || said.contains("connection"),
         "the reason names the database: {said:?}"
     );
+    // A public port's `/readyz` (the gateway's; `imstream dev` runs the
+    // pipelines in its process) says which pipeline, never the database's
+    // error text (issue 39).
+    let public = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (router, _) =
+            imstream::telemetry::health_routes("public", readiness.clone()).into_parts();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        addr
+    };
+    let (status, body) = readyz(&client, public).await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("degraded: store"), "{body:?}");
+    assert!(
+        !body.contains(':') || body.lines().all(|l| l.matches(':').count() == 1),
+        "a public /readyz carries no reason: {body:?}"
+    );
     assert_eq!(
         common::store_dlq_depth(stack.config()).await,
         0,

@@ -123,8 +123,12 @@ async fn refused_sends_leave_no_state_but_an_expiring_rate_bucket() {
             .query_async(&mut redis)
             .await
             .unwrap();
+        // An expiring rate bucket, or the name's "no such group" marker
+        // every gateway answers from (issue 38: a lookup of a made-up name
+        // asks MySQL once per 30 s, counted against the asker).
+        let expiring_marker = key.ends_with(":absent") && ttl > 0 && ttl <= 30_000;
         assert!(
-            key.contains(":rl:") && ttl > 0,
+            (key.contains(":rl:") && ttl > 0) || expiring_marker,
             "a refused request left {key} (ttl {ttl} ms); new keys: {new:?}"
         );
     }

@@ -398,7 +398,8 @@ async fn a_redis_that_comes_back_older_is_fenced_and_rebuilt() {
     .await;
     assert_eq!(status, 202, "{body}");
     // An older incarnation of Redis: written by another server (run_id),
-    // from before the removal (2 still in the member set).
+    // from before the removal (2 still in the member set, the version
+    // before the removal's).
     let keys = imstream::keys::TopicKeys::new(stack.tenant(), TOPIC);
     let mut redis = stack.redis().await;
     let _: () = redis::pipe()
@@ -407,6 +408,7 @@ async fn a_redis_that_comes_back_older_is_fenced_and_rebuilt() {
             "inc",
             "0000000000000000000000000000000000000000",
         )
+        .hincr(keys.meta(), "version", -1)
         .sadd(keys.members(), 2)
         .query_async(&mut redis)
         .await

@@ -10,6 +10,7 @@ pub mod deliveries;
 pub mod fanout;
 pub mod history;
 pub mod legacy;
+pub mod recovery;
 pub mod search;
 pub mod send;
 

@@ -50,6 +50,11 @@ pub struct LimitsConfig {
     /// `PUT /v1/me/password` per user (each costs two Argon2 hashes; wrong
     /// old passwords also count as failed logins of the user's login).
     pub password_changes: BucketConfig,
+    /// Every other change a user makes that becomes an event (blocks and
+    /// unblocks, friends removed, push settings and topic mutes, profiles,
+    /// favorites, invitation answers, governance commands, deletes for
+    /// everyone), per user: each is kept in a log, and some notify others.
+    pub changes: BucketConfig,
     /// Favorites one user may keep (`PUT /v1/me/favorites/…` beyond it is
     /// refused with 409).
     pub favorites_per_user: usize,
@@ -107,8 +112,14 @@ pub struct LimitsConfig {
     pub dellog_per_user: usize,
     /// Widest moderation or recall delete (seqs) in one request.
     pub delete_width: i64,
-    /// Concurrent log scans of first sends to topics without a seq.
+    /// Concurrent log scans of first sends to topics without a seq mark
+    /// (only on a tenant upgraded with data, for topics from before marks).
     pub reseed_scans: usize,
+    /// Lookups of group names Redis holds no model of (a made-up name, or
+    /// a group not restored yet after Redis forgot), per user: each asks
+    /// MySQL once; a name found to be no group is then answered from Redis
+    /// for every gateway for a while without counting.
+    pub unknown_names: BucketConfig,
     /// Sends one gateway process holds at once (admitted, not yet acked or
     /// refused). Beyond it a send is refused at once, before any seq is
     /// allocated: `{ctrl 503}` / HTTP 503 with `retry_after_ms` and
@@ -131,6 +142,7 @@ impl Default for LimitsConfig {
             friend_requests: BucketConfig::new(10, 60),
             reports: BucketConfig::new(10, 60),
             password_changes: BucketConfig::new(5, 5),
+            changes: BucketConfig::new(60, 300),
             favorites_per_user: 5_000,
             login_failures: 5,
             login_address_failures: 20,
@@ -152,6 +164,7 @@ impl Default for LimitsConfig {
             dellog_per_user: 256,
             delete_width: 1_000,
             reseed_scans: 4,
+            unknown_names: BucketConfig::new(60, 600),
             sends_in_flight: 4_096,
         }
     }

@@ -95,8 +95,9 @@ pub(super) fn check_admin(
 
 /// In front of every operator route: a call without a valid admin token
 /// is refused (401) and counted against its client address; an address
-/// with too many failures gets `429` + `Retry-After` for every call until
-/// its lockout ends ([`super::limits::AdminFailures`]).
+/// with too many failures gets `429` + `Retry-After` for every wrong token
+/// until its lockout ends, while a valid token still passes
+/// ([`super::limits::AdminFailures`]).
 pub async fn throttle(
     State((gw, failures)): State<(Arc<Gateway>, super::limits::AdminFailures)>,
     info: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
@@ -129,7 +130,8 @@ async fn produce(
     headers: &HeaderMap,
     tenant: &str,
     uid: &str,
-    body: impl FnOnce(&UserControl) -> SessionControlBody,
+    next_auth: bool,
+    body: impl FnOnce(&UserControl, i64) -> SessionControlBody,
 ) -> Response {
     let op = match admit(gw, headers, tenant) {
         Ok(op) => op,
@@ -141,14 +143,23 @@ async fn produce(
             "malformed: uid must be a positive integer",
         );
     };
-    // Versions are bumped past the ground truth (MySQL), not the cache.
-    let current = match gw.pools.get(tenant) {
-        Ok(pool) => crate::session_control::load(pool, uid).await,
-        Err(_) => return refuse(StatusCode::NOT_FOUND, "unknown tenant"),
+    // Versions are bumped past the ground truth (MySQL), not the cache; a
+    // new auth version is taken atomically (two quick sign-outs never
+    // share one).
+    let Ok(pool) = gw.pools.get(tenant) else {
+        return refuse(StatusCode::NOT_FOUND, "unknown tenant");
     };
-    let current = match current {
+    let current = match crate::session_control::load(pool, uid).await {
         Ok(c) => c,
         Err(e) => return super::refusal::unavailable(e).into_response(),
+    };
+    let auth_version = if next_auth {
+        match crate::session_control::next_auth_version(pool, uid).await {
+            Ok(v) => v,
+            Err(e) => return super::refusal::unavailable(e).into_response(),
+        }
+    } else {
+        current.auth_version
     };
     let event = SessionControlEvent {
         event_id: new_event_id(),
@@ -157,7 +168,7 @@ async fn produce(
         occurred_at: now_ms(),
         actor_uid: 0,
         reason: format!("admin {}", op.name),
-        body: body(&current),
+        body: body(&current, auth_version),
     };
     match gw
         .sender
@@ -192,7 +203,7 @@ pub async fn revoke_device(
             "malformed: device must be 1-191 bytes",
         );
     }
-    produce(&gw, &headers, &t.tenant, &uid, |c| {
+    produce(&gw, &headers, &t.tenant, &uid, false, |c, _| {
         // Every token of the device issued so far is below this generation.
         let device_version = c.generation(&device) + 1;
         SessionControlBody::DeviceRevoked(DeviceRevoked {
@@ -210,10 +221,8 @@ pub async fn sign_out_everywhere(
     Query(t): Query<TenantParam>,
     headers: HeaderMap,
 ) -> Response {
-    produce(&gw, &headers, &t.tenant, &uid, |c| {
-        SessionControlBody::SignedOutEverywhere(AuthVersion {
-            auth_version: c.auth_version + 1,
-        })
+    produce(&gw, &headers, &t.tenant, &uid, true, |_, auth_version| {
+        SessionControlBody::SignedOutEverywhere(AuthVersion { auth_version })
     })
     .await
 }
@@ -225,10 +234,8 @@ pub async fn disable_user(
     Query(t): Query<TenantParam>,
     headers: HeaderMap,
 ) -> Response {
-    produce(&gw, &headers, &t.tenant, &uid, |c| {
-        SessionControlBody::UserDisabled(AuthVersion {
-            auth_version: c.auth_version + 1,
-        })
+    produce(&gw, &headers, &t.tenant, &uid, true, |_, auth_version| {
+        SessionControlBody::UserDisabled(AuthVersion { auth_version })
     })
     .await
 }
@@ -240,7 +247,7 @@ pub async fn enable_user(
     Query(t): Query<TenantParam>,
     headers: HeaderMap,
 ) -> Response {
-    produce(&gw, &headers, &t.tenant, &uid, |_| {
+    produce(&gw, &headers, &t.tenant, &uid, false, |_, _| {
         SessionControlBody::UserEnabled(Empty {})
     })
     .await

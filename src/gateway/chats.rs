@@ -21,14 +21,14 @@ use crate::tinode;
 use super::refusal::Refusal;
 use super::Gateway;
 
-/// Longest full name / group name, in characters.
-pub const MAX_NAME_CHARS: usize = 128;
+/// Longest full name / group name, in characters ([`crate::fields`]).
+pub const MAX_NAME_CHARS: usize = crate::fields::GROUP_NAME_CHARS;
 /// Longest photo reference, in characters.
-pub const MAX_PHOTO_CHARS: usize = 512;
+pub const MAX_PHOTO_CHARS: usize = crate::fields::PHOTO_CHARS;
 /// Longest user note, in characters.
-pub const MAX_NOTE_CHARS: usize = 512;
+pub const MAX_NOTE_CHARS: usize = crate::fields::NOTE_CHARS;
 /// Longest group description, in characters.
-pub const MAX_DESCRIPTION_CHARS: usize = 1024;
+pub const MAX_DESCRIPTION_CHARS: usize = crate::fields::DESCRIPTION_CHARS;
 /// Member-list page when the client names no limit.
 pub const DEFAULT_MEMBER_PAGE: i64 = 100;
 /// One-to-one access mode (both users may do everything but delete for all).
@@ -112,6 +112,14 @@ pub async fn catch_up(
 ) -> Result<Option<Vec<crate::store::message::StoredMessage>>, Refusal> {
     if c.unread == 0 || c.unread > n {
         return Ok(None);
+    }
+    // Only what the history route would give: the chat list is a
+    // projection that may not have seen a removal yet, the write model has
+    // (issue 39: a removed member paged new messages here meanwhile).
+    match super::reads::ensure_member(gw, tenant, &c.topic, uid).await {
+        Ok(()) => {}
+        Err(Refusal(code, _)) if code < 500 => return Ok(None),
+        Err(e) => return Err(e),
     }
     let query = crate::history::PageQuery::new(Some(c.read + 1), None, Some(n), true)?;
     let page = gw.history.page(tenant, &c.topic, uid, query).await?;

@@ -41,6 +41,12 @@ pub fn replace_target(head: Option<&str>) -> Result<Option<i64>, Refusal> {
         .map_err(|()| Refusal(400, "malformed: head.replace must be \":<seq>\"".into()))
 }
 
+/// False only for a one-to-one topic `uid` is not one of the two of: its
+/// members are in its name, and nothing needs reading to refuse.
+fn p2p_party(topic: &str, uid: i64) -> bool {
+    crate::tinode::parse_p2p_topic(topic).is_none_or(|(a, b)| uid == a || uid == b)
+}
+
 /// Checks that `caller` may edit message `seq` of `topic` now.
 pub async fn check_edit(
     gw: &Gateway,
@@ -48,11 +54,26 @@ pub async fn check_edit(
     topic: &str,
     seq: i64,
 ) -> Result<(), Refusal> {
+    // Membership first, from the write model (state that cannot lag): to
+    // anyone else a message that exists, one that does not and one in an
+    // archived month are the same "not found" (issue 39: no counting other
+    // people's messages through the answer).
+    let not_found = || Refusal(404, format!("message {seq} not found"));
+    if !p2p_party(topic, caller.uid) {
+        return Err(not_found());
+    }
+    let standing = gw
+        .governance
+        .standing(caller.tenant, topic, caller.uid)
+        .await?;
+    if !matches!(standing, Standing::Member { .. }) {
+        return Err(not_found());
+    }
     let target = gw
         .history
         .exact_on_primary(caller.tenant, topic, caller.uid, seq)
         .await?
-        .ok_or_else(|| Refusal(404, format!("message {seq} not found")))?;
+        .ok_or_else(not_found)?;
     refuse_archived(
         gw,
         caller,
@@ -112,7 +133,13 @@ pub async fn hard_delete(
     topic: &str,
     ranges: &[SeqRange],
 ) -> Result<Deleted, Refusal> {
+    let requested = ranges;
     let gov = &gw.governance;
+    // Another pair's one-to-one chat is refused from its name, before any
+    // model is read (a read would install one).
+    if !p2p_party(topic, caller.uid) {
+        return Err(Refusal(403, "permission denied".into()));
+    }
     let standing = gov.standing(caller.tenant, topic, caller.uid).await?;
     let role = match standing {
         Standing::NoGroup => return Err(Refusal(404, "topic not found".into())),
@@ -168,8 +195,15 @@ pub async fn hard_delete(
                     })
                 })
                 .collect();
-            gov.produce(caller.tenant, topic, caller.uid, bodies, &caller.origin)
-                .await?;
+            gov.produce(
+                caller.tenant,
+                topic,
+                caller.uid,
+                &crate::governance::exec::request_target("recall", requested),
+                bodies,
+                &caller.origin,
+            )
+            .await?;
             return Ok(Deleted::Recalled(del_id));
         }
     };
@@ -177,11 +211,12 @@ pub async fn hard_delete(
         return Err(refusal.expect("refused when not recalled"));
     }
     let outcome = gov
-        .moderate(
+        .moderate_request(
             caller.tenant,
             topic,
             Actor::User(caller.uid, standing),
             &ranges,
+            requested,
             &caller.origin,
             "",
         )

@@ -97,6 +97,7 @@ async fn act(
     action: Action,
 ) -> Result<Response, ApiError> {
     let claims = authenticate(gw, headers).await?;
+    super::http::rate(gw, &claims, super::limits::Action::Change).await?;
     let origin = origin(&claims, headers)?;
     // The standing is the write model's, read by `act` with the target's.
     let outcome = gw
@@ -115,10 +116,15 @@ async fn act(
 }
 
 fn seq_of(s: &str) -> Result<i64, ApiError> {
-    s.parse::<i64>()
-        .ok()
-        .filter(|s| *s > 0)
-        .ok_or_else(|| error(400, "malformed: seq must be a positive integer"))
+    crate::fields::seq_text(s).ok_or_else(|| {
+        error(
+            400,
+            format!(
+                "malformed: seq must be an integer from 1 to {}",
+                crate::fields::SEQ_MAX
+            ),
+        )
+    })
 }
 
 fn uid_of(s: &str) -> Result<i64, ApiError> {
@@ -149,6 +155,7 @@ pub async fn delete_message(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let claims = authenticate(&gw, &headers).await?;
+    super::http::rate(&gw, &claims, super::limits::Action::Change).await?;
     let seq = seq_of(&seq)?;
     let caller = Caller {
         tenant: &claims.ten,
@@ -261,6 +268,7 @@ async fn answer_invitation(
     accept: bool,
 ) -> Result<Response, ApiError> {
     let claims = authenticate(gw, headers).await?;
+    super::http::rate(gw, &claims, super::limits::Action::Change).await?;
     let origin = origin(&claims, headers)?;
     let outcome = gw
         .governance
@@ -306,6 +314,7 @@ pub async fn set_settings(
         )
     })?;
     let claims = authenticate(&gw, &headers).await?;
+    super::http::rate(&gw, &claims, super::limits::Action::Change).await?;
     let pool = gw
         .pools
         .get(&claims.ten)

@@ -357,11 +357,7 @@ pub async fn get_message(
     Path((topic, seq)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let seq: i64 = seq
-        .parse()
-        .ok()
-        .filter(|s| *s > 0)
-        .ok_or_else(|| error(400, "malformed: seq"))?;
+    let seq = crate::fields::seq_text(&seq).ok_or_else(|| error(400, "malformed: seq"))?;
     let claims = reader(&gw, &headers, &topic).await?;
     match gw
         .history
@@ -390,11 +386,7 @@ pub async fn message_context(
     params: Result<axum::extract::Query<ContextParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let axum::extract::Query(p) = params.map_err(|e| error(400, format!("malformed: {e}")))?;
-    let seq: i64 = seq
-        .parse()
-        .ok()
-        .filter(|s| *s > 0)
-        .ok_or_else(|| error(400, "malformed: seq"))?;
+    let seq = crate::fields::seq_text(&seq).ok_or_else(|| error(400, "malformed: seq"))?;
     let n = p.n.unwrap_or(20);
     if !(1..=50).contains(&n) {
         return Err(error(400, "malformed: n must be 1 to 50"));

@@ -33,6 +33,11 @@ pub enum Action {
     Report,
     /// `PUT /v1/me/password`.
     PasswordChange,
+    /// Every other change a user makes that becomes an event: blocks,
+    /// friends removed, push settings and mutes, profiles, favorites,
+    /// invitation answers, governance commands, deletes for everyone
+    /// (issue 39: each is kept in a log forever, and some notify others).
+    Change,
 }
 
 impl Action {
@@ -48,6 +53,7 @@ impl Action {
             Action::FriendRequest => "friend_request",
             Action::Report => "report",
             Action::PasswordChange => "password_change",
+            Action::Change => "change",
         }
     }
 
@@ -63,6 +69,7 @@ impl Action {
             Action::FriendRequest => limits.friend_requests,
             Action::Report => limits.reports,
             Action::PasswordChange => limits.password_changes,
+            Action::Change => limits.changes,
         }
     }
 }
@@ -86,11 +93,9 @@ impl Limited {
     }
 }
 
-/// `im:{<tenant>:u:<uid>}:rl:<what>`: under the user's own hash tag, so the
-/// limiter spreads over the cluster with the users (never a tenant-wide
-/// hot key).
+/// The user's bucket of `action` (`crate::redis_util::bucket::key`).
 pub fn bucket_key(tenant: &str, uid: i64, action: Action) -> String {
-    format!("im:{{{tenant}:u:{uid}}}:rl:{}", action.name())
+    crate::redis_util::bucket::key(tenant, uid, action.name())
 }
 
 /// Takes one token of `action` from the user's bucket.
@@ -114,13 +119,9 @@ pub async fn take_n(
     cost: u32,
 ) -> Result<(), Limited> {
     let bucket = action.bucket(limits);
-    let wait: Result<u64, _> = redis::Script::new(include_str!("../../lua/rate_limit.lua"))
-        .key(bucket_key(tenant, uid, action))
-        .arg(bucket.burst.max(1))
-        .arg(bucket.per_minute.max(1))
-        .arg(cost.max(1))
-        .invoke_async(redis)
-        .await;
+    let wait =
+        crate::redis_util::bucket::take(redis, &bucket_key(tenant, uid, action), bucket, cost)
+            .await;
     match wait {
         Ok(0) => Ok(()),
         Ok(ms) => {
@@ -272,10 +273,18 @@ const ADMIN_FAILURES_MAX_ADDRESSES: usize = 10_000;
 
 impl AdminFailures {
     /// Judges one admin call from `ip` whose token is `valid` or not, under
-    /// one lock: `Err(retry_after_ms)` while the address is locked out
-    /// (the token is not even looked at then); else a failure is counted,
-    /// the one that uses up the free failures starting the lockout.
+    /// one lock. A valid token always passes: the lockout is against
+    /// guessing, and a locked-out address (on loopback, every local caller)
+    /// must not lock the operator out (issue 39). A wrong one is refused
+    /// with `Err(retry_after_ms)` while the address is locked out; else it
+    /// is counted, the one that uses up the free failures starting the
+    /// lockout. What a guesser learns from the answer is what a 401 tells:
+    /// tokens have at least 32 bytes (`auth::MIN_SECRET_BYTES`) outside
+    /// dev, so the count bounds the noise, not the odds.
     pub fn attempt(&self, ip: IpAddr, valid: bool, limits: &LimitsConfig) -> Result<(), u64> {
+        if valid {
+            return Ok(());
+        }
         let now = std::time::Instant::now();
         let first = limits.login_lockout_ms.max(1);
         let longest = limits.login_lockout_max_ms.max(first);
@@ -289,9 +298,6 @@ impl AdminFailures {
             if now.duration_since(r.last) > forget {
                 t.remove(&ip);
             }
-        }
-        if valid {
-            return Ok(());
         }
         if t.len() >= ADMIN_FAILURES_MAX_ADDRESSES && !t.contains_key(&ip) {
             t.retain(|_, r| now.duration_since(r.last) <= forget);
@@ -387,10 +393,12 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(f.attempt(ip, false, &limits), Ok(()));
         }
-        // Locked: everything from that address, the right token included.
+        // Locked: every wrong token from that address; the right one
+        // still passes (an operator on the same address is not locked out).
         let wait = f.attempt(ip, false, &limits).unwrap_err();
         assert!(wait > 59_000 && wait <= 60_000, "{wait}");
-        assert!(f.attempt(ip, true, &limits).is_err());
+        assert_eq!(f.attempt(ip, true, &limits), Ok(()));
+        assert!(f.attempt(ip, false, &limits).is_err());
         // Another address is not concerned.
         assert_eq!(
             f.attempt("127.0.0.2".parse().unwrap(), true, &limits),

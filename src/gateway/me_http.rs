@@ -144,6 +144,7 @@ pub async fn set_profile(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let claims = authenticate(&gw, &headers).await?;
+    super::http::rate(&gw, &claims, super::limits::Action::Change).await?;
     let change = chats::user_profile_change(&body_json(&body)?).map_err(refused)?;
     let id = chats::set_user_profile(&gw, &claims.ten, claims.uid, change)
         .await
@@ -159,6 +160,7 @@ pub async fn set_group_profile(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let claims = authenticate(&gw, &headers).await?;
+    super::http::rate(&gw, &claims, super::limits::Action::Change).await?;
     let change = chats::group_profile_change(&body_json(&body)?).map_err(refused)?;
     let gov = &gw.governance;
     let standing = gov
@@ -306,7 +308,9 @@ pub async fn change_password(
     let current = crate::session_control::load(pool, claims.uid)
         .await
         .map_err(super::refusal::unavailable)?;
-    let auth_version = current.auth_version + 1;
+    let auth_version = crate::session_control::next_auth_version(pool, claims.uid)
+        .await
+        .map_err(super::refusal::unavailable)?;
     let event = crate::events::SessionControlEvent {
         event_id: crate::events::new_event_id(),
         tenant_id: claims.ten.clone(),

@@ -79,6 +79,11 @@ pub async fn start(
     // before anything is leased.
     crate::tenant::verify_exact_identities(config).await?;
     let mut redis = crate::redis_util::connect(&config.redis.url).await?;
+    // A Redis that could evict the write side (seq allocators, group
+    // models, claims) is refused before anything is leased.
+    crate::redis_util::incarnation::check_no_eviction(&mut redis)
+        .await
+        .map_err(anyhow::Error::msg)?;
     let node_id = config.node.resolved_id();
     lease_node_id(&mut redis, &node_id, shutdown.clone()).await?;
     let snowflake = Snowflake::lease(&mut redis, shutdown.clone()).await?;
@@ -164,6 +169,18 @@ pub async fn start(
         tokio::spawn(dev_profiles::seed(gateway.clone()));
     }
     tokio::spawn(sweep_governance(gateway.clone()));
+    // After Redis forgets, every conversation of every tenant is restored
+    // from durable state in one pass (one gateway per tenant does it).
+    tokio::spawn(
+        crate::recovery::Recovery::new(
+            config.clone(),
+            gateway.pools.clone(),
+            gateway.redis.clone(),
+            gateway.sender.producer().codec().clone(),
+            gateway.groups.clone(),
+        )
+        .watch(shutdown.clone()),
+    );
     tokio::spawn(process_gauges(gateway.clone()));
     let app = public_router(gateway.clone())
         // `/metrics` is served on the telemetry port only, never here.

@@ -30,7 +30,7 @@ pub async fn ensure_member(
         Ok(Membership::Member) => Ok(()),
         Ok(Membership::NotMember) => Err(Refusal(403, "permission denied".into())),
         Ok(Membership::Dissolved) => Err(Refusal(404, "topic not found".into())),
-        Err(e) => Err(Refusal::unavailable(e)),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -159,11 +159,7 @@ pub async fn clear_history(
         }
         clean.push(SeqRange { low: r.low, hi });
     }
-    let del_id: i64 = redis::cmd("INCR")
-        .arg(keys.del_id())
-        .query_async(&mut redis)
-        .await
-        .map_err(Refusal::unavailable)?;
+    let del_id = gw.governance.next_del_id(tenant, topic).await?;
     let event = GroupEvent {
         actor_device: device.to_string(),
         source_sid: sid.to_string(),
@@ -175,7 +171,7 @@ pub async fn clear_history(
             GroupEventBody::HistoryCleared(HistoryCleared {
                 uid,
                 ranges: clean,
-                del_id: del_id as i32,
+                del_id,
             }),
         )
     };
@@ -189,7 +185,7 @@ pub async fn clear_history(
         )
         .await
         .map_err(Refusal::unavailable)?;
-    Ok(del_id as i32)
+    Ok(del_id)
 }
 
 /// The reader's delete log as Tinode's `{meta del}` body, if any.

@@ -50,10 +50,7 @@ use super::Gateway;
 use crate::auth::Claims;
 
 fn seq_of(text: &str) -> Result<i64, ApiError> {
-    text.parse()
-        .ok()
-        .filter(|s| *s > 0)
-        .ok_or_else(|| error(400, "malformed: seq"))
+    crate::fields::seq_text(text).ok_or_else(|| error(400, "malformed: seq"))
 }
 
 fn pool<'g>(gw: &'g Gateway, tenant: &str) -> Result<&'g sqlx::MySqlPool, ApiError> {
@@ -247,6 +244,7 @@ pub async fn add_favorite(
 ) -> Result<Response, ApiError> {
     let seq = seq_of(&seq)?;
     let (claims, topic) = conversation_of(&gw, &headers, &topic).await?;
+    rate(&gw, &claims, super::limits::Action::Change).await?;
     super::reads::ensure_member(&gw, &claims.ten, &topic, claims.uid)
         .await
         .map_err(refused)?;
@@ -308,6 +306,7 @@ pub async fn remove_favorite(
 ) -> Result<Response, ApiError> {
     let seq = seq_of(&seq)?;
     let (claims, topic) = conversation_of(&gw, &headers, &topic).await?;
+    rate(&gw, &claims, super::limits::Action::Change).await?;
     let response = favorite_event(
         &gw,
         &claims,

@@ -35,6 +35,20 @@ impl Refusal {
     }
 }
 
+impl From<crate::group_model::ModelError> for Refusal {
+    /// An asker over their lookups of unknown groups is told when to retry
+    /// (429); anything else is an outage (503).
+    fn from(e: crate::group_model::ModelError) -> Self {
+        match e {
+            crate::group_model::ModelError::Throttled(ms) => Refusal(
+                429,
+                format!("too many lookups of unknown groups; retry in {ms} ms"),
+            ),
+            e => Refusal::unavailable(e),
+        }
+    }
+}
+
 impl From<HistoryError> for Refusal {
     fn from(e: HistoryError) -> Self {
         match e {
@@ -103,6 +117,11 @@ pub fn send_error_reply(e: &SendError) -> (u16, String, Option<Value>) {
             503,
             tinode::UNAVAILABLE.into(),
             Some(json!({"retry": true, "request_id": super::log_internal(why)})),
+        ),
+        SendError::Throttled(ms) => (
+            429,
+            "too many requests".into(),
+            Some(json!({"retry_after_ms": ms, "code": "UNKNOWN_NAMES"})),
         ),
         SendError::Overloaded => (
             503,

@@ -61,6 +61,80 @@ async fn produce(gw: &Gateway, events: Vec<UserEvent>) -> Result<Response, ApiEr
     Ok((StatusCode::ACCEPTED, Json(json!({"events": ids}))).into_response())
 }
 
+/// How long one block or unblock may hold the user's lock (its produce and
+/// its write-through take milliseconds; the producer gives up well before).
+const BLOCKS_LOCK_MS: u64 = 30_000;
+
+/// A block or unblock, in effect before the call answers (issue 39: a send
+/// right after an acknowledged block was delivered while the relations
+/// pipeline had not projected it yet): its event goes to the log, then it
+/// is written to MySQL and the cached set (a failure there leaves the
+/// projection to apply it, and the caller's retry to finish it). One at a
+/// time per user, from produce to write-through, so the writes happen in
+/// log order and the last one written is the last event, as the
+/// projection's last write is: a late write of an earlier block can never
+/// land after a later unblock.
+async fn block_or_unblock(
+    gw: &Gateway,
+    tenant: &str,
+    uid: i64,
+    other: i64,
+    body: UserEventBody,
+    present: bool,
+) -> Result<Response, ApiError> {
+    let pool = gw.pools.get(tenant).map_err(super::refusal::unavailable)?;
+    let mut redis = gw.redis.clone();
+    let key = crate::keys::UserKeys::new(tenant, uid).blocks_lock();
+    // Another of the user's blocks holds it for milliseconds: wait a little.
+    let mut lock = None;
+    for _ in 0..40 {
+        lock = crate::redis_util::RedisLock::acquire(&mut redis, &key, BLOCKS_LOCK_MS)
+            .await
+            .map_err(|_| error(503, tinode::UNAVAILABLE))?;
+        if lock.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let lock = lock.ok_or_else(|| {
+        ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "another block or unblock of yours is in progress; try again".into(),
+            Some(json!({"retry_after_ms": 1000})),
+        )
+    })?;
+    let done = async {
+        let answer = produce(gw, vec![UserEvent::new(tenant, uid, uid, body)]).await?;
+        crate::relations::set_member(pool, &mut redis, tenant, Set::Blocks, uid, other, present)
+            .await
+            .map_err(|_| error(503, tinode::UNAVAILABLE))?;
+        Ok(answer)
+    }
+    .await;
+    let mut redis = gw.redis.clone();
+    let _ = lock.release(&mut redis).await;
+    done
+}
+
+/// Whether either of the two ever asked the other to be friends: a
+/// friendship accepted a moment ago (not projected yet) or half removed
+/// (a retry) can be removed; a stranger cannot.
+async fn asked_either_way(gw: &Gateway, tenant: &str, a: i64, b: i64) -> Result<bool, ApiError> {
+    let pool = gw.pools.get(tenant).map_err(super::refusal::unavailable)?;
+    let found: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM im_friend_requests \
+         WHERE (from_uid = ? AND to_uid = ?) OR (from_uid = ? AND to_uid = ?) LIMIT 1",
+    )
+    .bind(a)
+    .bind(b)
+    .bind(b)
+    .bind(a)
+    .fetch_optional(pool)
+    .await
+    .map_err(|_| error(503, tinode::UNAVAILABLE))?;
+    Ok(found.is_some())
+}
+
 async fn related(
     gw: &Gateway,
     tenant: &str,
@@ -120,6 +194,7 @@ pub async fn accept_friend(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let me = authenticate(&gw, &headers).await?;
+    super::http::rate(&gw, &me, super::limits::Action::Change).await?;
     let from = other_user(me.uid, &uid)?;
     let pool = gw.pools.get(&me.ten).map_err(super::refusal::unavailable)?;
     let pending: Option<String> = sqlx::query_scalar(
@@ -169,7 +244,15 @@ pub async fn remove_friend(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let me = authenticate(&gw, &headers).await?;
+    super::http::rate(&gw, &me, super::limits::Action::Change).await?;
     let other = other_user(me.uid, &uid)?;
+    // Only a friend can be removed: else the call would notify a stranger
+    // (`{pres friend.removed}`) on every try (issue 39).
+    if !related(&gw, &me.ten, Set::Friends, me.uid, other).await?
+        && !asked_either_way(&gw, &me.ten, me.uid, other).await?
+    {
+        return Err(error(404, "not a friend"));
+    }
     let (t, m) = (me.ten.as_str(), me.uid);
     produce(
         &gw,
@@ -204,10 +287,11 @@ pub async fn block(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let me = authenticate(&gw, &headers).await?;
+    super::http::rate(&gw, &me, super::limits::Action::Change).await?;
     let UidBody { uid } = parse(&body)?;
     let whom = other_user(me.uid, &uid.to_string())?;
     let body = UserEventBody::UserBlocked(BlockRef { blocked_uid: whom });
-    produce(&gw, vec![UserEvent::new(&me.ten, me.uid, me.uid, body)]).await
+    block_or_unblock(&gw, &me.ten, me.uid, whom, body, true).await
 }
 
 /// `DELETE /v1/blocks/{uid}`
@@ -217,9 +301,10 @@ pub async fn unblock(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let me = authenticate(&gw, &headers).await?;
+    super::http::rate(&gw, &me, super::limits::Action::Change).await?;
     let whom = other_user(me.uid, &uid)?;
     let body = UserEventBody::UserUnblocked(BlockRef { blocked_uid: whom });
-    produce(&gw, vec![UserEvent::new(&me.ten, me.uid, me.uid, body)]).await
+    block_or_unblock(&gw, &me.ten, me.uid, whom, body, false).await
 }
 
 #[derive(Deserialize)]
@@ -235,6 +320,7 @@ pub async fn set_dnd(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let me = authenticate(&gw, &headers).await?;
+    super::http::rate(&gw, &me, super::limits::Action::Change).await?;
     let DndBody { dnd } = parse(&body)?;
     let body = UserEventBody::PushSettingsChanged(PushSettingsChanged {
         dnd: Some(dnd),
@@ -258,6 +344,7 @@ pub async fn mute_topic(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let me = authenticate(&gw, &headers).await?;
+    super::http::rate(&gw, &me, super::limits::Action::Change).await?;
     let MutedBody { muted } = parse(&body)?;
     let topic = tinode::resolve_topic(&topic, me.uid)
         .filter(|t| tinode::is_conversation_topic(t))

@@ -15,7 +15,9 @@ use crate::events::{
     now_ms, GroupCreated, GroupEvent, GroupEventBody, MemberInviteDeclined, MemberInvited,
     MemberJoined, MessageDeleted, SeqRange,
 };
-use crate::group_model::{Applied, Change, GroupModel, Place, Read, Snapshot, Status};
+use crate::group_model::{
+    durable, Applied, Change, Durability, GroupModel, ModelError, Place, Read, Snapshot, Status,
+};
 use crate::groups::{Role, Standing};
 use crate::kafka::producer::EventProducer;
 use crate::kafka::topics::TopicKind;
@@ -42,17 +44,72 @@ pub struct Origin {
 }
 
 impl Origin {
-    fn event_id(&self, n: usize) -> String {
+    /// The `n`th id of an event produced without a claim (a recall, a
+    /// moderation, a profile change) for the request `what`: derived from
+    /// the command when it has an id, so a retry produces the same events.
+    fn event_id(&self, tenant: &str, topic: &str, actor_uid: i64, what: &str, n: usize) -> String {
         match &self.command_id {
-            Some(c) => derived_event_id(c, n),
+            Some(c) => derived_event_id(
+                &CommandScope {
+                    tenant,
+                    topic,
+                    actor: actor_uid,
+                    command_id: c,
+                },
+                what,
+                n,
+            ),
             None => crate::events::new_event_id(),
         }
     }
 }
 
-/// The `n`th event id of a command: stable across re-executions.
-pub fn derived_event_id(command_id: &str, n: usize) -> String {
-    let digest = Sha256::digest(format!("{command_id}\n{n}").as_bytes());
+/// Whose command an event id derives from: a command id is the client's
+/// (an `Idempotency-Key`, an operator's `command_id`), unique only among
+/// its own commands, so every id derived from it is scoped by tenant,
+/// topic and actor (uid; 0 is the operator), as its claim is (issue 39:
+/// before, two users' commands with one key shared event ids, and the
+/// projections dropped the second as a duplicate).
+pub struct CommandScope<'a> {
+    pub tenant: &'a str,
+    pub topic: &'a str,
+    pub actor: i64,
+    pub command_id: &'a str,
+}
+
+/// What a request without a claim asks for, as its event ids name it: the
+/// ranges as the client named them (before clamping or adding edits, so a
+/// retry after new messages arrived derives the same ids), the profile
+/// fields. The same key reused by its actor for another request makes
+/// other events, never a "duplicate" of the first.
+pub fn request_target(kind: &str, ranges: &[SeqRange]) -> String {
+    let ranges: Vec<String> = ranges
+        .iter()
+        .map(|r| format!("{}-{}", r.low, r.hi))
+        .collect();
+    format!("{kind}:{}", ranges.join(","))
+}
+
+/// The `n`th event id of a command of `scope` acting on `what` (empty for
+/// a claimed command: its claim holds the events): stable across
+/// re-executions, distinct for every scope. Each part is length-prefixed,
+/// so no two different tuples hash the same text.
+pub fn derived_event_id(scope: &CommandScope<'_>, what: &str, n: usize) -> String {
+    let mut hasher = Sha256::new();
+    let actor = scope.actor.to_string();
+    let n = n.to_string();
+    for part in [
+        scope.tenant,
+        scope.topic,
+        &actor,
+        scope.command_id,
+        what,
+        &n,
+    ] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part.as_bytes());
+    }
+    let digest = hasher.finalize();
     let h = hex::encode(&digest[..16]);
     format!(
         "{}-{}-{}-{}-{}",
@@ -76,6 +133,23 @@ pub struct Outcome {
     pub replayed: bool,
     /// The group a create made (a retry's too).
     pub group_id: Option<i64>,
+}
+
+/// A field beyond what the projections can store: 400.
+fn malformed(e: crate::fields::FieldError) -> Refused {
+    Refused(400, format!("malformed: {e}"))
+}
+
+/// A model that could not answer: 429 for an asker over their lookups of
+/// unknown names, else 503.
+fn model_refusal(e: ModelError) -> Refused {
+    match e {
+        ModelError::Throttled(ms) => Refused(
+            429,
+            format!("too many lookups of unknown groups; retry in {ms} ms"),
+        ),
+        e => unavailable(e),
+    }
 }
 
 fn unavailable(e: impl std::fmt::Display) -> Refused {
@@ -163,7 +237,7 @@ impl Executor {
         self.model
             .standing(tenant, topic, uid)
             .await
-            .map_err(unavailable)
+            .map_err(model_refusal)
     }
 
     /// Decides and carries out one governance action (not moderation: see
@@ -190,6 +264,9 @@ impl Executor {
         }
         if action == Action::EditProfile {
             return Err(Refused(400, "a profile change names the profile".into()));
+        }
+        if let Action::Mute(_, Some(until)) = action {
+            crate::fields::instant_ms("until", until).map_err(malformed)?;
         }
         if let Action::AddMember(uid) = action {
             return self.add_members(tenant, topic, actor, &[uid], origin).await;
@@ -290,6 +367,11 @@ impl Executor {
         if !tinode::is_group_topic(topic) {
             return Err(Refused(400, "malformed: not a group topic".into()));
         }
+        // Checked against what the projections store before anything is
+        // decided: an acknowledged create the members projection refused
+        // would be a group without a name in every read model.
+        crate::fields::chars("name", &created.name, crate::fields::GROUP_NAME_CHARS)
+            .map_err(malformed)?;
         let pool = self.pool(tenant)?;
         let mut members: Vec<i64> = created
             .members
@@ -304,7 +386,7 @@ impl Executor {
         self.model
             .prepare_create(tenant, topic)
             .await
-            .map_err(unavailable)?;
+            .map_err(model_refusal)?;
         self.run(tenant, topic, owner, &[owner], origin, move |s| {
             if s.status != Status::None {
                 return Err(Refused(409, "topic already exists".into()));
@@ -352,7 +434,21 @@ impl Executor {
             return Err(Refused(404, "group not found".into()));
         }
         self.pool(tenant)?;
-        self.run(tenant, topic, uid, &[uid], origin, move |s| {
+        // An invitation is only as good as its inviter's right to add
+        // members, now (issue 39: an admin's invitation accepted after the
+        // admin was removed admitted the invitee): the inviter's place is
+        // read, and fenced, with the invitee's.
+        let inviter = match self
+            .model
+            .read_as(tenant, topic, &[uid], None, Some(uid))
+            .await
+            .map_err(model_refusal)?
+        {
+            Read::State(s) => s.inviter(uid),
+            Read::Claim(_) => None,
+        };
+        let read: Vec<i64> = std::iter::once(uid).chain(inviter).collect();
+        self.run(tenant, topic, uid, &read, origin, move |s| {
             if s.status != Status::Active {
                 return Err(Refused(404, "group not found".into()));
             }
@@ -364,6 +460,17 @@ impl Executor {
             };
             let mut change = Change::on_active();
             change.expect(uid, Place::Invited);
+            if accept {
+                let place = s.place(inviter);
+                if !matches!(place, Place::Member(Role::Owner | Role::Admin)) {
+                    return Err(Refused(
+                        410,
+                        "this invitation is no longer valid: whoever sent it may no longer add members"
+                            .into(),
+                    ));
+                }
+                change.expect(inviter, place);
+            }
             let body = if accept {
                 change.op("join", uid, "member");
                 GroupEventBody::MemberJoined(MemberJoined {
@@ -382,7 +489,7 @@ impl Executor {
 
     /// One command against the write model: read (or the claim of an
     /// earlier attempt), decide, apply if the facts still hold (else decide
-    /// again), produce the events, answer.
+    /// again), store the change with its claim, produce the events, answer.
     async fn run<F>(
         &self,
         tenant: &str,
@@ -402,16 +509,28 @@ impl Executor {
         let keys = TopicKeys::new(tenant, topic);
         let claim_key = keys.command(actor_uid, &command_id);
         let mut redis = self.model.redis();
+        let asker = (actor_uid > 0).then_some(actor_uid);
         for attempt in 0..MAX_DECISIONS {
             let read = self
                 .model
-                .read(tenant, topic, uids, Some(&claim_key))
+                .read_as(tenant, topic, uids, Some(&claim_key), asker)
                 .await
-                .map_err(unavailable)?;
+                .map_err(model_refusal)?;
             let snapshot = match read {
                 Read::Claim(c) => return self.replay(tenant, topic, &claim_key, &c).await,
                 Read::State(s) => s,
             };
+            // Redis may have forgotten the claim of a command that ran (it
+            // was stored with its change): the stored one answers.
+            if origin.command_id.is_some() {
+                let pool = self.pool(tenant)?;
+                if let Some((text, _)) = durable::command(pool, &claim_key)
+                    .await
+                    .map_err(unavailable)?
+                {
+                    return self.replay(tenant, topic, &claim_key, &text).await;
+                }
+            }
             let decision = match decide(&snapshot) {
                 Ok(d) => d,
                 Err(refused) => {
@@ -431,7 +550,16 @@ impl Executor {
                 .into_iter()
                 .enumerate()
                 .map(|(n, body)| GroupEvent {
-                    event_id: derived_event_id(&command_id, n),
+                    event_id: derived_event_id(
+                        &CommandScope {
+                            tenant,
+                            topic,
+                            actor: actor_uid,
+                            command_id: &command_id,
+                        },
+                        "",
+                        n,
+                    ),
                     occurred_at,
                     actor_device: origin.device.clone(),
                     source_sid: origin.sid.clone(),
@@ -449,7 +577,7 @@ impl Executor {
             };
             let text = serde_json::to_string(&claim).map_err(unavailable)?;
             // Known to be pending before the change exists: a gateway that
-            // dies after the change leaves its events for the sweeper.
+            // dies after the change leaves it for the sweeper to finish.
             let pending = pending_entry(topic, &claim_key);
             let pending_key = TenantKeys::new(tenant).governance_pending();
             let _: () = redis::cmd("ZADD")
@@ -459,52 +587,110 @@ impl Executor {
                 .query_async(&mut redis)
                 .await
                 .map_err(unavailable)?;
+            let create = decision.change.status == "none";
             let applied = self
                 .model
                 .apply(tenant, topic, &decision.change, Some((&claim_key, &text)))
-                .await;
-            let applied = match applied {
-                Ok(a) => a,
-                Err(e) => {
-                    // The change may have been made: the sweeper looks.
-                    return Err(unavailable(e));
+                .await
+                // The change may have been made: the sweeper looks.
+                .map_err(model_refusal)?;
+            let unpend = |mut redis: crate::redis_util::Redis| {
+                let (key, entry) = (pending_key.clone(), pending.clone());
+                async move {
+                    let _: redis::RedisResult<()> = redis::cmd("ZREM")
+                        .arg(key)
+                        .arg(entry)
+                        .query_async(&mut redis)
+                        .await;
                 }
             };
             match applied {
-                Applied::Done(version) => {
-                    tracing::debug!(tenant, topic, version, attempt, "governance change applied");
-                    self.produce_claim(&mut redis, &claim_key, &mut claim)
+                Applied::Done(change) => {
+                    // Stored before anything is produced or answered: an
+                    // acknowledged change survives whatever Redis forgets.
+                    let durability = self
+                        .model
+                        .make_durable(tenant, topic, &change, create, Some((&claim_key, &text)))
+                        .await
+                        .map_err(model_refusal)?;
+                    if durability == Durability::Lost {
+                        // Replaced by a restore before it was stored: it is
+                        // not in the model, so neither is its claim.
+                        let _: redis::RedisResult<()> = redis::cmd("DEL")
+                            .arg(&claim_key)
+                            .query_async(&mut redis)
+                            .await;
+                        unpend(redis.clone()).await;
+                        continue;
+                    }
+                    tracing::debug!(
+                        tenant,
+                        topic,
+                        version = change.version,
+                        attempt,
+                        "governance change applied and stored"
+                    );
+                    self.produce_claim(&mut redis, &claim_key, &mut claim, tenant)
                         .await?;
-                    let _: redis::RedisResult<()> = redis::cmd("ZREM")
-                        .arg(&pending_key)
-                        .arg(&pending)
-                        .query_async(&mut redis)
-                        .await;
-                    let outcome = "ok";
-                    metrics::counter!(crate::metrics::GOVERNANCE_COMMANDS_TOTAL, "outcome" => outcome)
+                    unpend(redis.clone()).await;
+                    metrics::counter!(crate::metrics::GOVERNANCE_COMMANDS_TOTAL, "outcome" => "ok")
                         .increment(1);
                     return Ok(outcome_of(&claim, false));
                 }
                 Applied::Claim(c) => {
-                    let _: redis::RedisResult<()> = redis::cmd("ZREM")
-                        .arg(&pending_key)
-                        .arg(&pending)
-                        .query_async(&mut redis)
-                        .await;
+                    unpend(redis.clone()).await;
                     return self.replay(tenant, topic, &claim_key, &c).await;
                 }
                 Applied::Conflict => {
-                    let _: redis::RedisResult<()> = redis::cmd("ZREM")
-                        .arg(&pending_key)
-                        .arg(&pending)
-                        .query_async(&mut redis)
-                        .await;
+                    unpend(redis.clone()).await;
                     metrics::counter!(crate::metrics::GOVERNANCE_COMMANDS_TOTAL, "outcome" => "conflict_retried")
                         .increment(1);
+                }
+                Applied::Unsynced(other) => {
+                    unpend(redis.clone()).await;
+                    // An earlier command's change is not stored yet: give
+                    // it a moment, then finish it, then decide again.
+                    if attempt > 0 {
+                        self.finish(tenant, topic, &other).await?;
+                    } else {
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
                 }
             }
         }
         Err(Refused(503, "the group kept changing; retry".into()))
+    }
+
+    /// Finishes a command whose change was applied but not stored (its
+    /// gateway died or is slow): stores the model with its claim, then
+    /// produces its events.
+    async fn finish(&self, tenant: &str, topic: &str, claim_key: &str) -> Result<(), Refused> {
+        let mut redis = self.model.redis();
+        let text: Option<String> = redis::cmd("GET")
+            .arg(claim_key)
+            .query_async(&mut redis)
+            .await
+            .map_err(unavailable)?;
+        match text {
+            Some(text) => {
+                tracing::warn!(
+                    tenant,
+                    topic,
+                    claim = claim_key,
+                    "finishing a governance command whose change was not stored"
+                );
+                self.replay(tenant, topic, claim_key, &text)
+                    .await
+                    .map(|_| ())
+            }
+            // Its claim is gone (expired): store the model as it is.
+            None => self
+                .model
+                .finish_unsynced(tenant, topic, claim_key)
+                .await
+                .map(|_| ())
+                .map_err(model_refusal),
+        }
     }
 
     /// Answers a command that ran before from its claim; a pending one's
@@ -524,8 +710,25 @@ impl Executor {
             return Err(Refused(claim.code, claim.error));
         }
         if !claim.done {
+            // Its change first, if it is not stored yet (the command that
+            // applied it was cut short: its client hung up, its gateway
+            // died): a claim is answered only once its change is stored.
+            let stored = self
+                .model
+                .finish_unsynced(tenant, topic, claim_key)
+                .await
+                .map_err(model_refusal)?;
             let mut redis = self.model.redis();
-            self.produce_claim(&mut redis, claim_key, &mut claim)
+            if !stored {
+                // A restore replaced the model before the change was
+                // stored: it never happened. The retry decides anew.
+                let _: redis::RedisResult<()> = redis::cmd("DEL")
+                    .arg(claim_key)
+                    .query_async(&mut redis)
+                    .await;
+                return Err(Refused(503, "the group changed meanwhile; retry".into()));
+            }
+            self.produce_claim(&mut redis, claim_key, &mut claim, tenant)
                 .await?;
             let _: redis::RedisResult<()> = redis::cmd("ZREM")
                 .arg(TenantKeys::new(tenant).governance_pending())
@@ -537,12 +740,13 @@ impl Executor {
     }
 
     /// Produces a claim's events (in order, retried within the budget) and
-    /// marks it done.
+    /// marks it done (in Redis and in MySQL).
     async fn produce_claim(
         &self,
         redis: &mut crate::redis_util::Redis,
         claim_key: &str,
         claim: &mut CommandClaim,
+        tenant: &str,
     ) -> Result<(), Refused> {
         for event in &claim.events {
             let tp = (!event.traceparent.is_empty()).then_some(event.traceparent.as_str());
@@ -577,12 +781,23 @@ impl Executor {
                 .query_async(redis)
                 .await;
         }
+        if !claim.events.is_empty() {
+            if let Ok(pool) = self.pool(tenant) {
+                if let Err(e) = durable::mark_done(pool, claim_key).await {
+                    tracing::warn!(claim = claim_key, error = %e, "could not mark a stored command done; the sweep produces its events once more");
+                }
+            }
+        }
         Ok(())
     }
 
-    /// Produces the events of commands whose gateway died between their
-    /// change and their produce (pending for a while); run periodically by
-    /// every gateway. Producing an event twice changes nothing.
+    /// Finishes the commands whose gateway died between their change and
+    /// their produce (pending for a while): those Redis lists (their
+    /// change stored first, if it was not), then those MySQL holds as not
+    /// produced (also when Redis forgot them). Run periodically by every
+    /// gateway; producing an event twice changes nothing. An entry that
+    /// fails is skipped, counted and retried next time: one bad entry never
+    /// holds up the others.
     pub async fn sweep(&self, tenant: &str) -> Result<usize, Refused> {
         let mut redis = self.model.redis();
         let key = TenantKeys::new(tenant).governance_pending();
@@ -597,39 +812,88 @@ impl Executor {
             .await
             .map_err(unavailable)?;
         let mut produced = 0;
+        let mut failed = 0;
         for entry in stale {
             let Some((topic, claim_key)) = entry.split_once('\n') else {
                 continue;
             };
-            let text: Option<String> = redis::cmd("GET")
-                .arg(claim_key)
-                .query_async(&mut redis)
-                .await
-                .map_err(unavailable)?;
-            if let Some(text) = text {
-                let pending = serde_json::from_str::<CommandClaim>(&text)
-                    .map(|c| !c.done && c.code < 300)
-                    .unwrap_or(false);
-                if pending {
-                    self.replay(tenant, topic, claim_key, &text).await?;
-                    produced += 1;
-                    tracing::warn!(
-                        tenant,
-                        topic,
-                        claim = claim_key,
-                        "swept a governance command whose events were not produced"
-                    );
+            match self.sweep_one(tenant, topic, claim_key).await {
+                Ok(true) => produced += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    failed += 1;
+                    tracing::warn!(tenant, topic, claim = claim_key, error = ?e, "sweeping a pending governance command failed; trying the next");
+                    // To the back of the list, tried again a sweep period
+                    // later: failing entries never starve the ones behind.
+                    let _: redis::RedisResult<()> = redis::cmd("ZADD")
+                        .arg(&key)
+                        .arg("XX")
+                        .arg(now_ms())
+                        .arg(&entry)
+                        .query_async(&mut redis)
+                        .await;
+                    continue;
                 }
             }
-            let _: () = redis::cmd("ZREM")
+            let _: redis::RedisResult<()> = redis::cmd("ZREM")
                 .arg(&key)
                 .arg(&entry)
                 .query_async(&mut redis)
-                .await
-                .map_err(unavailable)?;
+                .await;
+        }
+        let pool = self.pool(tenant)?;
+        let stored = durable::pending(pool, SWEEP_AFTER_MS, 100)
+            .await
+            .map_err(unavailable)?;
+        for (claim_key, topic, text) in stored {
+            match self.replay(tenant, &topic, &claim_key, &text).await {
+                Ok(_) => produced += 1,
+                Err(Refused(code, _)) if code < 500 => {
+                    // A refusal has no events: nothing to produce.
+                    let _ = durable::mark_done(pool, &claim_key).await;
+                }
+                Err(e) => {
+                    failed += 1;
+                    tracing::warn!(tenant, %topic, claim = %claim_key, error = ?e, "producing a stored pending governance command failed; trying the next");
+                }
+            }
+        }
+        if failed > 0 {
+            metrics::counter!(crate::metrics::GOVERNANCE_COMMANDS_TOTAL, "outcome" => "sweep_failed")
+                .increment(failed as u64);
         }
         Ok(produced)
     }
+
+    /// One pending command of Redis's list: finished when it is still
+    /// pending; whether anything was produced.
+    async fn sweep_one(&self, tenant: &str, topic: &str, claim_key: &str) -> Result<bool, Refused> {
+        let mut redis = self.model.redis();
+        let text: Option<String> = redis::cmd("GET")
+            .arg(claim_key)
+            .query_async(&mut redis)
+            .await
+            .map_err(unavailable)?;
+        let Some(text) = text else {
+            return Ok(false);
+        };
+        let pending = serde_json::from_str::<CommandClaim>(&text)
+            .map(|c| !c.done && c.code < 300)
+            .unwrap_or(false);
+        if !pending {
+            return Ok(false);
+        }
+        // Its change is stored first, if it was not (`replay`).
+        self.replay(tenant, topic, claim_key, &text).await?;
+        tracing::warn!(
+            tenant,
+            topic,
+            claim = claim_key,
+            "swept a governance command whose events were not produced"
+        );
+        Ok(true)
+    }
+
     /// Deletes messages for everyone as a moderator (owner, admin or
     /// operator): `MessageDeleted` with a new delete id. Ranges are
     /// `[low, hi)`, clamped to the topic's last seq.
@@ -642,6 +906,24 @@ impl Executor {
         origin: &Origin,
         reason: &str,
     ) -> Result<Outcome, Refused> {
+        self.moderate_request(tenant, topic, actor, ranges, ranges, origin, reason)
+            .await
+    }
+
+    /// [`moderate`](Self::moderate) of `ranges` (what the caller worked
+    /// out: with edits added) for a request that named `requested`: the
+    /// event ids derive from the request, so its retry derives the same.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn moderate_request(
+        &self,
+        tenant: &str,
+        topic: &str,
+        actor: Actor,
+        ranges: &[SeqRange],
+        requested: &[SeqRange],
+        origin: &Origin,
+        reason: &str,
+    ) -> Result<Outcome, Refused> {
         if !tinode::is_conversation_topic(topic) {
             return Err(Refused(404, "group not found".into()));
         }
@@ -651,6 +933,7 @@ impl Executor {
             return Err(Refused(404, "group not found".into()));
         }
         authorize(actor, Action::Moderate, Standing::NotMember)?;
+        let what = request_target("delete", requested);
         let ranges = self.clamp(tenant, topic, ranges).await?;
         self.refuse_archived(tenant, topic, &ranges).await?;
         let del_id = self.next_del_id(tenant, topic).await?;
@@ -666,7 +949,7 @@ impl Executor {
             deleted_at: now_ms(),
         });
         let ids = self
-            .produce(tenant, topic, actor_uid, vec![body], origin)
+            .produce(tenant, topic, actor_uid, &what, vec![body], origin)
             .await?;
         Ok(Outcome {
             event_ids: ids,
@@ -688,6 +971,16 @@ impl Executor {
         if !tinode::is_group_topic(topic) {
             return Err(Refused(404, "group not found".into()));
         }
+        use crate::fields::{chars, DESCRIPTION_CHARS, GROUP_NAME_CHARS, PHOTO_CHARS};
+        for (field, value, max) in [
+            ("name", &profile.name, GROUP_NAME_CHARS),
+            ("photo", &profile.photo, PHOTO_CHARS),
+            ("description", &profile.description, DESCRIPTION_CHARS),
+        ] {
+            if let Some(v) = value {
+                chars(field, v, max).map_err(malformed)?;
+            }
+        }
         let group = match actor {
             Actor::User(_, standing) => standing,
             Actor::Operator => self.standing(tenant, topic, 0).await?,
@@ -700,9 +993,13 @@ impl Executor {
             Actor::User(uid, _) => uid,
             Actor::Operator => 0,
         };
+        let what = format!(
+            "profile:{:?}:{:?}:{:?}",
+            profile.name, profile.photo, profile.description
+        );
         let body = GroupEventBody::GroupProfileChanged(profile);
         let ids = self
-            .produce(tenant, topic, actor_uid, vec![body], origin)
+            .produce(tenant, topic, actor_uid, &what, vec![body], origin)
             .await?;
         Ok(Outcome {
             event_ids: ids,
@@ -770,7 +1067,9 @@ impl Executor {
         Ok(out)
     }
 
-    /// The topic's last allocated seq (0 when none).
+    /// The topic's last allocated seq (0 when none): the allocator's, or
+    /// while Redis holds none (it forgot, and no send restored it yet) the
+    /// durable mark, which is at least that.
     pub async fn last_seq(&self, tenant: &str, topic: &str) -> Result<i64, Refused> {
         let mut redis = self.model.redis();
         let last: Option<i64> = redis::cmd("HGET")
@@ -779,33 +1078,45 @@ impl Executor {
             .query_async(&mut redis)
             .await
             .map_err(unavailable)?;
-        Ok(last.unwrap_or(0))
+        if let Some(last) = last {
+            return Ok(last);
+        }
+        let mark = crate::store::marks::get(self.pool(tenant)?, topic)
+            .await
+            .map_err(unavailable)?;
+        Ok(mark.map_or(0, |m| m.mark))
     }
 
-    /// A new delete transaction id of the topic (Tinode's `clear`).
+    /// A new delete transaction id of the topic (Tinode's `clear`): from
+    /// the durable mark, so never one handed out before, also after Redis
+    /// forgot (a topic from before marks goes on from its Redis counter).
     pub async fn next_del_id(&self, tenant: &str, topic: &str) -> Result<i32, Refused> {
         let mut redis = self.model.redis();
-        let id: i64 = redis::cmd("INCR")
+        let before: Option<i64> = redis::cmd("GET")
             .arg(TopicKeys::new(tenant, topic).del_id())
             .query_async(&mut redis)
             .await
             .map_err(unavailable)?;
-        Ok(id as i32)
+        crate::store::marks::next_del_id(self.pool(tenant)?, topic, before.unwrap_or(0))
+            .await
+            .map_err(unavailable)
     }
 
-    /// Produces `bodies` in order as events of one topic; their ids.
+    /// Produces `bodies` in order as events of one topic, for the request
+    /// `what` ([`request_target`]); their ids.
     pub async fn produce(
         &self,
         tenant: &str,
         topic: &str,
         actor_uid: i64,
+        what: &str,
         bodies: Vec<GroupEventBody>,
         origin: &Origin,
     ) -> Result<Vec<String>, Refused> {
         let mut ids = Vec::with_capacity(bodies.len());
         for (n, body) in bodies.into_iter().enumerate() {
             let event = GroupEvent {
-                event_id: origin.event_id(n),
+                event_id: origin.event_id(tenant, topic, actor_uid, what, n),
                 actor_device: origin.device.clone(),
                 source_sid: origin.sid.clone(),
                 source_node: self.node.clone(),
@@ -862,6 +1173,24 @@ fn decide(s: &Snapshot, actor: Actor, action: Action, reason: &str) -> Result<De
             return Err(Refused(
                 409,
                 format!("ownership was transferred to {to} meanwhile"),
+            ));
+        }
+    }
+    // Removing someone who holds an invitation withdraws it: whoever may
+    // add members may (issue 39: before, a kick answered 404 and a new add
+    // 409, so an invitation could not be taken back).
+    if let Action::Kick(uid) = action {
+        if s.place(uid) == Place::Invited {
+            authorize(actor, Action::AddMember(uid), Standing::NotMember)?;
+            let mut change = Change::on_active();
+            expect_actor(&mut change, s, actor);
+            change.expect(uid, Place::Invited);
+            change.op("uninvite", uid, "");
+            return Ok(Decision::new(
+                change,
+                vec![GroupEventBody::MemberInviteDeclined(MemberInviteDeclined {
+                    uid,
+                })],
             ));
         }
     }
@@ -1002,10 +1331,34 @@ fn outcome_of(claim: &CommandClaim, replayed: bool) -> Outcome {
 mod tests {
     #[test]
     fn derived_ids_are_stable_and_distinct() {
-        let a = super::derived_event_id("cmd-1", 0);
-        assert_eq!(a, super::derived_event_id("cmd-1", 0));
-        assert_ne!(a, super::derived_event_id("cmd-1", 1));
-        assert_ne!(a, super::derived_event_id("cmd-2", 0));
+        use super::{derived_event_id, CommandScope};
+        let scope = |tenant, topic, actor, command_id| CommandScope {
+            tenant,
+            topic,
+            actor,
+            command_id,
+        };
+        let a = derived_event_id(&scope("t", "grpA", 7, "cmd-1"), "", 0);
+        assert_eq!(a, derived_event_id(&scope("t", "grpA", 7, "cmd-1"), "", 0));
         assert_eq!(a.len(), 36);
+        // Any part differing gives another id: the same key of another
+        // actor, topic or tenant, another target, another event.
+        for other in [
+            derived_event_id(&scope("t", "grpA", 7, "cmd-1"), "", 1),
+            derived_event_id(&scope("t", "grpA", 7, "cmd-2"), "", 0),
+            derived_event_id(&scope("t", "grpA", 8, "cmd-1"), "", 0),
+            derived_event_id(&scope("t", "grpA", 0, "cmd-1"), "", 0),
+            derived_event_id(&scope("t", "grpB", 7, "cmd-1"), "", 0),
+            derived_event_id(&scope("u", "grpA", 7, "cmd-1"), "", 0),
+            derived_event_id(&scope("t", "grpA", 7, "cmd-1"), "recall:5", 0),
+            // No shifting of text between parts.
+            derived_event_id(&scope("t", "grpA7", 7, "cmd-1"), "", 0),
+        ] {
+            assert_ne!(a, other);
+        }
+        assert_ne!(
+            derived_event_id(&scope("t", "grp", 7, "Acmd"), "", 0),
+            derived_event_id(&scope("t", "grpA", 7, "cmd"), "", 0)
+        );
     }
 }

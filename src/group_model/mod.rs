@@ -21,20 +21,35 @@
 //!    facts still hold, with the version bumped and the command's claim
 //!    (its answer and its events) recorded in the same step. A command
 //!    whose facts moved is decided again on the new state.
-//! 4. The events are produced (acks=all), the claim marked done, and the
+//! 4. [`GroupModel::make_durable`]: the change and the claim are written to
+//!    MySQL ([`durable`]).
+//! 5. The events are produced (acks=all), the claim marked done, and the
 //!    caller answered. A retry with the same command id gets the claim: the
 //!    same answer, and while it is pending the same events produced again.
 //!
+//! # Durability (issue 38)
+//! A change is written to MySQL ([`durable`]) after it is applied in Redis
+//! and before its events are produced or its command answered: the model
+//! is `unsynced` at that version meanwhile, and no other change is applied
+//! on top of it. So MySQL holds every fact a command was acknowledged on,
+//! and a restore ([`restore`]) is one transaction per group.
+//!
 //! # Incarnations
 //! `meta.inc` is the run_id of the Redis server that wrote the model. A
-//! model that is missing (a new topic, or lost) or written by another
-//! incarnation (a restart from an older AOF, a promoted replica) is rebuilt
-//! before any use from what the members projection stored in MySQL plus
-//! the membership events in the log tail that projection has not committed
-//! ([`rebuild`]), after the in-flight window when it may be older than what
-//! was acknowledged.
+//! model that is missing, partial (a part lost on its own: every part holds
+//! a placeholder, so all exist while the model does) or written by another
+//! incarnation (a restart from an older AOF, a promoted replica) is
+//! restored from MySQL before any use, raising the model's epoch there so
+//! that a change applied to what it replaces is never written. A name with
+//! no stored model is no group: answered from a short-lived marker in
+//! Redis that every gateway sees, each lookup of one counted against the
+//! asker (`limits.unknown_names`). A tenant upgraded with data derives a
+//! group from before durable models once from the members projection and
+//! the log ([`rebuild`]) and stores it.
 
+pub mod durable;
 pub mod rebuild;
+mod restore;
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
@@ -53,14 +68,28 @@ static READ: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/group_read.lua")));
 static APPLY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/group_apply.lua")));
+static SYNCED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/group_synced.lua")));
+static DUMP: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/group_dump.lua")));
 
 /// Why the model could not answer; every one is retryable.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ModelError {
     #[error("redis: {0}")]
     Redis(String),
-    #[error("rebuilding the group's state: {0}")]
+    #[error("restoring the group's state: {0}")]
     Rebuild(String),
+    /// The asker looked up too many names Redis holds no model of
+    /// (`limits.unknown_names`): retry after this many milliseconds.
+    #[error("too many lookups of unknown groups; retry in {0} ms")]
+    Throttled(u64),
+}
+
+impl ModelError {
+    fn mysql(e: sqlx::Error) -> Self {
+        ModelError::Rebuild(format!("mysql: {e}"))
+    }
 }
 
 impl From<redis::RedisError> for ModelError {
@@ -226,14 +255,29 @@ impl Change {
 }
 
 /// What [`GroupModel::apply`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Applied {
-    /// Changed; the model's new version.
-    Done(i64),
+    /// Changed in Redis (not durable yet: see [`GroupModel::make_durable`]).
+    Done(durable::Applied),
     /// The command ran before: its claim.
     Claim(String),
-    /// The facts moved (or the model was rebuilt): decide again.
+    /// The facts moved (or the model was restored): decide again.
     Conflict,
+    /// An earlier change (of the command whose claim key this is) is not
+    /// durable yet: finish it ([`GroupModel::finish_unsynced`]), then
+    /// decide again.
+    Unsynced(String),
+}
+
+/// Whether a change applied in Redis is durable now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Written to MySQL (by this call or already): the command may answer.
+    Durable,
+    /// Not written, and never will be: the model was restored since the
+    /// change was applied (or another group holds the name), so the change
+    /// is not in it. Drop the command's claim and decide again.
+    Lost,
 }
 
 /// Membership as the gateway's reads see it.
@@ -250,28 +294,18 @@ pub(crate) struct Inner {
     pools: TenantPools,
     redis: Redis,
     codec: EventCodec,
-    rebuilds: Coalescer<(String, String), Result<Existence, String>>,
-    /// Names found to be no group, in this process only (a refused request
-    /// leaves no state in Redis), for [`ABSENT_FOR`].
-    absent: std::sync::Mutex<HashMap<(String, String), std::time::Instant>>,
+    restores: Coalescer<(String, String), Result<Existence, ModelError>>,
 }
 
-/// What a rebuild found.
+/// What a restore found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Existence {
     /// A live model is in Redis (the group, or a `none` marker for a
     /// create to decide on).
     Live,
-    /// No such group, and nothing was written.
+    /// No such group (the name's marker says so for a while).
     Absent,
 }
-
-/// How long a name found to be no group is answered from memory: a made-up
-/// name costs one rebuild (a MySQL lookup and a log-tail read) per this
-/// long per gateway, bounded further by the caller's rate limits.
-const ABSENT_FOR: std::time::Duration = std::time::Duration::from_secs(30);
-/// Most names remembered as absent per process.
-const ABSENT_MAX: usize = 100_000;
 
 impl GroupModel {
     pub fn new(config: Config, pools: TenantPools, redis: Redis, codec: EventCodec) -> Self {
@@ -281,8 +315,7 @@ impl GroupModel {
                 pools,
                 redis,
                 codec,
-                rebuilds: Coalescer::default(),
-                absent: std::sync::Mutex::new(HashMap::new()),
+                restores: Coalescer::default(),
             }),
         }
     }
@@ -299,9 +332,9 @@ impl GroupModel {
         &self.inner.config
     }
 
-    /// The facts of `uids` in `topic` (rebuilding the model first when it
-    /// is missing or stale); with `claim`, the command's claim instead when
-    /// it ran before.
+    /// The facts of `uids` in `topic` (restoring the model first when it
+    /// is missing, partial or stale); with `claim`, the command's claim
+    /// instead when it ran before.
     pub async fn read(
         &self,
         tenant: &str,
@@ -309,12 +342,22 @@ impl GroupModel {
         uids: &[i64],
         claim: Option<&str>,
     ) -> Result<Read, ModelError> {
+        self.read_as(tenant, topic, uids, claim, None).await
+    }
+
+    /// [`read`](Self::read) on behalf of `asker`, whose lookups of names
+    /// Redis holds no model of are counted (`limits.unknown_names`).
+    pub async fn read_as(
+        &self,
+        tenant: &str,
+        topic: &str,
+        uids: &[i64],
+        claim: Option<&str>,
+        asker: Option<i64>,
+    ) -> Result<Read, ModelError> {
         let keys = TopicKeys::new(tenant, topic);
         let mut redis = self.redis();
         for _ in 0..3 {
-            if self.known_absent(tenant, topic) {
-                return Ok(Read::State(Snapshot::absent()));
-            }
             let mut call = READ.prepare_invoke();
             call.key(keys.meta())
                 .key(keys.members())
@@ -322,6 +365,8 @@ impl GroupModel {
                 .key(keys.mutes())
                 .key(keys.invites())
                 .key(claim.map_or_else(|| keys.command(0, "-"), str::to_string))
+                .key(keys.left())
+                .key(keys.absent())
                 .arg(if claim.is_some() { "1" } else { "0" });
             for uid in uids {
                 call.arg(uid);
@@ -330,8 +375,9 @@ impl GroupModel {
             match reply.first().map(String::as_str) {
                 Some("CLAIM") => return Ok(Read::Claim(reply.get(1).cloned().unwrap_or_default())),
                 Some("OK") => return Ok(Read::State(snapshot(&reply, uids))),
+                Some("ABSENT") => return Ok(Read::State(Snapshot::absent())),
                 Some("MISSING") | Some("FENCED") => {
-                    if self.ensure(tenant, topic).await? == Existence::Absent {
+                    if self.ensure_as(tenant, topic, asker).await? == Existence::Absent {
                         return Ok(Read::State(Snapshot::absent()));
                     }
                 }
@@ -347,8 +393,9 @@ impl GroupModel {
         ))
     }
 
-    /// Applies `change` if its facts still hold, recording `claim` (key and
-    /// value) with it.
+    /// Applies `change` in Redis if its facts still hold, recording `claim`
+    /// (key and value) with it. Not durable until
+    /// [`make_durable`](Self::make_durable).
     pub async fn apply(
         &self,
         tenant: &str,
@@ -380,11 +427,12 @@ impl GroupModel {
         }
         let reply: Vec<String> = call.invoke_async(&mut redis).await?;
         match reply.first().map(String::as_str) {
-            Some("OK") => Ok(Applied::Done(
-                reply.get(1).and_then(|v| v.parse().ok()).unwrap_or(0),
-            )),
+            Some("OK") => applied(&reply)
+                .map(Applied::Done)
+                .ok_or_else(|| ModelError::Redis(format!("malformed group_apply reply {reply:?}"))),
             Some("CLAIM") => Ok(Applied::Claim(reply.get(1).cloned().unwrap_or_default())),
             Some("CONFLICT") => Ok(Applied::Conflict),
+            Some("UNSYNCED") => Ok(Applied::Unsynced(reply.get(2).cloned().unwrap_or_default())),
             Some("MISSING") | Some("FENCED") => {
                 if change.status == "none" {
                     self.prepare_create(tenant, topic).await?;
@@ -399,44 +447,244 @@ impl GroupModel {
         }
     }
 
-    /// Makes sure `topic` has a live model: rebuilds it when it is missing
-    /// or was written by another incarnation of Redis. A name that is no
-    /// group is answered [`Existence::Absent`] and leaves nothing in Redis.
-    /// Concurrent calls in this process share one rebuild; it runs to its
+    /// Writes a change applied in Redis to MySQL with its command's claim
+    /// (see [`durable`]). A database behind the model (a lost write, a
+    /// command that never finished) gets the whole model instead.
+    pub async fn make_durable(
+        &self,
+        tenant: &str,
+        topic: &str,
+        change: &durable::Applied,
+        create: bool,
+        claim: durable::CommandClaim<'_>,
+    ) -> Result<Durability, ModelError> {
+        let pool = self.pool(tenant)?;
+        let written = durable::write_change(pool, topic, change, create, claim)
+            .await
+            .map_err(ModelError::mysql)?;
+        let written = match written {
+            durable::Written::Behind => self.sync_whole(tenant, topic, claim).await?,
+            w => w,
+        };
+        match written {
+            durable::Written::Done | durable::Written::AlreadyDurable => {
+                self.synced(tenant, topic, change.version, change.epoch)
+                    .await?;
+                Ok(Durability::Durable)
+            }
+            durable::Written::Fenced | durable::Written::Exists | durable::Written::Behind => {
+                metrics::counter!(crate::metrics::GROUP_CHANGES_LOST_TOTAL).increment(1);
+                tracing::warn!(
+                    tenant,
+                    topic,
+                    version = change.version,
+                    epoch = change.epoch,
+                    outcome = ?written,
+                    "a group change applied to a model that was replaced since is not stored; the command is decided again"
+                );
+                // The model in Redis may still hold it: put back what
+                // MySQL holds before anything decides on it.
+                self.restore_now(tenant, topic).await?;
+                Ok(Durability::Lost)
+            }
+        }
+    }
+
+    /// Finishes the change a command applied and did not make durable (its
+    /// gateway died, its client hung up, or it is slow): when the model is
+    /// unsynced at that command's change, the whole model goes to MySQL
+    /// with the command's claim. `false` when the change was lost instead
+    /// (a restore replaced the model before it was stored).
+    pub async fn finish_unsynced(
+        &self,
+        tenant: &str,
+        topic: &str,
+        claim_key: &str,
+    ) -> Result<bool, ModelError> {
+        let mut redis = self.redis();
+        let (unsynced, claim): (Option<String>, Option<String>) = redis::pipe()
+            .hget(TopicKeys::new(tenant, topic).meta(), "unsynced_claim")
+            .get(claim_key)
+            .query_async(&mut redis)
+            .await?;
+        if unsynced.as_deref() != Some(claim_key) {
+            // Stored already (or replaced by a restore, which installed
+            // what MySQL holds): nothing to finish.
+            return Ok(true);
+        }
+        let command = claim.as_deref().map(|c| (claim_key, c));
+        match self.sync_whole(tenant, topic, command).await? {
+            durable::Written::Done | durable::Written::AlreadyDurable => Ok(true),
+            _ => {
+                self.restore_now(tenant, topic).await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// The whole model as Redis holds it, written to MySQL, and the model
+    /// marked synced at its version.
+    async fn sync_whole(
+        &self,
+        tenant: &str,
+        topic: &str,
+        claim: durable::CommandClaim<'_>,
+    ) -> Result<durable::Written, ModelError> {
+        let keys = TopicKeys::new(tenant, topic);
+        let mut redis = self.redis();
+        let reply: redis::Value = DUMP
+            .key(keys.meta())
+            .key(keys.members())
+            .key(keys.roles())
+            .key(keys.mutes())
+            .key(keys.invites())
+            .key(keys.left())
+            .invoke_async(&mut redis)
+            .await?;
+        let Some(model) = dumped(&reply) else {
+            // Not this incarnation's, or partial: a restore decides.
+            return Ok(durable::Written::Fenced);
+        };
+        let pool = self.pool(tenant)?;
+        let written = durable::sync_whole(pool, topic, &model, claim)
+            .await
+            .map_err(ModelError::mysql)?;
+        if matches!(
+            written,
+            durable::Written::Done | durable::Written::AlreadyDurable
+        ) {
+            self.synced(tenant, topic, model.version, model.epoch)
+                .await?;
+        }
+        Ok(written)
+    }
+
+    /// The model is no longer unsynced at `version`; the name's "no such
+    /// group" marker goes.
+    async fn synced(
+        &self,
+        tenant: &str,
+        topic: &str,
+        version: i64,
+        epoch: i64,
+    ) -> Result<(), ModelError> {
+        let keys = TopicKeys::new(tenant, topic);
+        let mut redis = self.redis();
+        let _: i64 = SYNCED
+            .key(keys.meta())
+            .key(keys.absent())
+            .arg(version)
+            .arg(epoch)
+            .invoke_async(&mut redis)
+            .await?;
+        Ok(())
+    }
+
+    fn pool(&self, tenant: &str) -> Result<&sqlx::MySqlPool, ModelError> {
+        self.inner
+            .pools
+            .get(tenant)
+            .map_err(|e| ModelError::Rebuild(e.to_string()))
+    }
+
+    /// Makes sure `topic` has a live model: restores it when it is
+    /// missing, partial, or was written by another incarnation of Redis. A
+    /// name that is no group is answered [`Existence::Absent`].
+    /// Concurrent calls in this process share one restore; it runs to its
     /// end even if every caller gives up.
     pub async fn ensure(&self, tenant: &str, topic: &str) -> Result<Existence, ModelError> {
-        if self.known_absent(tenant, topic) {
-            return Ok(Existence::Absent);
-        }
-        let found = self.rebuild(tenant, topic, false).await?;
-        if found == Existence::Absent {
-            let mut absent = self.inner.absent.lock().expect("absent lock");
-            if absent.len() >= ABSENT_MAX {
-                absent.retain(|_, at| at.elapsed() < ABSENT_FOR);
-                if absent.len() >= ABSENT_MAX {
-                    absent.clear();
+        self.ensure_as(tenant, topic, None).await
+    }
+
+    /// [`ensure`](Self::ensure) on behalf of `asker`: a lookup in MySQL of
+    /// a name Redis holds no model of counts against their
+    /// `limits.unknown_names` (refused with [`ModelError::Throttled`]
+    /// beyond it, before MySQL is asked).
+    pub async fn ensure_as(
+        &self,
+        tenant: &str,
+        topic: &str,
+        asker: Option<i64>,
+    ) -> Result<Existence, ModelError> {
+        if let Some(uid) = asker {
+            if crate::tinode::parse_p2p_topic(topic).is_none() {
+                // Only a lookup MySQL answers counts: a live model, or a
+                // name already known to be no group, costs nothing more.
+                match self.probe(tenant, topic).await?.as_deref() {
+                    Some("OK") => return Ok(Existence::Live),
+                    Some("ABSENT") => return Ok(Existence::Absent),
+                    // A model of another incarnation: a group that was.
+                    Some("FENCED") => {}
+                    _ => self.count_lookup(tenant, uid).await?,
                 }
             }
-            absent.insert(
-                (tenant.to_string(), topic.to_string()),
-                std::time::Instant::now(),
-            );
         }
-        Ok(found)
+        self.restore(tenant, topic, false).await
+    }
+
+    /// What `lua/group_read.lua` says of the model, asking for no user.
+    async fn probe(&self, tenant: &str, topic: &str) -> Result<Option<String>, ModelError> {
+        let keys = TopicKeys::new(tenant, topic);
+        let mut redis = self.redis();
+        let reply: Vec<String> = READ
+            .key(keys.meta())
+            .key(keys.members())
+            .key(keys.roles())
+            .key(keys.mutes())
+            .key(keys.invites())
+            .key(keys.command(0, "-"))
+            .key(keys.left())
+            .key(keys.absent())
+            .arg("0")
+            .invoke_async(&mut redis)
+            .await?;
+        Ok(reply.into_iter().next())
+    }
+
+    /// One token of `uid`'s bucket of lookups of unknown names.
+    async fn count_lookup(&self, tenant: &str, uid: i64) -> Result<(), ModelError> {
+        let mut redis = self.redis();
+        let key = crate::redis_util::bucket::key(tenant, uid, "unknown_name");
+        let wait = crate::redis_util::bucket::take(
+            &mut redis,
+            &key,
+            self.inner.config.limits.unknown_names,
+            1,
+        )
+        .await?;
+        if wait > 0 {
+            metrics::counter!(crate::metrics::RATE_LIMITED_TOTAL, "what" => "unknown_name")
+                .increment(1);
+            return Err(ModelError::Throttled(wait));
+        }
+        Ok(())
     }
 
     /// Before a create: the model of `topic` is live, a `none` marker when
     /// no group has the name (what the create decides on and replaces).
     pub async fn prepare_create(&self, tenant: &str, topic: &str) -> Result<(), ModelError> {
-        self.inner
-            .absent
-            .lock()
-            .expect("absent lock")
-            .remove(&(tenant.to_string(), topic.to_string()));
-        self.rebuild(tenant, topic, true).await.map(|_| ())
+        self.restore(tenant, topic, true).await.map(|_| ())
     }
 
-    async fn rebuild(
+    /// Restores the model from MySQL whatever Redis holds (after a change
+    /// was found applied to a model that was replaced): the restore raises
+    /// the epoch, so its model replaces any live one.
+    pub async fn restore_now(&self, tenant: &str, topic: &str) -> Result<(), ModelError> {
+        restore::restore(&self.inner, tenant, topic, restore::Mode::Force).await?;
+        Ok(())
+    }
+
+    /// Restores the models of `topics` that Redis does not hold live (a
+    /// bulk restore's page, `crate::recovery`): `(stamped, installed)`.
+    pub async fn restore_many(
+        &self,
+        tenant: &str,
+        topics: &[String],
+    ) -> Result<(usize, usize), ModelError> {
+        restore::restore_many(&self.inner, tenant, topics).await
+    }
+
+    async fn restore(
         &self,
         tenant: &str,
         topic: &str,
@@ -444,28 +692,19 @@ impl GroupModel {
     ) -> Result<Existence, ModelError> {
         let inner = self.inner.clone();
         let (t, tp) = (tenant.to_string(), topic.to_string());
+        let mode = if mark_none {
+            restore::Mode::ForCreate
+        } else {
+            restore::Mode::IfNotLive
+        };
         self.inner
-            .rebuilds
+            .restores
             .run((t.clone(), format!("{tp}\n{mark_none}")), async move {
-                tokio::spawn(async move { rebuild::rebuild(&inner, &t, &tp, mark_none).await })
+                tokio::spawn(async move { restore::restore(&inner, &t, &tp, mode).await })
                     .await
-                    .unwrap_or_else(|e| Err(format!("rebuild task: {e}")))
+                    .unwrap_or_else(|e| Err(ModelError::Rebuild(format!("restore task: {e}"))))
             })
             .await
-            .map_err(ModelError::Rebuild)
-    }
-
-    fn known_absent(&self, tenant: &str, topic: &str) -> bool {
-        let mut absent = self.inner.absent.lock().expect("absent lock");
-        let key = (tenant.to_string(), topic.to_string());
-        match absent.get(&key) {
-            Some(at) if at.elapsed() < ABSENT_FOR => true,
-            Some(_) => {
-                absent.remove(&key);
-                false
-            }
-            None => false,
-        }
     }
 
     /// Whether `uid` may read and attach to `topic`, from the model.
@@ -483,7 +722,7 @@ impl GroupModel {
                 Membership::NotMember
             });
         }
-        let Read::State(s) = self.read(tenant, topic, &[uid], None).await? else {
+        let Read::State(s) = self.read_as(tenant, topic, &[uid], None, Some(uid)).await? else {
             return Ok(Membership::NotMember);
         };
         Ok(match (s.status, s.place(uid)) {
@@ -500,7 +739,7 @@ impl GroupModel {
         topic: &str,
         uid: i64,
     ) -> Result<Standing, ModelError> {
-        let Read::State(s) = self.read(tenant, topic, &[uid], None).await? else {
+        let Read::State(s) = self.read_as(tenant, topic, &[uid], None, Some(uid)).await? else {
             return Ok(Standing::NotMember);
         };
         Ok(s.standing(uid))
@@ -513,7 +752,7 @@ impl GroupModel {
         let keys = TopicKeys::new(tenant, topic);
         let mut redis = self.redis();
         for _ in 0..3 {
-            // Checks the model is live first (rebuilding it if not).
+            // Checks the model is live first (restoring it if not).
             let Read::State(s) = self.read(tenant, topic, &[], None).await? else {
                 unreachable!("no claim asked for");
             };
@@ -561,6 +800,112 @@ impl GroupModel {
             .await?;
         Ok(parse_left(&left))
     }
+}
+
+/// The change `lua/group_apply.lua` answered `OK` with.
+fn applied(reply: &[String]) -> Option<durable::Applied> {
+    let get = |i: usize| reply.get(i).map(String::as_str).unwrap_or("");
+    let n: usize = get(8).parse().ok()?;
+    let mut rows = Vec::with_capacity(n);
+    for k in 0..n {
+        let at = 9 + 5 * k;
+        rows.push(durable::Row::from_parts(
+            get(at).parse().ok()?,
+            get(at + 1),
+            get(at + 2),
+            get(at + 3),
+            get(at + 4),
+        ));
+    }
+    Some(durable::Applied {
+        version: get(1).parse().ok()?,
+        epoch: get(2).parse().unwrap_or(0),
+        meta: durable::Meta {
+            status: get(3).to_string(),
+            group_id: get(4).parse().unwrap_or(0),
+            owner: get(5).parse().unwrap_or(0),
+            prev_owner: get(6).parse().unwrap_or(0),
+            mute_all: get(7) == "1",
+        },
+        rows,
+    })
+}
+
+/// The whole model `lua/group_dump.lua` answered `OK` with.
+fn dumped(reply: &redis::Value) -> Option<durable::Model> {
+    let redis::Value::Array(items) = reply else {
+        return None;
+    };
+    let text =
+        |v: &redis::Value| -> String { redis::from_redis_value::<String>(v).unwrap_or_default() };
+    let list = |v: &redis::Value| -> Vec<String> {
+        redis::from_redis_value::<Vec<String>>(v).unwrap_or_default()
+    };
+    if items.first().map(text).as_deref() != Some("OK") || items.len() < 15 {
+        return None;
+    }
+    let pairs = |v: &redis::Value| -> HashMap<String, String> {
+        list(v)
+            .chunks(2)
+            .filter_map(|p| match p {
+                [k, v] if k != crate::groups::MEMBERS_PLACEHOLDER => Some((k.clone(), v.clone())),
+                _ => None,
+            })
+            .collect()
+    };
+    let members = list(&items[10]);
+    let (roles, mutes, invites, left) = (
+        pairs(&items[11]),
+        pairs(&items[12]),
+        pairs(&items[13]),
+        pairs(&items[14]),
+    );
+    let mut uids: std::collections::BTreeSet<i64> =
+        members.iter().filter_map(|m| m.parse().ok()).collect();
+    uids.extend(invites.keys().filter_map(|u| u.parse::<i64>().ok()));
+    uids.extend(left.keys().filter_map(|u| u.parse::<i64>().ok()));
+    let member_set: std::collections::HashSet<&str> = members.iter().map(String::as_str).collect();
+    let rows = uids
+        .into_iter()
+        .map(|uid| {
+            let u = uid.to_string();
+            let place = if member_set.contains(u.as_str()) {
+                roles.get(&u).map_or("member", String::as_str)
+            } else if invites.contains_key(&u) {
+                "invited"
+            } else {
+                "out"
+            };
+            let empty = String::new();
+            durable::Row::from_parts(
+                uid,
+                place,
+                if place == "invited" || place == "out" {
+                    ""
+                } else {
+                    mutes.get(&u).unwrap_or(&empty)
+                },
+                if place == "invited" {
+                    invites.get(&u).unwrap_or(&empty)
+                } else {
+                    ""
+                },
+                left.get(&u).unwrap_or(&empty),
+            )
+        })
+        .collect();
+    Some(durable::Model {
+        meta: durable::Meta {
+            status: text(&items[1]),
+            group_id: text(&items[2]).parse().unwrap_or(0),
+            owner: text(&items[3]).parse().unwrap_or(0),
+            prev_owner: text(&items[4]).parse().unwrap_or(0),
+            mute_all: text(&items[5]) == "1",
+        },
+        version: text(&items[6]).parse().unwrap_or(0),
+        epoch: text(&items[7]).parse().unwrap_or(0),
+        rows,
+    })
 }
 
 /// Who a group's messages may reach.

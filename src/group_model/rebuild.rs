@@ -1,8 +1,6 @@
-//! Rebuilding one group's write model when Redis does not hold a live one:
-//! missing (a new topic, a Redis that lost its data) or written by another
-//! incarnation of Redis (a restart from an older AOF or RDB, a replica
-//! promoted while it lagged), which may be older than what was
-//! acknowledged.
+//! A group from before durable models (a tenant upgraded with data, see
+//! `store::marks::complete`), derived once when Redis does not hold a live
+//! model of it, then stored (`super::durable`) so it never is again.
 //!
 //! The model is what the members projection stored in MySQL
 //! (`im_groups`, `im_group_members`, `im_group_invites`) with the
@@ -16,33 +14,21 @@
 //! changing the old model when it was lost acks or fails within the
 //! producer's delivery timeout. So when the model may have been lost (the
 //! tenant's Redis dataset is young) or is stale (another incarnation), the
-//! rebuild first waits out that in-flight window, as the seq re-seed does
-//! (`send::reseed`). Until it is installed, commands and sends of the
-//! group get a retryable answer.
+//! derivation first waits out that in-flight window. Groups of a tenant
+//! set up with durable models never come here.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use sqlx::Row;
 
 use crate::events::{GroupEvent, GroupEventBody};
-use crate::groups::{Role, MEMBERS_PLACEHOLDER};
+use crate::groups::Role;
 use crate::kafka::producer::IN_FLIGHT_WINDOW_MS;
 use crate::keys::TopicKeys;
 use crate::redis_util::RedisLock;
 
-use super::{Existence, Inner};
-
-static INSTALL: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/group_install.lua")));
-
-/// How long a "no such group" answer is kept: a name nobody created costs
-/// one rebuild per this long, and a group that appears in the log without
-/// a command (a replayed log, a test fixture) is seen within it.
-const NONE_TTL_MS: i64 = 30_000;
-/// How long a caller waits for another gateway's rebuild of the same group.
-const WAIT_FOR_OTHER: Duration = Duration::from_secs(20);
+use super::{durable, Inner};
 
 /// A group as the rebuild derives it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -128,202 +114,94 @@ impl Derived {
     }
 }
 
-/// What Redis holds for the group now.
-struct Seen {
-    present: bool,
-    inc: String,
-    run_id: String,
-}
-
-impl Seen {
-    async fn read(redis: &mut crate::redis_util::Redis, keys: &TopicKeys) -> Result<Seen, String> {
-        let (status, inc, members): (Option<String>, Option<String>, bool) = redis::pipe()
-            .hget(keys.meta(), "status")
-            .hget(keys.meta(), "inc")
-            .exists(keys.members())
-            .query_async(redis)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(Seen {
-            present: status.is_some() && members,
-            inc: inc.unwrap_or_default(),
-            run_id: run_id(redis, keys).await?,
-        })
-    }
-
-    fn live(&self) -> bool {
-        self.present && !self.run_id.is_empty() && self.inc == self.run_id
-    }
-}
-
-/// The run_id of the Redis server that holds the group's keys.
-async fn run_id(redis: &mut crate::redis_util::Redis, keys: &TopicKeys) -> Result<String, String> {
-    // Through the seq state script: it runs on the node of the topic's slot.
-    let v: Vec<String> = redis::Script::new(include_str!("../../lua/seq_state.lua"))
-        .key(keys.seq())
-        .invoke_async(redis)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(v.get(3).cloned().unwrap_or_default())
-}
-
-/// Rebuilds `topic`'s model unless a live one is there (see the module
-/// docs). No group of that name: nothing is written (`Absent`), unless
-/// `mark_none` (a create is about to decide) installs the `none` marker.
-pub(super) async fn rebuild(
+/// Derives a group of a tenant from before durable models (see the module
+/// docs): `None` when no group has the name there either.
+pub(super) async fn legacy(
     inner: &Inner,
     tenant: &str,
     topic: &str,
-    mark_none: bool,
-) -> Result<Existence, String> {
+) -> Result<Option<durable::Model>, String> {
     let keys = TopicKeys::new(tenant, topic);
     let mut redis = inner.redis.clone();
-    let seen = Seen::read(&mut redis, &keys).await?;
-    if seen.live() {
-        return Ok(Existence::Live);
-    }
+    // One gateway derives it; the others wait for its stored model.
     let Some(lock) = RedisLock::acquire(&mut redis, &keys.group_rebuild_lock(), 120_000)
         .await
         .map_err(|e| e.to_string())?
     else {
-        // Another gateway rebuilds it: wait for its model.
-        let deadline = tokio::time::Instant::now() + WAIT_FOR_OTHER;
-        while tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            if Seen::read(&mut redis, &keys).await?.live() {
-                return Ok(Existence::Live);
-            }
-        }
-        return Err("another gateway is rebuilding this group".into());
+        return Err("another gateway is deriving this group".into());
     };
-    let result = rebuild_locked(inner, tenant, topic, &keys, &mut redis, mark_none).await;
+    let result = async {
+        let stale: Option<String> = redis::cmd("HGET")
+            .arg(keys.meta())
+            .arg("status")
+            .query_async(&mut redis)
+            .await
+            .map_err(|e| e.to_string())?;
+        let wait = if stale.is_some() {
+            IN_FLIGHT_WINDOW_MS
+        } else {
+            let age = crate::redis_util::generation::generation_age_ms(&mut redis, tenant)
+                .await
+                .map_err(|e| e.to_string())?;
+            (IN_FLIGHT_WINDOW_MS - age).max(0)
+        };
+        metrics::counter!(crate::metrics::GROUP_REBUILDS_TOTAL, "why" => if wait > 0 { "lost" } else { "missing" })
+            .increment(1);
+        if wait > 0 {
+            tracing::warn!(
+                tenant,
+                topic,
+                wait_ms = wait,
+                "a group from before durable models, not live in Redis: waiting out in-flight commands, then deriving it from MySQL and the log"
+            );
+            tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        }
+        let derived = derive(inner, tenant, topic).await?;
+        Ok(derived.into_model())
+    }
+    .await;
     let _ = lock.release(&mut redis).await;
     result
 }
 
-async fn rebuild_locked(
-    inner: &Inner,
-    tenant: &str,
-    topic: &str,
-    keys: &TopicKeys,
-    redis: &mut crate::redis_util::Redis,
-    mark_none: bool,
-) -> Result<Existence, String> {
-    // Another rebuild may have finished while this one waited for the lock.
-    let seen = Seen::read(redis, keys).await?;
-    if seen.live() {
-        return Ok(Existence::Live);
-    }
-    let p2p = crate::tinode::parse_p2p_topic(topic);
-    if p2p.is_none() {
-        let wait = if seen.present {
-            metrics::counter!(crate::metrics::GROUP_REBUILDS_TOTAL, "why" => "fenced").increment(1);
-            tracing::warn!(
-                tenant,
-                topic,
-                written_by = %seen.inc,
-                now = %seen.run_id,
-                wait_ms = IN_FLIGHT_WINDOW_MS,
-                "group state written by another incarnation of Redis; re-deriving it from MySQL and the log"
-            );
-            IN_FLIGHT_WINDOW_MS
-        } else {
-            let age = crate::redis_util::generation::generation_age_ms(redis, tenant)
-                .await
-                .map_err(|e| e.to_string())?;
-            let wait = (IN_FLIGHT_WINDOW_MS - age).max(0);
-            let why = if wait > 0 { "lost" } else { "missing" };
-            metrics::counter!(crate::metrics::GROUP_REBUILDS_TOTAL, "why" => why).increment(1);
-            if wait > 0 {
-                tracing::warn!(
-                    tenant,
-                    topic,
-                    wait_ms = wait,
-                    "Redis lost its data recently; waiting out in-flight commands before rebuilding the group"
-                );
-            }
-            wait
-        };
-        tokio::time::sleep(Duration::from_millis(wait as u64)).await;
-    }
-    let derived = match p2p {
-        // A one-to-one topic is a group of its two users, always active.
-        Some((a, b)) => Derived {
-            status: Some("active"),
-            members: [(a, (Role::Member, None)), (b, (Role::Member, None))]
-                .into_iter()
-                .collect(),
-            ..Default::default()
-        },
-        None => derive(inner, tenant, topic).await?,
-    };
-    if derived.status.is_none() && !mark_none {
-        // No group: a stale model (another incarnation's) of a name that is
-        // no group is dropped; nothing new is written.
-        if seen.present {
-            let _: () = redis::cmd("DEL")
-                .arg(keys.meta())
-                .arg(keys.members())
-                .arg(keys.roles())
-                .arg(keys.mutes())
-                .arg(keys.invites())
-                .query_async(redis)
-                .await
-                .map_err(|e| e.to_string())?;
-        }
-        return Ok(Existence::Absent);
-    }
-    let mut call = INSTALL.prepare_invoke();
-    call.key(keys.meta())
-        .key(keys.members())
-        .key(keys.roles())
-        .key(keys.mutes())
-        .key(keys.invites())
-        .arg(if seen.present { seen.inc.as_str() } else { "" })
-        .arg(if derived.status.is_none() {
-            NONE_TTL_MS
-        } else {
-            0
-        })
-        .arg(derived.status.unwrap_or("none"))
-        .arg(derived.group_id)
-        .arg(if derived.owner > 0 {
-            derived.owner.to_string()
-        } else {
-            String::new()
-        })
-        .arg(if derived.prev_owner > 0 {
-            derived.prev_owner.to_string()
-        } else {
-            String::new()
-        })
-        .arg(if derived.mute_all { "1" } else { "0" })
-        .arg(MEMBERS_PLACEHOLDER)
-        .arg(derived.members.len());
-    for (uid, (role, muted)) in &derived.members {
-        call.arg(uid)
-            .arg(if *role == Role::Member {
-                ""
-            } else {
-                role.as_str()
+impl Derived {
+    /// The derived group as a durable model (version 1: its line of
+    /// versions starts here), `None` when there is no group.
+    fn into_model(self) -> Option<durable::Model> {
+        let status = self.status?;
+        let mut rows: Vec<durable::Row> = self
+            .members
+            .iter()
+            .map(|(uid, (role, muted))| durable::Row {
+                uid: *uid,
+                place: role.as_str().to_string(),
+                muted_until: *muted,
+                inviter: None,
+                left_seq: None,
+                back_seq: None,
             })
-            .arg(muted.map(|m| m.to_string()).unwrap_or_default());
+            .collect();
+        rows.extend(self.invites.iter().map(|(uid, by)| durable::Row {
+            uid: *uid,
+            place: "invited".into(),
+            muted_until: None,
+            inviter: Some(*by),
+            left_seq: None,
+            back_seq: None,
+        }));
+        Some(durable::Model {
+            meta: durable::Meta {
+                group_id: self.group_id,
+                status: status.to_string(),
+                owner: self.owner,
+                prev_owner: self.prev_owner,
+                mute_all: self.mute_all,
+            },
+            version: 1,
+            epoch: 0,
+            rows,
+        })
     }
-    call.arg(derived.invites.len());
-    for (uid, by) in &derived.invites {
-        call.arg(uid).arg(by);
-    }
-    let installed: i64 = call.invoke_async(redis).await.map_err(|e| e.to_string())?;
-    if installed == 1 && derived.status.is_some() {
-        tracing::info!(
-            tenant,
-            topic,
-            members = derived.members.len(),
-            status = derived.status,
-            "group write model rebuilt from MySQL and the log"
-        );
-    }
-    Ok(Existence::Live)
 }
 
 /// The group from the members projection plus the uncommitted log tail.

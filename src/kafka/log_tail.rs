@@ -1,7 +1,9 @@
-//! Reads the part of the group-events log that the store pipeline has not
-//! committed yet, to find the highest seq (and month) of one topic there.
-//! With the MySQL mirror (everything committed) this covers every acked
-//! event, which is what re-seeding a lost seq allocator needs.
+//! Reads the part of the group-events log a pipeline has not committed yet:
+//! the highest seq (and month) of one topic there (with the MySQL mirror,
+//! everything committed, this covers every acked event: what re-seeding a
+//! topic from before durable marks needs), and every message of some
+//! tenants there, in one pass over every partition (whose client message
+//! id claims a restore after a Redis loss puts back, `crate::recovery`).
 
 use std::time::{Duration, Instant};
 
@@ -61,10 +63,10 @@ pub async fn max_in_tail(
     let topic = TopicNames::new(&config.kafka).name(TopicKind::GroupEvents);
     let config = config.clone();
     let group = group.to_string();
-    let key_bytes = key.as_bytes().to_vec();
+    let filter = Filter::Key(key.as_bytes().to_vec());
     // librdkafka's blocking calls run off the async workers.
     let payloads =
-        tokio::task::spawn_blocking(move || scan(&config, &topic, &group, &key_bytes, deadline))
+        tokio::task::spawn_blocking(move || scan(&config, &topic, &group, &filter, deadline))
             .await
             .map_err(|_| TailError::Timeout(deadline))??;
     let mut out = TailMax {
@@ -121,9 +123,9 @@ pub async fn events_in_tail(
     let topic = TopicNames::new(&config.kafka).name(TopicKind::GroupEvents);
     let config = config.clone();
     let group = group.to_string();
-    let key_bytes = key.as_bytes().to_vec();
+    let filter = Filter::Key(key.as_bytes().to_vec());
     let payloads =
-        tokio::task::spawn_blocking(move || scan(&config, &topic, &group, &key_bytes, deadline))
+        tokio::task::spawn_blocking(move || scan(&config, &topic, &group, &filter, deadline))
             .await
             .map_err(|_| TailError::Timeout(deadline))??;
     let mut out = Vec::new();
@@ -139,11 +141,82 @@ pub async fn events_in_tail(
     Ok(out)
 }
 
+/// Which records of the tail a scan keeps.
+enum Filter {
+    /// One key's (only its partition is read).
+    Key(Vec<u8>),
+    /// Every record whose key starts with one of these (every partition).
+    Prefixes(Vec<Vec<u8>>),
+}
+
+impl Filter {
+    fn keeps(&self, key: Option<&[u8]>) -> bool {
+        let Some(key) = key else { return false };
+        match self {
+            Filter::Key(k) => key == k.as_slice(),
+            Filter::Prefixes(ps) => ps.iter().any(|p| key.starts_with(p)),
+        }
+    }
+}
+
+/// Every message with a client message id of `tenants` in the part of the
+/// log `group` has not committed, in one pass over every partition:
+/// `(tenant, topic, message)`. Records nobody can decode are skipped
+/// (logged), as in [`max_in_tail`].
+pub async fn claims_in_tail(
+    config: &Config,
+    group: &str,
+    tenants: &[String],
+    codec: &EventCodec,
+    deadline: Duration,
+) -> Result<(Vec<(String, String, TailSent)>, u64), TailError> {
+    let topic = TopicNames::new(&config.kafka).name(TopicKind::GroupEvents);
+    let config = config.clone();
+    let group = group.to_string();
+    let filter = Filter::Prefixes(
+        tenants
+            .iter()
+            .map(|t| format!("{t}:").into_bytes())
+            .collect(),
+    );
+    let payloads =
+        tokio::task::spawn_blocking(move || scan(&config, &topic, &group, &filter, deadline))
+            .await
+            .map_err(|_| TailError::Timeout(deadline))??;
+    let mut out = Vec::new();
+    for payload in payloads.0 {
+        let event: GroupEvent = match codec.decode(Some(&payload)).await {
+            Ok(e) => e,
+            Err(e) if e.is_retryable() => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(error = %e, "skipping an undecodable record in the log tail");
+                continue;
+            }
+        };
+        if let GroupEventBody::MessageSent(m) = event.body {
+            if m.client_msg_id.is_some() {
+                out.push((
+                    event.tenant_id,
+                    event.topic,
+                    TailSent {
+                        seq: m.seq,
+                        month: m.shard_month,
+                        from_user: m.from_user,
+                        client_msg_id: m.client_msg_id,
+                        message_id: m.message_id,
+                    },
+                ));
+            }
+        }
+    }
+    Ok((out, payloads.1))
+}
+
 fn scan(
     config: &Config,
     topic: &str,
     group: &str,
-    key: &[u8],
+    filter: &Filter,
     deadline: Duration,
 ) -> Result<(Vec<Vec<u8>>, u64, usize), TailError> {
     let started = Instant::now();
@@ -154,7 +227,7 @@ fn scan(
         .client_properties
         .get("partitioner")
         .is_some_and(|p| !p.starts_with("consistent"));
-    if !custom {
+    if let (false, Filter::Key(key)) = (custom, filter) {
         let p = partition_of(key, backlog.len());
         backlog.retain(|b| b.partition == p);
     }
@@ -193,7 +266,7 @@ fn scan(
         };
         let p = msg.partition();
         scanned += 1;
-        if msg.key() == Some(key) {
+        if filter.keeps(msg.key()) {
             if let Some(payload) = msg.payload() {
                 found.push(payload.to_vec());
             }

@@ -20,7 +20,7 @@ use crate::events::{
     EventCodec, FileAuditUpdated, GroupEvent, GroupEventBody, MessageReportResolved, SeqRange,
     SessionControlBody, SessionControlEvent,
 };
-use crate::governance::exec::{derived_event_id, Origin};
+use crate::governance::exec::{derived_event_id, CommandScope, Origin};
 use crate::governance::{Action, Actor, Executor, Refused};
 use crate::kafka::producer::{EventProducer, ProduceError};
 use crate::kafka::topics::TopicKind;
@@ -53,6 +53,14 @@ impl CommandsHandler {
             governance,
         }
     }
+}
+
+/// Whether a session-control command takes a new auth version (signing
+/// every session out) or keeps the current one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Auth {
+    Same,
+    Next,
 }
 
 /// The seed's name of a command kind (`group.admin.set`, …).
@@ -216,16 +224,16 @@ impl CommandsHandler {
         let (topic, action): (&String, Action) = match &cmd.body {
             AdminCommandBody::UserDisable(u) => {
                 return self
-                    .control(cmd, u.uid, |c| {
-                        SessionControlBody::UserDisabled(AuthVersion {
-                            auth_version: c.auth_version + 1,
-                        })
+                    .control(cmd, u.uid, Auth::Next, |_, auth_version| {
+                        SessionControlBody::UserDisabled(AuthVersion { auth_version })
                     })
                     .await
             }
             AdminCommandBody::UserEnable(u) => {
                 return self
-                    .control(cmd, u.uid, |_| SessionControlBody::UserEnabled(Empty {}))
+                    .control(cmd, u.uid, Auth::Same, |_, _| {
+                        SessionControlBody::UserEnabled(Empty {})
+                    })
                     .await
             }
             AdminCommandBody::UserPasswordReset(u) => {
@@ -255,10 +263,8 @@ impl CommandsHandler {
                     return Err(Refused(404, format!("uid {} has no password login", u.uid)));
                 }
                 return self
-                    .control(cmd, u.uid, |c| {
-                        SessionControlBody::PasswordReset(AuthVersion {
-                            auth_version: c.auth_version + 1,
-                        })
+                    .control(cmd, u.uid, Auth::Next, |_, auth_version| {
+                        SessionControlBody::PasswordReset(AuthVersion { auth_version })
                     })
                     .await;
             }
@@ -320,7 +326,7 @@ impl CommandsHandler {
                     return Err(Refused(400, "device must be 1-191 bytes".into()));
                 }
                 return self
-                    .control(cmd, d.uid, move |c| {
+                    .control(cmd, d.uid, Auth::Same, move |c, _| {
                         // Every token of the device issued so far is below.
                         let device_version = c.generation(&device) + 1;
                         SessionControlBody::DeviceRevoked(DeviceRevoked {
@@ -405,7 +411,16 @@ impl CommandsHandler {
         body: GroupEventBody,
     ) -> Result<Vec<String>, Refused> {
         let event = GroupEvent {
-            event_id: derived_event_id(&cmd.command_id, 0),
+            event_id: derived_event_id(
+                &CommandScope {
+                    tenant: &cmd.tenant_id,
+                    topic,
+                    actor: 0,
+                    command_id: &cmd.command_id,
+                },
+                kind_name(&cmd.body),
+                0,
+            ),
             actor_device: cmd.operator.clone(),
             ..GroupEvent::new(&cmd.tenant_id, topic, 0, body)
         };
@@ -423,12 +438,15 @@ impl CommandsHandler {
 
     /// Produces one session-control event for `uid` (versions bumped past
     /// the user's current state in MySQL, the ground truth), with an id
-    /// derived from the command.
+    /// derived from the command. `body` gets the state and the auth version
+    /// the event carries: with [`Auth::Next`] one taken atomically
+    /// ([`crate::session_control::next_auth_version`]), else the current.
     async fn control(
         &self,
         cmd: &AdminCommand,
         uid: i64,
-        body: impl FnOnce(&crate::session_control::UserControl) -> SessionControlBody,
+        auth: Auth,
+        body: impl FnOnce(&crate::session_control::UserControl, i64) -> SessionControlBody,
     ) -> Result<Vec<String>, Refused> {
         if uid <= 0 {
             return Err(Refused(400, "uid must be positive".into()));
@@ -441,8 +459,23 @@ impl CommandsHandler {
         let current = crate::session_control::load(pool, uid)
             .await
             .map_err(|e| unavailable(&e))?;
+        let auth_version = match auth {
+            Auth::Same => current.auth_version,
+            Auth::Next => crate::session_control::next_auth_version(pool, uid)
+                .await
+                .map_err(|e| unavailable(&e))?,
+        };
         let event = SessionControlEvent {
-            event_id: derived_event_id(&cmd.command_id, 0),
+            event_id: derived_event_id(
+                &CommandScope {
+                    tenant: &cmd.tenant_id,
+                    topic: &crate::tinode::user_id(uid),
+                    actor: 0,
+                    command_id: &cmd.command_id,
+                },
+                kind_name(&cmd.body),
+                0,
+            ),
             tenant_id: cmd.tenant_id.clone(),
             uid,
             occurred_at: now_ms(),
@@ -452,7 +485,7 @@ impl CommandsHandler {
             } else {
                 cmd.reason.clone()
             },
-            body: body(&current),
+            body: body(&current, auth_version),
         };
         self.producer
             .send(

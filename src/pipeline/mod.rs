@@ -165,7 +165,12 @@ pub async fn with_handler<W: WithHandler>(
 ) -> anyhow::Result<W::Output> {
     crate::tenant::verify_exact_identities(config).await?;
     let pools = TenantPools::connect_lazy(config)?;
-    let redis = crate::redis_util::connect(&config.redis.url).await?;
+    let mut redis = crate::redis_util::connect(&config.redis.url).await?;
+    // A Redis that could evict the write side is refused before anything
+    // is decided on it.
+    crate::redis_util::incarnation::check_no_eviction(&mut redis)
+        .await
+        .map_err(anyhow::Error::msg)?;
     Ok(match name {
         "store" => {
             then.with(store::StoreHandler::new(codec, pools, redis))

@@ -181,6 +181,14 @@ pub async fn run_on<H: Handler>(
         }
     }
     drop(gauges);
+    // Closing a consumer can block for good inside librdkafka when a
+    // rebalance is pending while the brokers are away (seen: the drop
+    // waiting on `rd_kafka_assign` with no timeout after a broker was
+    // killed). Leaving the group must never hold up the process's runtime
+    // or its exit, so the consumer is closed on a thread of its own.
+    let _ = std::thread::Builder::new()
+        .name("consumer-close".into())
+        .spawn(move || drop(consumer));
     tracing::info!(pipeline = %topology.name, "pipeline stopped");
     Ok(())
 }

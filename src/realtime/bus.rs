@@ -136,10 +136,15 @@ pub fn dispatch(
         return 0;
     }
     // A thing is delivered to a target once per identity (a message: its
-    // tenant, topic and seq), even when its event reached the log twice or
-    // the fan-out ran it again.
+    // tenant, topic and seq; else its event), even when its event reached
+    // the log twice or the fan-out ran it again. Always per tenant and
+    // target: one event goes to many targets, and an event id is only
+    // unique within what its command names (issue 39).
     let identity = if envelope.dedup_key.is_empty() {
-        envelope.event_id.clone()
+        format!(
+            "{}:{:?}:{}:event:{}",
+            envelope.tenant_id, envelope.target_type, envelope.target, envelope.event_id
+        )
     } else {
         format!(
             "{}:{:?}:{}:{}",
@@ -469,6 +474,15 @@ mod tests {
             "duplicate dropped"
         );
         assert!(rx1.try_recv().is_err());
+        assert!(matches!(rx2.try_recv(), Ok(Outbound::Frame(_))));
+        // The same event id at another target is another delivery (one
+        // event reaches many targets; ids are unique per command only).
+        hub.attach(&s2, "grpY");
+        let elsewhere = Envelope {
+            target: "grpY".into(),
+            ..env("e1", "a")
+        };
+        assert_eq!(dispatch(&hub, &tenants, &mut seen, elsewhere), 1);
         assert!(matches!(rx2.try_recv(), Ok(Outbound::Frame(_))));
 
         // The same message under another event id (its event reached the

@@ -3,11 +3,16 @@
 //! generation marker ([`generation`]). The tenant's month clock is the
 //! store's (`crate::store::clock`).
 
+pub mod bucket;
+pub mod cluster;
 pub mod generation;
+pub mod incarnation;
 
 use chrono::{DateTime, TimeZone, Utc};
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
+
+use cluster::Cluster;
 use redis::Script;
 
 /// A connection to Redis, cheap to clone: one server (reconnecting,
@@ -16,7 +21,7 @@ use redis::Script;
 #[derive(Clone)]
 pub enum Redis {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Cluster),
 }
 
 /// The cluster's seed nodes when `url` names a cluster
@@ -41,7 +46,7 @@ pub async fn connect(url: &str) -> redis::RedisResult<Redis> {
             .response_timeout(timeout)
             .retries(2)
             .build()?;
-        return Ok(Redis::Cluster(client.get_async_connection().await?));
+        return Ok(Redis::Cluster(Cluster::connect(client).await?));
     }
     let client = redis::Client::open(url)?;
     // Reconnect attempts stay short: while Redis is down every call fails
@@ -68,7 +73,15 @@ impl ConnectionLike for Redis {
         let started = std::time::Instant::now();
         let reply = match self {
             Redis::Single(c) => c.req_packed_command(cmd),
-            Redis::Cluster(c) => c.req_packed_command(cmd),
+            Redis::Cluster(c) => {
+                let cluster = c.clone();
+                let mut conn = c.current();
+                Box::pin(async move {
+                    let reply = conn.req_packed_command(cmd).await;
+                    cluster.observe(&reply);
+                    reply
+                })
+            }
         };
         Box::pin(async move {
             let reply = reply.await;
@@ -91,16 +104,20 @@ impl ConnectionLike for Redis {
         let replies = match self {
             Redis::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Redis::Cluster(c) => Box::pin(async move {
-                match c.req_packed_commands(pipeline, offset, count).await {
+                let mut conn = c.current();
+                let replies = match conn.req_packed_commands(pipeline, offset, count).await {
                     Err(e)
                         if e.kind() == redis::ErrorKind::CrossSlot
                             && !pipeline.is_transaction() =>
                     {
-                        let all = per_slot(c, pipeline).await?;
-                        Ok(all.into_iter().skip(offset).take(count).collect())
+                        per_slot(&conn, pipeline)
+                            .await
+                            .map(|all| all.into_iter().skip(offset).take(count).collect())
                     }
                     other => other,
-                }
+                };
+                c.observe(&replies);
+                replies
             }),
         };
         Box::pin(async move {
@@ -196,8 +213,13 @@ pub async fn scan_keys(redis: &mut Redis, pattern: &str) -> redis::RedisResult<V
 }
 
 /// `redis://host:port` of each primary of the cluster (`CLUSTER NODES`).
-async fn cluster_primaries(c: &mut ClusterConnection) -> redis::RedisResult<Vec<String>> {
-    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(c).await?;
+async fn cluster_primaries(c: &Cluster) -> redis::RedisResult<Vec<String>> {
+    let nodes = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async::<String>(&mut c.current())
+        .await;
+    c.observe(&nodes);
+    let nodes = nodes?;
     Ok(nodes
         .lines()
         .filter_map(|line| {
@@ -236,8 +258,13 @@ async fn scan_node(
     }
 }
 
+static SET_IF_HELD: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/set_if_held.lua")));
 static RELEASE_LOCK: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/release_lock.lua")));
+
+static RENEW_LOCK: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/renew_lock.lua")));
 
 /// Redis `TIME` in epoch ms.
 pub async fn redis_now_ms(redis: &mut Redis) -> redis::RedisResult<i64> {
@@ -246,6 +273,7 @@ pub async fn redis_now_ms(redis: &mut Redis) -> redis::RedisResult<i64> {
 }
 
 /// A lock held by one owner token (SET NX PX); released only by its owner.
+#[derive(Clone)]
 pub struct RedisLock {
     key: String,
     token: String,
@@ -271,6 +299,36 @@ impl RedisLock {
             key: key.to_string(),
             token,
         }))
+    }
+
+    /// Extends the lock to `ttl_ms` from now; `false` when it is not ours
+    /// any more (it expired and someone else took it).
+    pub async fn renew(&self, redis: &mut Redis, ttl_ms: u64) -> redis::RedisResult<bool> {
+        let renewed: i64 = RENEW_LOCK
+            .key(&self.key)
+            .arg(&self.token)
+            .arg(ttl_ms)
+            .invoke_async(redis)
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    /// Sets `key` (of the lock's slot) to `value` only while the lock is
+    /// ours; `false` when it is not (it expired, or Redis lost it).
+    pub async fn set_while_held(
+        &self,
+        redis: &mut Redis,
+        key: &str,
+        value: &str,
+    ) -> redis::RedisResult<bool> {
+        let set: i64 = SET_IF_HELD
+            .key(&self.key)
+            .key(key)
+            .arg(&self.token)
+            .arg(value)
+            .invoke_async(redis)
+            .await?;
+        Ok(set == 1)
     }
 
     pub async fn release(self, redis: &mut Redis) -> redis::RedisResult<()> {

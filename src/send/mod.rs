@@ -13,6 +13,7 @@
 
 mod claim;
 mod content;
+pub mod marks;
 pub(crate) mod reseed;
 
 pub use content::{
@@ -23,6 +24,9 @@ pub use crate::kafka::producer::IN_FLIGHT_WINDOW_MS;
 pub use crate::redis_util::generation::establish_generation;
 pub use crate::store::setup::establish_generations;
 pub use reseed::MARGIN_AFTER_LOSS;
+
+static CLAIM_DONE: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/claim_done.lua")));
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -86,7 +90,7 @@ pub struct Sent {
     pub duplicate: bool,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum SendError {
     #[error("not a member of this group")]
     NotMember,
@@ -110,6 +114,10 @@ pub enum SendError {
     /// Nothing was sent; the client may retry (with the same client_mid).
     #[error("temporarily unavailable: {0}")]
     Retryable(String),
+    /// The sender looked up too many groups Redis holds no model of
+    /// (`limits.unknown_names`): retry after this many milliseconds.
+    #[error("too many lookups of unknown groups; retry in {0} ms")]
+    Throttled(u64),
     /// This process already holds `limits.sends_in_flight` sends: refused
     /// before anything was allocated; retry after a moment.
     #[error("overloaded: too many sends in flight")]
@@ -199,6 +207,14 @@ struct Inner {
     /// allocation script reads them itself).
     active_months: Mutex<HashMap<String, (MonthArgs, Instant)>>,
     reseeds: reseed::Reseeds,
+    /// Seq allocators being restored from their durable marks, and blocks
+    /// being reserved, per topic: concurrent sends share one.
+    restores: crate::coalesce::Coalescer<(String, String), Result<marks::Restored, SendError>>,
+    blocks: crate::coalesce::Coalescer<(String, String), Result<(), String>>,
+    /// Per tenant: the restore marker last read, and when (see
+    /// `Sender::check_claim`; a marker that covers a topic keeps covering
+    /// it, so a second-old copy is enough).
+    markers: Mutex<HashMap<String, (String, Instant)>>,
     /// The group write model the allocator checks the sender against.
     groups: crate::group_model::GroupModel,
     /// Sends admitted and not yet answered (see `limits.sends_in_flight`).
@@ -231,6 +247,9 @@ impl Sender {
                 node,
                 active_months: Mutex::new(HashMap::new()),
                 reseeds: reseed::Reseeds::default(),
+                restores: crate::coalesce::Coalescer::default(),
+                blocks: crate::coalesce::Coalescer::default(),
+                markers: Mutex::new(HashMap::new()),
                 in_flight: Arc::new(AtomicUsize::new(0)),
             }),
         }
@@ -342,10 +361,11 @@ impl Sender {
         let derived = content::derive(&req.content, req.head.as_deref(), req.uid)
             .map_err(|e| SendError::BadRequest(e.to_string()))?;
         if let Some(c) = &req.client_msg_id {
-            if c.is_empty() || c.len() > 64 || c.contains('|') {
-                return Err(SendError::BadRequest(
-                    "client_mid must be 1-64 characters without '|'".into(),
-                ));
+            if c.is_empty() || c.len() > crate::fields::CLIENT_MSG_ID_BYTES || c.contains('|') {
+                return Err(SendError::BadRequest(format!(
+                    "client_mid must be 1-{} bytes without '|'",
+                    crate::fields::CLIENT_MSG_ID_BYTES
+                )));
             }
         }
         let pool = self
@@ -372,7 +392,8 @@ impl Sender {
         };
         let one_server = matches!(redis, Redis::Single(_));
         let tenant_keys = TenantKeys::new(&req.tenant);
-        for _ in 0..4 {
+        let mut claim_checked = false;
+        for _ in 0..8 {
             // Before the allocation: a failure here leaves no seq taken.
             let content = self.content(req, &keys, derived.clone()).await?;
             // On one Redis server the script reads the tenant's month state
@@ -392,6 +413,8 @@ impl Sender {
                 .key(keys.members())
                 .key(keys.roles())
                 .key(keys.mutes())
+                .key(keys.invites())
+                .key(keys.left())
                 .key(keys.uniq(req.uid, req.client_msg_id.as_deref().unwrap_or("-")));
             if one_server {
                 call.key(tenant_keys.active_month())
@@ -406,7 +429,8 @@ impl Sender {
                 .arg(&event_id)
                 .arg(created_at)
                 .arg(&digest)
-                .arg(&month.switch);
+                .arg(&month.switch)
+                .arg(if claim_checked { "1" } else { "" });
             let reply: Vec<String> = call
                 .invoke_async(&mut redis)
                 .await
@@ -420,6 +444,9 @@ impl Sender {
                         event_id,
                         created_at,
                     };
+                    if reply.get(4).map(String::as_str) == Some("1") {
+                        self.prefetch_block(&req.tenant, &req.topic);
+                    }
                     return Ok(Allocated::Produce {
                         claim: Claim {
                             done: false,
@@ -435,24 +462,55 @@ impl Sender {
                     let group_id = parse_i64(reply.get(2))?;
                     return duplicate(reply.get(1), &digest, group_id, content);
                 }
-                // Missing (a new topic, or lost) or written by another
-                // incarnation of Redis (a restart, a failover): re-derived
-                // from the log before any seq is taken from it.
-                Some("RESEED") | Some("FENCED") => {
-                    self.inner
-                        .reseeds
-                        .reseed(self, &req.tenant, &req.topic)
-                        .await?;
+                // The block is used up (or the month moves on): the next
+                // one is reserved in the durable mark first.
+                Some("NEEDBLOCK") => {
+                    self.next_block(&req.tenant, &req.topic, &reply).await?;
                 }
-                // The group's write model is missing or stale: rebuilt
-                // from MySQL and the log before anything is decided on it.
+                // Missing (a new topic, or lost) or written by another
+                // incarnation of Redis (a restart, a failover): restored
+                // from the durable mark before any seq is taken from it.
+                Some("RESEED") | Some("FENCED") => {
+                    let restored = self.restore_seq(&req.tenant, &req.topic).await?;
+                    if restored == marks::Restored::Legacy {
+                        self.inner
+                            .reseeds
+                            .reseed(self, &req.tenant, &req.topic)
+                            .await?;
+                    }
+                }
+                // A restored topic: this client id's claim may have been
+                // lost with Redis; its durable claim first.
+                Some("CLAIMCHECK") => {
+                    let cmid = req.client_msg_id.as_deref().unwrap_or("");
+                    let run_id = reply.get(1).map(String::as_str).unwrap_or("");
+                    let rec = reply.get(2).and_then(|r| r.parse().ok()).unwrap_or(0);
+                    // The whole tenant forgotten: any pass of this
+                    // incarnation covers; this topic alone: one begun
+                    // after it was restored.
+                    let since = if reply.get(3).map(String::as_str) == Some("1") {
+                        0
+                    } else {
+                        rec
+                    };
+                    self.check_claim(&req.tenant, &req.topic, req.uid, cmid, run_id, since)
+                        .await?;
+                    claim_checked = true;
+                }
+                // The group's write model is missing, partial or stale:
+                // restored from MySQL before anything is decided on it.
                 Some("NOGROUP") | Some("NOMEMBERS") | Some("GFENCED") => {
                     let found = self
                         .inner
                         .groups
-                        .ensure(&req.tenant, &req.topic)
+                        .ensure_as(&req.tenant, &req.topic, Some(req.uid))
                         .await
-                        .map_err(SendError::retry)?;
+                        .map_err(|e| match e {
+                            crate::group_model::ModelError::Throttled(ms) => {
+                                SendError::Throttled(ms)
+                            }
+                            e => SendError::retry(e),
+                        })?;
                     if found == crate::group_model::Existence::Absent {
                         return Err(SendError::NotMember);
                     }
@@ -476,6 +534,19 @@ impl Sender {
             }
         }
         Err(SendError::retry("send state kept changing; retry"))
+    }
+
+    /// Restores the topic's seq allocator from its durable mark
+    /// ([`marks::restore`]); concurrent sends of one topic share one.
+    async fn restore_seq(&self, tenant: &str, topic: &str) -> Result<marks::Restored, SendError> {
+        let sender = self.clone();
+        let (t, tp) = (tenant.to_string(), topic.to_string());
+        self.inner
+            .restores
+            .run((t.clone(), tp.clone()), async move {
+                marks::restore(&sender, &t, &tp).await
+            })
+            .await
     }
 
     /// The content's columns with `@all` decided: granted to a group's
@@ -605,14 +676,21 @@ impl Sender {
                     claim.done = true;
                     // Best effort: a claim left pending answers a retry by
                     // producing this same event again, which changes nothing.
+                    // After a Redis loss the claim is put back (the new
+                    // incarnation never had it), unless another message
+                    // holds it (a retry that raced this one across the loss).
                     let mut redis = self.inner.redis.clone();
-                    let _: redis::RedisResult<()> = redis::cmd("SET")
-                        .arg(keys.uniq(req.uid, cmid))
+                    let written: redis::RedisResult<i64> = CLAIM_DONE
+                        .key(keys.uniq(req.uid, cmid))
                         .arg(claim.text())
-                        .arg("PX")
+                        .arg(event_id)
                         .arg(CLAIM_TTL_MS)
-                        .query_async(&mut redis)
+                        .invoke_async(&mut redis)
                         .await;
+                    if let Ok(0) = written {
+                        metrics::counter!(m::CLAIM_RACES_TOTAL).increment(1);
+                        tracing::warn!(tenant = %req.tenant, topic = %req.topic, seq, client_msg_id = cmid, "another message holds this client id's claim (a retry raced it across a Redis loss)");
+                    }
                 }
                 Ok(Sent {
                     seq,

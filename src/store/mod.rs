@@ -11,6 +11,7 @@ pub mod clock;
 pub mod consistency;
 pub mod dellog;
 pub mod legacy;
+pub mod marks;
 pub mod message;
 pub mod month;
 pub mod revisions;

@@ -88,8 +88,7 @@ pub fn replaced_seq(head: Option<&str>) -> Result<Option<i64>, ()> {
         None => Ok(None),
         Some(Value::String(r)) => r
             .strip_prefix(':')
-            .and_then(|s| s.parse::<i64>().ok())
-            .filter(|seq| *seq > 0)
+            .and_then(crate::fields::seq_text)
             .map(Some)
             .ok_or(()),
         Some(_) => Err(()),

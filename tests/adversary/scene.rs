@@ -208,6 +208,10 @@ impl Scene {
             // or the victims' report queue could not be read after the
             // first attacks (tests/security_admin.rs tests the throttle).
             c.limits.admin_failures = 1_000_000;
+            // Likewise the per-user bucket of changes: an attack must be
+            // refused by what it attempts, not because the attacker ran out
+            // of tokens (tests/insider.rs tests the bucket).
+            c.limits.changes = imstream::config::BucketConfig::new(1_000_000, 1_000_000);
             c.tenants.push(b);
             // The web app's routes too, where it is installed (`npm ci
             // --prefix webapp`, as docker/local/test does).

@@ -476,39 +476,36 @@ impl Stack {
             .token
     }
 
-    /// Produces GroupCreated and waits until the members pipeline made the
-    /// group usable (cached facts in MySQL).
+    /// Creates the group as its owner's command does (the group write
+    /// model, stored, then `GroupCreated` produced: the governance
+    /// executor, in this process), then waits until the members pipeline
+    /// made the group usable (cached facts in MySQL).
     pub async fn create_group(&self, topic: &str, owner: i64, members: &[i64]) {
         use imstream::events::*;
-        let codec = EventCodec::new(&self.world.config.registry.url).unwrap();
+        let config = &self.world.config;
+        let codec = EventCodec::new(&config.registry.url).unwrap();
         let producer =
-            imstream::kafka::producer::EventProducer::new(&self.world.config.kafka, codec).unwrap();
-        let event = GroupEvent {
-            event_id: new_event_id(),
-            tenant_id: self.tenant().to_string(),
-            topic: topic.to_string(),
-            occurred_at: now_ms(),
-            actor_uid: owner,
-            actor_device: String::new(),
-            source_sid: String::new(),
-            source_node: String::new(),
-            traceparent: String::new(),
-            body: GroupEventBody::GroupCreated(GroupCreated {
-                group_id: (rand_id() & 0x7fff_ffff) as i64,
-                name: topic.to_string(),
-                owner_uid: owner,
-                members: members.to_vec(),
-            }),
+            imstream::kafka::producer::EventProducer::new(&config.kafka, codec.clone()).unwrap();
+        let pools = imstream::tenant::TenantPools::connect_lazy(config).unwrap();
+        let model = imstream::group_model::GroupModel::new(
+            config.clone(),
+            pools,
+            self.redis().await,
+            codec,
+        );
+        let executor =
+            imstream::governance::exec::Executor::new(model, producer, "test-fixture".into());
+        let created = GroupCreated {
+            group_id: (rand_id() & 0x7fff_ffff) as i64,
+            name: topic.to_string(),
+            owner_uid: owner,
+            members: members.to_vec(),
         };
-        producer
-            .send(
-                imstream::kafka::topics::TopicKind::GroupEvents,
-                &format!("{}:{topic}", self.tenant()),
-                &event,
-                None,
-            )
+        let origin = imstream::governance::exec::Origin::default();
+        executor
+            .create(self.tenant(), topic, owner, created, &origin)
             .await
-            .expect("GroupCreated");
+            .unwrap_or_else(|r| panic!("creating {topic}: {} {}", r.0, r.1));
         let pool = self.pool();
         let expected = members
             .iter()

@@ -17,9 +17,33 @@ use std::time::{Duration, Instant};
 
 /// `imstream --config <config_file> <args…>`, nothing else set.
 pub fn command(config_file: &Path, args: &[&str]) -> std::process::Command {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_imstream"));
+    command_of(Path::new(env!("CARGO_BIN_EXE_imstream")), config_file, args)
+}
+
+fn command_of(binary: &Path, config_file: &Path, args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(binary);
     cmd.arg("--config").arg(config_file).args(args);
     cmd
+}
+
+/// The release build of `imstream` (`IMSTREAM_RELEASE_BIN`, which
+/// `docker/local/test` builds and sets): what production runs, for the
+/// tests whose promise is a time bound at scale (the 20,000-conversation
+/// recovery faults). The test build's own binary is unoptimized.
+pub fn release_binary() -> PathBuf {
+    let path = std::env::var("IMSTREAM_RELEASE_BIN").unwrap_or_else(|_| {
+        panic!(
+            "IMSTREAM_RELEASE_BIN is not set: this test measures the release build \
+             (`cargo build --release --bin imstream`, then \
+             IMSTREAM_RELEASE_BIN=target/release/imstream; docker/local/test does both)"
+        )
+    });
+    let path = PathBuf::from(path);
+    assert!(
+        path.exists(),
+        "IMSTREAM_RELEASE_BIN {path:?} does not exist"
+    );
+    path
 }
 
 /// What a command run to its end printed.
@@ -89,6 +113,8 @@ struct Recipe {
     args: Vec<String>,
     /// `RUST_LOG`; the test's own when `None`.
     log_filter: Option<String>,
+    /// The binary; the test build's when `None`.
+    binary: Option<PathBuf>,
 }
 
 impl Recipe {
@@ -99,7 +125,10 @@ impl Recipe {
 
     fn spawn(&self, incarnation: u32) -> tokio::process::Child {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        let mut cmd = command(&self.config_file, &args);
+        let mut cmd = match &self.binary {
+            Some(binary) => command_of(binary, &self.config_file, &args),
+            None => command(&self.config_file, &args),
+        };
         if let Some(filter) = &self.log_filter {
             cmd.env("RUST_LOG", filter);
         }
@@ -124,13 +153,29 @@ impl Proc {
         Proc::start(name, config_file, args, Some(filter.to_string()))
     }
 
-    fn start(name: &str, config_file: &Path, args: &[&str], log_filter: Option<String>) -> Proc {
-        let recipe = Recipe {
+    /// [`Proc::spawn_logging`] of the release build ([`release_binary`]).
+    pub fn spawn_release(name: &str, config_file: &Path, args: &[&str], filter: &str) -> Proc {
+        let mut recipe = Proc::recipe(name, config_file, args, Some(filter.to_string()));
+        recipe.binary = Some(release_binary());
+        Proc {
+            child: recipe.spawn(1),
+            recipe,
+            incarnation: 1,
+        }
+    }
+
+    fn recipe(name: &str, config_file: &Path, args: &[&str], log_filter: Option<String>) -> Recipe {
+        Recipe {
             name: name.to_string(),
             config_file: config_file.to_path_buf(),
             args: args.iter().map(|s| s.to_string()).collect(),
             log_filter,
-        };
+            binary: None,
+        }
+    }
+
+    fn start(name: &str, config_file: &Path, args: &[&str], log_filter: Option<String>) -> Proc {
+        let recipe = Proc::recipe(name, config_file, args, log_filter);
         Proc {
             child: recipe.spawn(1),
             recipe,

@@ -18,7 +18,7 @@ fn stack_dir() -> PathBuf {
 }
 
 /// `docker/local/stack ARGS…`'s standard output (a URL), or a panic.
-fn stack_output(args: &[&str]) -> String {
+pub(super) fn stack_output(args: &[&str]) -> String {
     let out = std::process::Command::new("bash")
         .arg(stack_script())
         .args(args)
@@ -78,7 +78,7 @@ async fn redis_restored_from_an_aof_copy_taken_seconds_earlier() {
 
 /// The primary of the Redis Cluster that owns `key`, and its replica:
 /// their ports.
-fn primary_and_replica(url: &str, key: &str) -> (u16, u16) {
+pub(super) fn primary_and_replica(url: &str, key: &str) -> (u16, u16) {
     let first = url
         .trim_start_matches("redis+cluster://")
         .split(',')

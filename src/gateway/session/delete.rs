@@ -54,6 +54,12 @@ impl Session {
             return;
         }
         if del.hard {
+            if !self
+                .rate(id, topic, crate::gateway::limits::Action::Change)
+                .await
+            {
+                return;
+            }
             let who = self.identity.clone().expect("logged in");
             let ranges: Vec<SeqRange> = del
                 .delseq

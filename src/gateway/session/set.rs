@@ -4,6 +4,7 @@
 //! with the request id, so a client never waits for nothing.
 
 use crate::gateway::chats;
+use crate::gateway::limits::Action;
 use crate::gateway::refusal::Refusal;
 use crate::governance::Actor;
 use serde_json::json;
@@ -22,6 +23,9 @@ impl Session {
         let shown = self.shown(&set.topic);
         if let Some(mode) = own_mode(set.sub.as_ref()) {
             if tinode::is_group_topic(&set.topic) && set.desc.is_none() {
+                if !self.rate(id, &set.topic, Action::Change).await {
+                    return;
+                }
                 return self.set_own_mode(id, &set.topic, &mode).await;
             }
         }
@@ -45,6 +49,9 @@ impl Session {
             .await;
             return;
         };
+        if !self.rate(id, &set.topic, Action::Change).await {
+            return;
+        }
         let result = self.set_public(&set.topic, public).await;
         let reply = match result {
             Ok(()) => ctrl(id, Some(&shown), 200, "ok", None),

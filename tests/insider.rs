@@ -1,0 +1,677 @@
+//! Attacks from inside the rules (issue 39): ordinary accounts acting
+//! within their rights, probing what the answers tell and what the edges
+//! of every field do.
+//!
+//! - A stranger cannot tell whether someone else's message exists: an edit
+//!   of a message in a group they are not in, of one that does not exist,
+//!   of one in another pair's one-to-one chat and of one in a group that
+//!   does not exist all get the same code and body (before: `403 only the
+//!   sender may edit` for a message that exists, `404` otherwise).
+//! - One `Idempotency-Key` used by two users, or by a user and an
+//!   operator's `command_id`, in different conversations: both commands
+//!   take effect (before: event ids derived from the key alone, so the
+//!   second recall or moderation answered "ok" and the store dropped its
+//!   event as a duplicate; the message stayed).
+//! - Every change that becomes an event draws on a per-user bucket
+//!   (`limits.changes`), and removing a "friend" who is none is refused
+//!   (before: 30 of 30 `DELETE /v1/friends/<stranger>` accepted, each a
+//!   `{pres friend.removed}` at a stranger; blocks, mutes, profiles
+//!   unthrottled).
+//! - An invitation is only as good as its inviter's right to add members
+//!   at acceptance, and whoever may add members withdraws one by removing
+//!   the invitee (before: accepted after the inviting admin was removed,
+//!   and the owner's removal answered 404, a new add 409).
+//! - A block is in effect when it is acknowledged, with no projection
+//!   running: the blocked user's next one-to-one send and group add are
+//!   refused (before: both went through until the relations pipeline had
+//!   projected the block).
+//! - The chat list's catch-up gives a removed member nothing while the
+//!   projections have not seen the removal (it asks the write model, as
+//!   the history route does).
+//! - Operator sign-outs take their auth versions atomically too.
+//! - Seqs at the i64 edges, on every route that names one, are refused as
+//!   malformed, and the gateway goes on serving (before: `DELETE
+//!   …/messages/9223372036854775807` overflowed `seq + 1` in the handler).
+
+mod common;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use common::{send_http, wait_for, Stack};
+use imstream::tinode::p2p_topic;
+
+async fn answer(
+    http: &reqwest::Client,
+    method: Method,
+    url: String,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = http.request(method, url).bearer_auth(token);
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.expect("the gateway answers");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_learns_nothing_about_other_peoples_messages_from_an_edit() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "members"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    const GROUP: &str = "grpInsiderOracle";
+    const STRANGER: i64 = 9;
+    stack.create_group(GROUP, 1, &[2]).await;
+    let http = reqwest::Client::new();
+    let (code, sent) = send_http(&http, gw, &stack.token(2, "d"), GROUP, "o1", "here").await;
+    assert_eq!(code, 202, "{sent}");
+    let seq = sent["seq"].as_i64().unwrap();
+    let pair = p2p_topic(1, 2);
+    let (code, sent) = send_http(&http, gw, &stack.token(1, "d"), &pair, "o2", "hi").await;
+    assert_eq!(code, 202, "{sent}");
+    let p2p_seq = sent["seq"].as_i64().unwrap();
+    // Stored, so "exists" is true everywhere it is read from: its members
+    // read both.
+    for (topic, s) in [(GROUP, seq), (pair.as_str(), p2p_seq)] {
+        let http = &http;
+        let token = stack.token(1, "d");
+        wait_for(
+            &format!("{topic}#{s} readable"),
+            std::time::Duration::from_secs(30),
+            || {
+                let token = token.clone();
+                async move {
+                    match answer(
+                        http,
+                        Method::GET,
+                        format!("http://{gw}/v1/groups/{topic}/messages/{s}"),
+                        &token,
+                        None,
+                    )
+                    .await
+                    {
+                        (200, _) => Ok(()),
+                        other => Err(format!("{other:?}")),
+                    }
+                }
+            },
+        )
+        .await;
+    }
+
+    let stranger = stack.token(STRANGER, "d");
+    let edit = |topic: &str, seq: i64| {
+        answer(
+            &http,
+            Method::PATCH,
+            format!("http://{gw}/v1/groups/{topic}/messages/{seq}"),
+            &stranger,
+            Some(json!({"content": "mine now"})),
+        )
+    };
+    // The same seq everywhere, so the text cannot differ by the number.
+    let probes = [
+        ("a message that exists, in a group", GROUP, seq),
+        ("one that does not, in that group", GROUP, seq + 1000),
+        ("one in another pair's chat", pair.as_str(), p2p_seq),
+        (
+            "one in a group that does not exist",
+            "grpInsiderNoSuch",
+            seq,
+        ),
+    ];
+    let mut answers = Vec::new();
+    for (what, topic, s) in probes {
+        let (code, body) = edit(topic, s).await;
+        // Normalize the seq the text names.
+        let text = body["error"]
+            .as_str()
+            .unwrap_or("")
+            .replace(&s.to_string(), "N");
+        answers.push((what, code, text));
+    }
+    let first = (answers[0].1, answers[0].2.clone());
+    for (what, code, text) in &answers {
+        assert_eq!(
+            (*code, text.clone()),
+            first,
+            "a stranger's edit of {what} is answered differently: {answers:?}"
+        );
+    }
+    assert_eq!(first.0, 404, "{answers:?}");
+    // Probing a pair that never spoke leaves nothing behind: refused from
+    // the name, no model installed for it.
+    let untouched = p2p_topic(7, 8);
+    let (code, body) = edit(&untouched, 1).await;
+    assert_eq!(code, 404, "{body}");
+    let mut redis = stack.redis().await;
+    for key in [
+        imstream::keys::TopicKeys::new(stack.tenant(), &untouched).meta(),
+        imstream::keys::TopicKeys::new(stack.tenant(), &untouched).seq(),
+    ] {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert!(!exists, "a stranger's probe left {key}");
+    }
+    // The member still learns what a member may: it is not theirs.
+    let (code, body) = answer(
+        &http,
+        Method::PATCH,
+        format!("http://{gw}/v1/groups/{GROUP}/messages/{seq}"),
+        &stack.token(1, "d"),
+        Some(json!({"content": "the owner's edit"})),
+    )
+    .await;
+    assert_eq!(code, 403, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seqs_at_the_integer_edges_are_malformed_on_every_route() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "members"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    const GROUP: &str = "grpInsiderEdges";
+    stack.create_group(GROUP, 1, &[2]).await;
+    let http = reqwest::Client::new();
+    let owner = stack.token(1, "d");
+    let (code, sent) = send_http(&http, gw, &owner, GROUP, "e1", "edge").await;
+    assert_eq!(code, 202, "{sent}");
+
+    let edges = [
+        "0",
+        "-1",
+        "9007199254740992",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "9223372036854775808",
+    ];
+    for edge in edges {
+        let base = format!("http://{gw}/v1/groups/{GROUP}/messages/{edge}");
+        let routes = [
+            (Method::GET, base.clone(), None),
+            (Method::GET, format!("{base}/context"), None),
+            (Method::DELETE, base.clone(), None),
+            (Method::PATCH, base.clone(), Some(json!({"content": "x"}))),
+            (
+                Method::POST,
+                format!("{base}/report"),
+                Some(json!({"reason": "spam"})),
+            ),
+        ];
+        for (method, url, body) in routes {
+            let (code, answer) = answer(&http, method.clone(), url, &owner, body).await;
+            assert_eq!(code, 400, "{method} seq {edge}: {answer}");
+        }
+        // An edit named in the head, as the web app sends it.
+        let (code, answer) = answer(
+            &http,
+            Method::POST,
+            format!("http://{gw}/v1/groups/{GROUP}/messages"),
+            &owner,
+            Some(json!({"content": "x", "head": {"replace": format!(":{edge}")}})),
+        )
+        .await;
+        assert_eq!(code, 400, "head.replace :{edge}: {answer}");
+    }
+    // The gateway goes on serving.
+    let (code, sent) = send_http(&http, gw, &owner, GROUP, "e2", "still here").await;
+    assert_eq!(code, 202, "{sent}");
+}
+
+/// The stored status of one message of this month (`normal`, `recalled`,
+/// `deleted`).
+async fn status(stack: &Stack, topic: &str, seq: i64) -> Option<String> {
+    let month = chrono::Utc::now().format("%Y%m").to_string();
+    sqlx::query_scalar(&format!(
+        "SELECT status FROM im_group_messages_{month} WHERE topic = ? AND seqid = ?"
+    ))
+    .bind(topic)
+    .bind(seq)
+    .fetch_optional(&stack.pool())
+    .await
+    .unwrap()
+}
+
+async fn wait_status(stack: &Stack, topic: &str, seq: i64, want: &str) {
+    wait_for(
+        &format!("{topic}#{seq} {want}"),
+        std::time::Duration::from_secs(30),
+        || async move {
+            match status(stack, topic, seq).await {
+                Some(s) if s == want => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_used_by_two_users_and_an_operator_acts_three_times() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "members", "commands"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    let http = reqwest::Client::new();
+    const KEY: &str = "shared-key-39";
+    // Three groups, each with one message of the one who acts there.
+    let groups = [
+        ("grpInsiderKeyA", 1),
+        ("grpInsiderKeyB", 2),
+        ("grpInsiderKeyC", 3),
+    ];
+    let mut seqs = Vec::new();
+    for (n, (topic, owner)) in groups.iter().enumerate() {
+        stack.create_group(topic, *owner, &[4]).await;
+        let (code, sent) = send_http(
+            &http,
+            gw,
+            &stack.token(*owner, "d"),
+            topic,
+            &format!("k{n}"),
+            "take me back",
+        )
+        .await;
+        assert_eq!(code, 202, "{sent}");
+        let seq = sent["seq"].as_i64().unwrap();
+        wait_status(&stack, topic, seq, "normal").await;
+        seqs.push(seq);
+    }
+    // Users 1 and 2 each recall their own message with the same key.
+    for (n, (topic, owner)) in groups.iter().take(2).enumerate() {
+        let resp = http
+            .delete(format!(
+                "http://{gw}/v1/groups/{topic}/messages/{}",
+                seqs[n]
+            ))
+            .bearer_auth(stack.token(*owner, "d"))
+            .header("Idempotency-Key", KEY)
+            .send()
+            .await
+            .unwrap();
+        let code = resp.status().as_u16();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        assert_eq!(code, 202, "{topic}: {body}");
+        assert_eq!(body["action"], json!("recalled"), "{body}");
+    }
+    // An operator's moderation whose command id is the same key.
+    let resp = http
+        .post(format!(
+            "http://{}/v1/admin/commands",
+            stack.admin_addr_of(gw)
+        ))
+        .bearer_auth(&stack.config().auth.admin_token)
+        .json(&json!({
+            "command_id": KEY,
+            "tenant": stack.tenant(),
+            "kind": "message.moderate",
+            "topic": groups[2].0,
+            "seq": seqs[2],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        202,
+        "{}",
+        resp.text().await.unwrap_or_default()
+    );
+    // Each took effect where it acted.
+    wait_status(&stack, groups[0].0, seqs[0], "recalled").await;
+    wait_status(&stack, groups[1].0, seqs[1], "recalled").await;
+    wait_status(&stack, groups[2].0, seqs[2], "deleted").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_draw_on_a_per_user_bucket_and_strangers_are_no_friends_to_remove() {
+    const BURST: u32 = 5;
+    let mut stack = Stack::prepared(None).await;
+    stack.world.config.limits.changes = imstream::config::BucketConfig::new(BURST, 1);
+    let gw = stack.start_gateway("gw").await;
+    let http = reqwest::Client::new();
+    let me = stack.token(11, "d");
+    // A stranger is no friend to remove: refused, nothing produced.
+    let (code, body) = answer(
+        &http,
+        Method::DELETE,
+        format!("http://{gw}/v1/friends/usr12"),
+        &me,
+        None,
+    )
+    .await;
+    assert_eq!(code, 404, "{body}");
+    // Blocks, unblocks, push settings, topic mutes: one bucket, per user.
+    let mut codes = Vec::new();
+    for n in 0..(BURST + 3) {
+        let (method, path, body) = match n % 4 {
+            0 => (
+                Method::POST,
+                "/v1/blocks".to_string(),
+                Some(json!({"uid": 13})),
+            ),
+            1 => (Method::DELETE, "/v1/blocks/usr13".to_string(), None),
+            2 => (
+                Method::PUT,
+                "/v1/me/push".to_string(),
+                Some(json!({"dnd": n % 2 == 0})),
+            ),
+            _ => (
+                Method::PUT,
+                "/v1/me/push/topics/grpInsiderMadeUp".to_string(),
+                Some(json!({"muted": true})),
+            ),
+        };
+        let (code, answer) = answer(&http, method, format!("http://{gw}{path}"), &me, body).await;
+        assert!(code == 202 || code == 429, "{path}: {code} {answer}");
+        codes.push(code);
+    }
+    // The stranger probe above took a token too (it is a change asked for).
+    let accepted = codes.iter().filter(|c| **c == 202).count() as u32;
+    assert!(
+        accepted <= BURST && codes.ends_with(&[429, 429, 429]),
+        "a bucket of {BURST}: {codes:?}"
+    );
+    // Another user's bucket is their own.
+    let (code, body) = answer(
+        &http,
+        Method::PUT,
+        format!("http://{gw}/v1/me/push"),
+        &stack.token(14, "d"),
+        Some(json!({"dnd": true})),
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invitations_end_with_their_inviters_rights_and_can_be_withdrawn() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "members"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    let http = reqwest::Client::new();
+    const GROUP: &str = "grpInsiderInvites";
+    const OWNER: i64 = 21;
+    const ADMIN: i64 = 22;
+    const GUEST: i64 = 23;
+    stack.create_group(GROUP, OWNER, &[ADMIN]).await;
+    let url = |path: &str| format!("http://{gw}/v1{path}");
+    let (owner, admin, guest) = (
+        stack.token(OWNER, "d"),
+        stack.token(ADMIN, "d"),
+        stack.token(GUEST, "d"),
+    );
+    // The guest is added only by invitation.
+    let (code, body) = answer(
+        &http,
+        Method::PUT,
+        url("/me/settings"),
+        &guest,
+        Some(json!({"add_policy": "contacts"})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = answer(
+        &http,
+        Method::PUT,
+        url(&format!("/groups/{GROUP}/members/{ADMIN}/role")),
+        &owner,
+        Some(json!({"role": "admin"})),
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+    let invite = |token: String| {
+        let http = http.clone();
+        let url = url(&format!("/groups/{GROUP}/members"));
+        async move {
+            answer(
+                &http,
+                Method::POST,
+                url,
+                &token,
+                Some(json!({"uid": GUEST})),
+            )
+            .await
+        }
+    };
+    let (code, body) = invite(admin.clone()).await;
+    assert_eq!(
+        (code, body["invited"].clone()),
+        (202, json!([GUEST])),
+        "{body}"
+    );
+    // The admin is removed; their invitation goes with their rights.
+    let (code, body) = answer(
+        &http,
+        Method::DELETE,
+        url(&format!("/groups/{GROUP}/members/{ADMIN}")),
+        &owner,
+        None,
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+    let accept = || {
+        answer(
+            &http,
+            Method::POST,
+            url(&format!("/groups/{GROUP}/invitation")),
+            &guest,
+            None,
+        )
+    };
+    let (code, body) = accept().await;
+    assert_eq!(
+        code, 410,
+        "accepted an invitation of a removed admin: {body}"
+    );
+    // The owner withdraws it by removing the invitee, and may invite again.
+    let (code, body) = answer(
+        &http,
+        Method::DELETE,
+        url(&format!("/groups/{GROUP}/members/{GUEST}")),
+        &owner,
+        None,
+    )
+    .await;
+    assert_eq!(code, 202, "withdrawing an invitation: {body}");
+    let (code, body) = accept().await;
+    assert_eq!(code, 404, "a withdrawn invitation accepted: {body}");
+    let (code, body) = invite(owner.clone()).await;
+    assert_eq!(
+        (code, body["invited"].clone()),
+        (202, json!([GUEST])),
+        "{body}"
+    );
+    let (code, body) = accept().await;
+    assert_eq!(code, 202, "the owner's invitation: {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_holds_from_its_acknowledgement_with_no_projection_running() {
+    let mut stack = Stack::prepared(None).await;
+    // No pipeline at all: what holds is what the command itself wrote.
+    let gw = stack.start_gateway("gw").await;
+    let http = reqwest::Client::new();
+    const VICTIM: i64 = 31;
+    const PEST: i64 = 32;
+    let (victim, pest) = (stack.token(VICTIM, "d"), stack.token(PEST, "d"));
+    let (code, body) = answer(
+        &http,
+        Method::POST,
+        format!("http://{gw}/v1/blocks"),
+        &victim,
+        Some(json!({"uid": PEST})),
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+    // At once, in the same millisecond as far as any projection knows.
+    let (code, body) = answer(
+        &http,
+        Method::POST,
+        format!("http://{gw}/v1/users/usr{VICTIM}/messages"),
+        &pest,
+        Some(json!({"content": "you cannot block me", "client_msg_id": "b1"})),
+    )
+    .await;
+    assert_eq!(
+        (code, body["params"]["code"].clone()),
+        (403, json!("BLOCKED")),
+        "{body}"
+    );
+    let (code, body) = answer(
+        &http,
+        Method::POST,
+        format!("http://{gw}/v1/groups"),
+        &pest,
+        Some(json!({"topic": "grpInsiderPest", "name": "pest", "members": [VICTIM]})),
+    )
+    .await;
+    assert_eq!(code, 403, "added by someone they blocked: {body}");
+    // An unblock holds as soon, too.
+    let (code, body) = answer(
+        &http,
+        Method::DELETE,
+        format!("http://{gw}/v1/blocks/usr{PEST}"),
+        &victim,
+        None,
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+    let (code, body) = answer(
+        &http,
+        Method::POST,
+        format!("http://{gw}/v1/users/usr{VICTIM}/messages"),
+        &pest,
+        Some(json!({"content": "sorry", "client_msg_id": "b2"})),
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_removed_member_catches_up_on_nothing_while_the_projections_lag() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "members", "conversations", "hot"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    let http = reqwest::Client::new();
+    const GROUP: &str = "grpInsiderCatchup";
+    const OWNER: i64 = 41;
+    const GONE: i64 = 42;
+    stack.create_group(GROUP, OWNER, &[GONE]).await;
+    let (owner, gone) = (stack.token(OWNER, "d"), stack.token(GONE, "d"));
+    let (code, body) = send_http(&http, gw, &owner, GROUP, "c1", "before").await;
+    assert_eq!(code, 202, "{body}");
+    let list_url = format!("http://{gw}/v1/me/conversations?catchup=10");
+    let caught_up = |list: &Value| -> Option<Vec<String>> {
+        let entry = list["conversations"]
+            .as_array()?
+            .iter()
+            .find(|c| c["topic"] == json!(GROUP))?;
+        Some(
+            entry["catchup"]["messages"]
+                .as_array()
+                .map(|m| {
+                    m.iter()
+                        .map(|m| m["content"]["txt"].as_str().unwrap_or("").to_string())
+                        .collect()
+                })
+                .unwrap_or_default(),
+        )
+    };
+    {
+        let (http, gone, list_url) = (&http, &gone, &list_url);
+        wait_for(
+            "the member's list shows the message",
+            std::time::Duration::from_secs(30),
+            || async move {
+                let (_, list) = answer(http, Method::GET, list_url.clone(), gone, None).await;
+                match caught_up(&list) {
+                    Some(m) if m == ["before"] => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+    // The projections stop; the member is removed and the group goes on.
+    stack.stop_pipeline("conversations").await;
+    stack.stop_pipeline("members").await;
+    let (code, body) = answer(
+        &http,
+        Method::DELETE,
+        format!("http://{gw}/v1/groups/{GROUP}/members/{GONE}"),
+        &owner,
+        None,
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+    let (code, body) =
+        send_http(&http, gw, &owner, GROUP, "c2", "after: not for the removed").await;
+    assert_eq!(code, 202, "{body}");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let (code, list) = answer(&http, Method::GET, list_url.clone(), &gone, None).await;
+    assert_eq!(code, 200, "{list}");
+    let leaked: Vec<String> = caught_up(&list)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.starts_with("after"))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "a removed member caught up on {leaked:?}: {list}"
+    );
+    // The history route refuses them too.
+    let (code, body) = answer(
+        &http,
+        Method::GET,
+        format!("http://{gw}/v1/groups/{GROUP}/messages"),
+        &gone,
+        None,
+    )
+    .await;
+    assert_eq!(code, 403, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_quick_operator_sign_outs_take_two_auth_versions() {
+    let mut stack = Stack::prepared(None).await;
+    // No control projection: what holds is what the calls themselves took.
+    let gw = stack.start_gateway("gw").await;
+    const UID: i64 = 51;
+    let http = reqwest::Client::new();
+    for _ in 0..2 {
+        let resp = http
+            .post(format!(
+                "http://{}/v1/admin/users/{UID}/signout?tenant={}",
+                stack.admin_addr_of(gw),
+                stack.tenant()
+            ))
+            .bearer_auth(&stack.config().auth.admin_token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 202);
+    }
+    let taken: Option<i64> =
+        sqlx::query_scalar("SELECT auth_version FROM im_session_control_users WHERE uid = ?")
+            .bind(UID)
+            .fetch_optional(&stack.pool())
+            .await
+            .unwrap();
+    assert_eq!(taken, Some(2), "each sign-out takes its own auth version");
+}
