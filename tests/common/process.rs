@@ -279,9 +279,33 @@ async fn answers(http: &reqwest::Client, addr: SocketAddr) -> bool {
 
 /// A loopback address with a port free now, for a child told where to
 /// listen (it cannot report a port the system picked).
+///
+/// The port comes from below the kernel's ephemeral range (32768–60999),
+/// not from `bind(0)`: a port the system handed out and the test released
+/// could be picked again by any `bind(0)` before the child binds it (every
+/// child's telemetry listens on port 0 and answers `/healthz`; a gateway
+/// once "served" with another process's listener, and its WebSocket
+/// answered 404). Below the range, only this function hands ports out:
+/// one after another within the test process, from an offset of its pid
+/// across processes, each checked free. The local stack's fixed ports
+/// (13306–19900, 29092+) lie outside 21000–28999.
 pub fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 21_000;
+    const SPAN: u32 = 8_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(397) % SPAN,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let port = FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port as u16));
+        if std::net::TcpListener::bind(addr).is_ok() {
+            return addr;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + SPAN)
 }
