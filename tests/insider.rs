@@ -675,3 +675,182 @@ async fn two_quick_operator_sign_outs_take_two_auth_versions() {
             .unwrap();
     assert_eq!(taken, Some(2), "each sign-out takes its own auth version");
 }
+
+/// What `viewer` sees of `peer` through their one-to-one topic:
+/// (note shown, online shown).
+async fn peer_view(ws: &mut common::Ws, peer: i64) -> (bool, bool) {
+    let topic = format!("usr{peer}");
+    let (_, desc) = ws
+        .request(json!({"get": {"topic": topic, "what": "desc"}}))
+        .await;
+    let public = &desc["meta"]["desc"]["public"];
+    assert!(public["fn"].is_string(), "{desc}");
+    let (_, subs) = ws
+        .request(json!({"get": {"topic": topic, "what": "sub"}}))
+        .await;
+    let entry = subs["meta"]["sub"]
+        .as_array()
+        .and_then(|s| s.iter().find(|e| e["user"] == json!(topic)))
+        .unwrap_or_else(|| panic!("{topic} in {subs}"))
+        .clone();
+    (public.get("note").is_some(), entry["online"] == json!(true))
+}
+
+/// What `token`'s holder sees of `member` in `group`'s member list:
+/// (note shown, online shown).
+async fn member_view(
+    http: &reqwest::Client,
+    gw: std::net::SocketAddr,
+    token: &str,
+    group: &str,
+    member: i64,
+) -> (bool, bool) {
+    let (code, body) = answer(
+        http,
+        Method::GET,
+        format!("http://{gw}/v1/groups/{group}/subscribers"),
+        token,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let entry = body["subscribers"]
+        .as_array()
+        .and_then(|s| {
+            s.iter()
+                .find(|e| e["user"] == json!(format!("usr{member}")))
+        })
+        .unwrap_or_else(|| panic!("usr{member} in {body}"))
+        .clone();
+    (
+        entry["public"].get("note").is_some(),
+        entry["online"] == json!(true),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unsolicited_message_or_group_add_unlocks_no_note_and_no_presence() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "members", "relations", "conversations"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    let http = reqwest::Client::new();
+    const STRANGER: i64 = 41;
+    const VICTIM: i64 = 42;
+    const GROUP: &str = "grpInsiderNosy";
+    let (stranger, victim) = (stack.token(STRANGER, "d"), stack.token(VICTIM, "d"));
+    let (code, body) = answer(
+        &http,
+        Method::PUT,
+        format!("http://{gw}/v1/me/profile"),
+        &victim,
+        Some(json!({"fn": "Vic", "note": "my private note"})),
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+    // The stranger writes first and adds the victim to a group of theirs.
+    let dm = |from: String, to: i64, text: &'static str| {
+        let http = http.clone();
+        async move {
+            answer(
+                &http,
+                Method::POST,
+                format!("http://{gw}/v1/users/usr{to}/messages"),
+                &from,
+                Some(json!({"content": text})),
+            )
+            .await
+        }
+    };
+    let (code, body) = dm(stranger.clone(), VICTIM, "hi, who are you?").await;
+    assert_eq!(code, 202, "{body}");
+    stack.create_group(GROUP, STRANGER, &[VICTIM]).await;
+    let pool = stack.pool();
+    wait_for(
+        "the profile and both conversations projected",
+        std::time::Duration::from_secs(60),
+        || {
+            let pool = pool.clone();
+            async move {
+                let seen: (i64, i64) = sqlx::query_as(
+                    "SELECT (SELECT COUNT(*) FROM im_user_profiles WHERE uid = 42), \
+                            (SELECT COUNT(*) FROM im_conversations WHERE uid = 42)",
+                )
+                .fetch_one(&pool)
+                .await
+                .map_err(|e| e.to_string())?;
+                if seen == (1, 2) {
+                    Ok(())
+                } else {
+                    Err(format!("(profiles, conversations) = {seen:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    // The stranger watches `me` while the victim comes online and opens
+    // the group.
+    let mut s = common::Ws::connect(gw, &stranger).await;
+    let (_, ctrl) = s.request(json!({"sub": {"topic": "me"}})).await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let mut v = common::Ws::connect(gw, &victim).await;
+    let (_, ctrl) = v.request(json!({"sub": {"topic": GROUP}})).await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let (frames, _) = s
+        .request(json!({"get": {"topic": "me", "what": "desc"}}))
+        .await;
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f["pres"]["src"] == json!(format!("usr{VICTIM}"))),
+        "the stranger was told the victim came online: {frames:?}"
+    );
+    assert_eq!(
+        peer_view(&mut s, VICTIM).await,
+        (false, false),
+        "note and presence after one unsolicited message"
+    );
+    assert_eq!(
+        member_view(&http, gw, &stranger, GROUP, VICTIM).await,
+        (false, false),
+        "note and presence of someone added to a stranger's group"
+    );
+    // The victim answers in both: now they took part, and both show.
+    let (code, body) = dm(victim.clone(), STRANGER, "hello").await;
+    assert_eq!(code, 202, "{body}");
+    let (code, body) = answer(
+        &http,
+        Method::POST,
+        format!("http://{gw}/v1/groups/{GROUP}/messages"),
+        &victim,
+        Some(json!({"content": "hi all"})),
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let views = (
+            peer_view(&mut s, VICTIM).await,
+            member_view(&http, gw, &stranger, GROUP, VICTIM).await,
+        );
+        if views == ((true, true), (true, true)) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after the victim wrote, (one-to-one, group) views are {views:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    // And going offline and online again is told to the stranger now.
+    drop(v);
+    let pres = |frame: &Value, what: &str| {
+        frame["pres"]["src"] == json!(format!("usr{VICTIM}"))
+            && frame["pres"]["what"] == json!(what)
+    };
+    while !pres(&s.next_frame().await, "off") {}
+    let _v = common::Ws::connect(gw, &victim).await;
+    while !pres(&s.next_frame().await, "on") {}
+}

@@ -205,10 +205,10 @@ async fn the_directory_and_peer_views_show_no_private_data_to_outsiders_or_the_b
         .await;
         assert_eq!(status, 202);
     }
-    // The searcher talks with FRIEND and BLOCKER; BLOCKER then blocks them;
-    // OUTSIDER shares nothing with the searcher. A group of the searcher
-    // and BLOCKER shows members.
-    for (from, to) in [(SEARCHER, FRIEND), (BLOCKER, SEARCHER)] {
+    // The searcher talks with FRIEND (both write) and BLOCKER; BLOCKER then
+    // blocks them; OUTSIDER shares nothing with the searcher. A group of
+    // the searcher and BLOCKER shows members.
+    for (from, to) in [(SEARCHER, FRIEND), (FRIEND, SEARCHER), (BLOCKER, SEARCHER)] {
         let (status, body) = post(
             addr,
             &token(from),

@@ -449,63 +449,116 @@ pub async fn find_users(
         .collect()
 }
 
-/// Whether `subject` may show `viewer` their note and presence: the two
-/// share a conversation (a group, or their one-to-one topic once it has a
-/// message) and `subject` did not block `viewer`. Reads the subject's
-/// conversations by primary key, each checked against the viewer's by
-/// primary key (never a group's whole member list).
+/// Whether `subject` may show `viewer` their note and presence: `subject`
+/// did not block `viewer`, and either the two are friends or they share a
+/// conversation `subject` took part in of their own accord (sent a message
+/// there, created the group, accepted an invitation: the row's `engaged`).
+/// A stranger's unsolicited message, or adding someone to a group, unlocks
+/// nothing. Reads the subject's conversations by primary key, each checked
+/// against the viewer's by primary key (never a group's whole member list).
 pub async fn may_see_private(pool: &MySqlPool, viewer: i64, subject: i64) -> sqlx::Result<bool> {
     if viewer == subject {
         return Ok(true);
     }
     let shared: Option<i64> = sqlx::query_scalar(
-        "SELECT 1 FROM im_conversations s STRAIGHT_JOIN im_conversations v \
-           ON v.uid = ? AND v.topic = s.topic \
-         WHERE s.uid = ? \
-           AND NOT EXISTS (SELECT 1 FROM im_blocks b WHERE b.uid = ? AND b.blocked_uid = ?) \
-         LIMIT 1",
+        "SELECT 1 FROM DUAL \
+         WHERE NOT EXISTS (SELECT 1 FROM im_blocks b WHERE b.uid = ? AND b.blocked_uid = ?) \
+           AND (EXISTS (SELECT 1 FROM im_friends f WHERE f.uid = ? AND f.friend_uid = ?) \
+             OR EXISTS (SELECT 1 FROM im_conversations s STRAIGHT_JOIN im_conversations v \
+                          ON v.uid = ? AND v.topic = s.topic \
+                        WHERE s.uid = ? AND s.engaged = 1))",
     )
-    .bind(viewer)
-    .bind(subject)
     .bind(subject)
     .bind(viewer)
+    .bind(subject)
+    .bind(viewer)
+    .bind(viewer)
+    .bind(subject)
     .fetch_optional(pool)
     .await?;
     Ok(shared.is_some())
 }
 
-/// The peers of `viewer`'s one-to-one `topics` (`(topic, peer)`) who may
-/// show `viewer` their note and presence: the conversation is in the
-/// viewer's list and the peer did not block the viewer (primary-key
-/// lookups only).
+/// The peers of `viewer`'s one-to-one `topics` (`(topic, peer)`) that are
+/// in the viewer's list (projected), each with whether the peer may show
+/// `viewer` their note and presence: the peer took part in the
+/// conversation (wrote there; see [`may_see_private`]) or is the viewer's
+/// friend, and did not block the viewer (primary-key lookups only). A
+/// peer missing from the answer has no row yet (the projection lags).
 pub async fn peers_shown(
     pool: &MySqlPool,
     viewer: i64,
     topics: &[(&str, i64)],
-) -> sqlx::Result<std::collections::HashSet<i64>> {
-    let mut shown = std::collections::HashSet::new();
+) -> sqlx::Result<std::collections::HashMap<i64, bool>> {
+    let mut listed = std::collections::HashMap::new();
     for chunk in topics.chunks(500) {
         let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
-            "SELECT c.peer_uid FROM im_conversations c WHERE c.uid = ",
+            "SELECT c.peer_uid, \
+               NOT EXISTS (SELECT 1 FROM im_blocks b \
+                 WHERE b.uid = c.peer_uid AND b.blocked_uid = c.uid) \
+               AND (COALESCE(p.engaged, 0) = 1 \
+                 OR EXISTS (SELECT 1 FROM im_friends f \
+                   WHERE f.uid = c.peer_uid AND f.friend_uid = c.uid)) \
+             FROM im_conversations c \
+             LEFT JOIN im_conversations p ON p.uid = c.peer_uid AND p.topic = c.topic \
+             WHERE c.uid = ",
         );
         q.push_bind(viewer).push(" AND c.topic IN (");
         let mut sep = q.separated(", ");
         for (topic, _) in chunk {
             sep.push_bind(*topic);
         }
-        q.push(
-            ") AND NOT EXISTS (SELECT 1 FROM im_blocks b \
-             WHERE b.uid = c.peer_uid AND b.blocked_uid = ",
-        )
-        .push_bind(viewer)
-        .push(")");
+        q.push(")");
         for r in q.build().fetch_all(pool).await? {
-            shown.insert(r.try_get::<i64, _>(0)?);
+            let shown: i64 = r.try_get(1)?;
+            listed.insert(r.try_get::<i64, _>(0)?, shown == 1);
         }
     }
     // Only the peer the topic is with (a row names its own peer).
-    shown.retain(|p| topics.iter().any(|(_, peer)| peer == p));
-    Ok(shown)
+    listed.retain(|p, _| topics.iter().any(|(_, peer)| peer == p));
+    Ok(listed)
+}
+
+/// Which of a group's members `uids` may show `viewer` their note and
+/// presence in `topic`: the viewer, and members who took part there of
+/// their own accord (created it, accepted an invitation, wrote: the row's
+/// `engaged`) or are the viewer's friends, and did not block the viewer.
+/// Being added to someone's group shows them nothing (primary-key lookups).
+pub async fn members_shown(
+    pool: &MySqlPool,
+    viewer: i64,
+    topic: &str,
+    uids: &[i64],
+) -> sqlx::Result<std::collections::HashSet<i64>> {
+    let mut out = std::collections::HashSet::new();
+    if uids.contains(&viewer) {
+        out.insert(viewer);
+    }
+    for chunk in uids.chunks(500) {
+        let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
+            "SELECT c.uid FROM im_conversations c WHERE c.topic = ",
+        );
+        q.push_bind(topic).push(" AND c.uid IN (");
+        let mut sep = q.separated(", ");
+        for uid in chunk {
+            sep.push_bind(*uid);
+        }
+        q.push(
+            ") AND NOT EXISTS (SELECT 1 FROM im_blocks b \
+             WHERE b.uid = c.uid AND b.blocked_uid = ",
+        )
+        .push_bind(viewer)
+        .push(
+            ") AND (c.engaged = 1 OR EXISTS (SELECT 1 FROM im_friends f \
+             WHERE f.uid = c.uid AND f.friend_uid = ",
+        )
+        .push_bind(viewer)
+        .push("))");
+        for r in q.build().fetch_all(pool).await? {
+            out.insert(r.try_get::<i64, _>(0)?);
+        }
+    }
+    Ok(out)
 }
 
 /// Which of `subjects` blocked `viewer` (primary-key lookups).

@@ -191,24 +191,42 @@ pub async fn peers_shown(
         return Ok(HashSet::new());
     }
     let pool = pool(gw, tenant)?;
-    let mut shown = conversations::peers_shown(pool, me, &p2p)
+    let listed = conversations::peers_shown(pool, me, &p2p)
         .await
         .map_err(unavailable)?;
+    let mut shown: HashSet<i64> = listed
+        .iter()
+        .filter(|(_, shown)| **shown)
+        .map(|(peer, _)| *peer)
+        .collect();
     // A conversation just started has no row until the conversations
-    // projection catches up; the peer was then shown offline until their
+    // projection catches up; a friend was then shown offline until their
     // presence changed. The write model (which cannot lag) says whether
-    // `me` is in it; the peer is shown unless they blocked `me`. Only for
-    // a few entries: a whole list comes from the projection itself.
+    // `me` is in it; a friend is shown unless they blocked `me` (whether
+    // an unprojected peer wrote there is not known yet: not shown until
+    // the projection says so). Only for a few entries: a whole list comes
+    // from the projection itself.
     let missing: Vec<(&str, i64)> = p2p
         .into_iter()
-        .filter(|(_, peer)| !shown.contains(peer))
+        .filter(|(_, peer)| !listed.contains_key(peer))
         .collect();
     if !missing.is_empty() && missing.len() <= UNPROJECTED_PEERS_MAX {
         let mut members = Vec::with_capacity(missing.len());
+        let mut redis = gw.redis.clone();
         for (topic, peer) in missing {
             if super::reads::ensure_member(gw, tenant, topic, me)
                 .await
                 .is_ok()
+                && crate::relations::contains(
+                    pool,
+                    &mut redis,
+                    tenant,
+                    crate::relations::Set::Friends,
+                    peer,
+                    me,
+                )
+                .await
+                .map_err(unavailable)?
             {
                 members.push(peer);
             }
@@ -555,16 +573,18 @@ pub async fn group_members(
     let mut members = conversations::members(pool(gw, tenant)?, topic, only, 0, since, limit)
         .await
         .map_err(unavailable)?;
-    // A member who blocked the viewer shows them no note and no presence.
+    // A member shows their note and presence only to members of a group
+    // they took part in of their own accord or to friends, never to
+    // someone they blocked (see [`conversations::members_shown`]).
     let uids: Vec<i64> = members.iter().map(|m| m.uid).collect();
-    let blocked = if uids.is_empty() {
+    let shown = if uids.is_empty() {
         HashSet::new()
     } else {
-        conversations::blocked_by(pool(gw, tenant)?, viewer, &uids)
+        conversations::members_shown(pool(gw, tenant)?, viewer, topic, &uids)
             .await
             .map_err(unavailable)?
     };
-    for m in members.iter_mut().filter(|m| blocked.contains(&m.uid)) {
+    for m in members.iter_mut().filter(|m| !shown.contains(&m.uid)) {
         m.profile.note = None;
     }
     // Online: attached to the topic somewhere.
@@ -583,7 +603,7 @@ pub async fn group_members(
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            let online = online.get(i).copied().unwrap_or(false) && !blocked.contains(&m.uid);
+            let online = online.get(i).copied().unwrap_or(false) && shown.contains(&m.uid);
             member_entry(m, online)
         })
         .collect())
@@ -719,8 +739,10 @@ pub fn group_profile_change(public: &Value) -> Result<GroupProfileChanged, Refus
 pub const PRESENCE_PEERS_MAX: i64 = 200;
 
 /// Tells the user's one-to-one peers (their chat lists) that the user came
-/// online (`what="on"`) or went offline (`"off"`); never a peer the user
-/// blocked. Best effort: presence
+/// online (`what="on"`) or went offline (`"off"`): only in conversations
+/// the user took part in or with friends (see
+/// [`conversations::may_see_private`]), never a peer the user blocked.
+/// Best effort: presence
 /// is a hint, a lost one is corrected by the next list read.
 pub async fn announce_to_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str) {
     let Ok(pool) = pool(gw, tenant) else { return };
@@ -728,9 +750,11 @@ pub async fn announce_to_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str)
         "SELECT c.peer_uid FROM im_conversations c \
          LEFT JOIN im_conversation_topics t ON t.topic = c.topic \
          WHERE c.uid = ? AND c.kind = 'p2p' \
+           AND (c.engaged = 1 OR EXISTS (SELECT 1 FROM im_friends f WHERE f.uid = ? AND f.friend_uid = c.peer_uid)) \
            AND NOT EXISTS (SELECT 1 FROM im_blocks b WHERE b.uid = ? AND b.blocked_uid = c.peer_uid) \
          ORDER BY t.touched_ms DESC LIMIT ?",
     )
+    .bind(uid)
     .bind(uid)
     .bind(uid)
     .bind(PRESENCE_PEERS_MAX)

@@ -69,9 +69,7 @@ pub async fn check_edit(
     if !matches!(standing, Standing::Member { .. }) {
         return Err(not_found());
     }
-    let target = gw
-        .history
-        .exact_on_primary(caller.tenant, topic, caller.uid, seq)
+    let target = acknowledged(gw, caller, topic, seq)
         .await?
         .ok_or_else(not_found)?;
     refuse_archived(
@@ -101,6 +99,48 @@ pub async fn check_edit(
         ));
     }
     Ok(())
+}
+
+/// Longest a member's edit waits for a message handed out a seq but not
+/// stored yet (the store projection is behind the acknowledgement).
+const UNSTORED_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The stored message `seq` of `topic`, read on the primary; a seq the
+/// topic has handed out but the store has not written yet (an edit right
+/// after the send's acknowledgement) is waited for, up to
+/// [`UNSTORED_WAIT`]: a hole (a send that failed after its seq) stays
+/// `None`. Only for members (the caller checked).
+async fn acknowledged(
+    gw: &Gateway,
+    caller: &Caller<'_>,
+    topic: &str,
+    seq: i64,
+) -> Result<Option<crate::store::message::StoredMessage>, Refusal> {
+    let deadline = tokio::time::Instant::now() + UNSTORED_WAIT;
+    let mut handed_out: Option<bool> = None;
+    loop {
+        let found = gw
+            .history
+            .exact_on_primary(caller.tenant, topic, caller.uid, seq)
+            .await?;
+        if found.is_some() || tokio::time::Instant::now() >= deadline {
+            return Ok(found);
+        }
+        if handed_out.is_none() {
+            let mut redis = gw.redis.clone();
+            let last: Option<i64> = redis::cmd("HGET")
+                .arg(crate::keys::TopicKeys::new(caller.tenant, topic).seq())
+                .arg("last_seq")
+                .query_async(&mut redis)
+                .await
+                .map_err(|e| Refusal::unavailable(e.to_string()))?;
+            handed_out = Some(last.is_some_and(|last| seq <= last));
+        }
+        if handed_out != Some(true) {
+            return Ok(None);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// What a hard delete did.

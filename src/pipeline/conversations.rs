@@ -6,8 +6,12 @@
 //!   sender's own read/recv cursor (what one sends is read); a one-to-one
 //!   topic's first message puts it in both users' lists. Coalesced per
 //!   batch: one row per topic and one per sender, never one per member.
+//!   A sender's row is marked `engaged` (they took part of their own
+//!   accord: what shows their note and presence to the others), once per
+//!   user and topic, and a one-to-one peer is told the new writer is online.
 //! - `GroupCreated` / `MemberJoined` / `MemberLeft` / `GroupDissolved`: the
-//!   per-user rows, in log order per topic.
+//!   per-user rows, in log order per topic (the owner, and whoever joined by
+//!   their own command, engaged; members added by others not).
 //! - `HistoryCleared`: the user's clear id; `MessageRecalled` /
 //!   `MessageDeleted` of the last message (or of the message the last one
 //!   edits): its preview is withdrawn; `MessageEdited` in place of the last
@@ -46,6 +50,10 @@ pub struct ConversationsHandler {
     /// The lists' hot copy, written after each MySQL commit.
     redis: Redis,
     known_p2p: Mutex<HashSet<(String, String)>>,
+    /// (tenant, topic, uid) whose row is known to be `engaged` (a sender's):
+    /// a member who writes often costs one write, not one per batch.
+    /// Forgotten for a user who leaves (a new row starts unengaged).
+    known_engaged: Mutex<HashSet<(String, String, i64)>>,
 }
 
 impl ConversationsHandler {
@@ -55,6 +63,7 @@ impl ConversationsHandler {
             pools,
             redis,
             known_p2p: Mutex::new(HashSet::new()),
+            known_engaged: Mutex::new(HashSet::new()),
         }
     }
 }
@@ -108,6 +117,8 @@ impl Handler for ConversationsHandler {
         // (tenant, topic, uid) → (greatest seq sent, records)
         let mut senders: BTreeMap<(String, String, i64), (i64, Vec<usize>)> = BTreeMap::new();
         let mut new_p2p: BTreeMap<TopicKey, (i64, i64, i64, Vec<usize>)> = BTreeMap::new();
+        // Who left (None: everyone, a dissolved group) in this batch.
+        let mut left: Vec<(TopicKey, Option<i64>)> = Vec::new();
         for (i, event) in events {
             if !gate.admit(i) {
                 continue;
@@ -166,6 +177,11 @@ impl Handler for ConversationsHandler {
                     _ => {}
                 }
             }
+            match &event.body {
+                GroupEventBody::MemberLeft(l) => left.push((key.clone(), Some(l.uid))),
+                GroupEventBody::GroupDissolved(_) => left.push((key.clone(), None)),
+                _ => {}
+            }
             let result = match self.pools.get(&event.tenant_id) {
                 Ok(pool) => apply(pool, &mut self.redis.clone(), &event).await,
                 Err(e) => Err((FailureKind::Poison, e.to_string())),
@@ -175,6 +191,15 @@ impl Handler for ConversationsHandler {
             }
         }
         self.flush(&mut gate, touches, senders, new_p2p).await;
+        // Whoever left starts a new row unengaged if they come back.
+        if !left.is_empty() {
+            let mut engaged = self.known_engaged.lock().expect("engaged set");
+            for ((tenant, topic), uid) in &left {
+                engaged.retain(|(t, tp, u)| {
+                    !(t == tenant && tp == topic && uid.is_none_or(|uid| uid == *u))
+                });
+            }
+        }
         gate.outcome()
     }
 }
@@ -267,6 +292,30 @@ impl ConversationsHandler {
                      last_seq = GREATEST(last_seq, VALUES(last_seq))",
                 );
                 q.build().execute(&mut *tx).await?;
+                // Senders took part of their own accord (what shows their
+                // note and presence to the others); once per user and topic.
+                let engaging: Vec<&(String, String, i64)> = {
+                    let known = self.known_engaged.lock().expect("engaged set");
+                    senders
+                        .keys()
+                        .filter(|k| &k.0 == tenant && !known.contains(*k))
+                        .collect()
+                };
+                for chunk in engaging.chunks(500) {
+                    let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
+                        "UPDATE im_conversations SET engaged = 1 WHERE engaged = 0 AND (uid, topic) IN (",
+                    );
+                    let mut sep = q.separated(", ");
+                    for (_, topic, uid) in chunk {
+                        sep.push("(")
+                            .push_bind_unseparated(*uid)
+                            .push_unseparated(", ")
+                            .push_bind_unseparated(topic.as_str())
+                            .push_unseparated(")");
+                    }
+                    q.push(")");
+                    q.build().execute(&mut *tx).await?;
+                }
                 let cursors: Vec<_> = senders.iter().filter(|((t, _, _), _)| t == tenant).collect();
                 let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
                     "INSERT INTO im_subscriptions (topic, uid, read_seq, recv_seq) ",
@@ -302,6 +351,7 @@ impl ConversationsHandler {
                 hot::move_cursors(&mut redis, tenant, &moves).await?;
                 let pairs: Vec<i64> = p2p.iter().flat_map(|(_, (a, b, _, _))| [*a, *b]).collect();
                 hot::forget(&mut redis, tenant, &pairs).await?;
+                announce_engaged(&mut redis, tenant, &engaging).await;
                 Ok::<(), HotError>(())
             }
             .await;
@@ -312,6 +362,12 @@ impl ConversationsHandler {
                         known.clear();
                     }
                     known.extend(new_p2p.keys().filter(|k| ours(k)).cloned());
+                    drop(known);
+                    let mut engaged = self.known_engaged.lock().expect("engaged set");
+                    if engaged.len() > KNOWN_P2P_MAX {
+                        engaged.clear();
+                    }
+                    engaged.extend(senders.keys().filter(|k| &k.0 == tenant).cloned());
                 }
                 Err(e) => {
                     let mut all = indexes();
@@ -329,6 +385,57 @@ impl ConversationsHandler {
     }
 }
 
+/// Tells the peer of each one-to-one topic a user just wrote in for the
+/// first time that the user is online, if they are: writing there is what
+/// shows the user's presence to the peer (see
+/// [`crate::conversations::may_see_private`]), and a peer whose list got
+/// the conversation before the projection had it was shown them offline.
+/// Best effort, as presence is: the next list read corrects a lost one.
+async fn announce_engaged(redis: &mut Redis, tenant: &str, engaging: &[&(String, String, i64)]) {
+    let writers: Vec<(i64, i64, &str)> = engaging
+        .iter()
+        .filter_map(|(_, topic, uid)| {
+            tinode::p2p_peer(topic, *uid).map(|peer| (*uid, peer, topic.as_str()))
+        })
+        .collect();
+    if writers.is_empty() {
+        return;
+    }
+    let keys = crate::keys::TenantKeys::new(tenant);
+    let mut pipe = redis::pipe();
+    for (uid, _, _) in &writers {
+        pipe.hget(keys.presence_user(*uid), "online");
+    }
+    let online: Vec<Option<String>> = match pipe.query_async(redis).await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::warn!(error = %e, "presence of new writers unreadable");
+            return;
+        }
+    };
+    for ((uid, peer, topic), flag) in writers.iter().zip(online) {
+        if flag.as_deref() != Some("1") {
+            continue;
+        }
+        let envelope = crate::realtime::Envelope {
+            event_id: format!("engaged:{topic}:{uid}"),
+            tenant_id: tenant.to_string(),
+            kind: crate::realtime::Kind::Deliver,
+            target_type: crate::realtime::TargetType::User,
+            target: peer.to_string(),
+            skip_sid: String::new(),
+            dedup_key: String::new(),
+            occurred_at: crate::events::now_ms(),
+            payload: crate::realtime::frames::pres_me_frame(&tinode::user_id(*uid), "on"),
+            exclude: Vec::new(),
+        };
+        if let Err(e) = crate::realtime::bus::publish(redis, None, &envelope).await {
+            tracing::warn!(error = %e, "presence of a new writer not published");
+            return;
+        }
+    }
+}
+
 /// A membership, clear, recall or delete event: MySQL, then the hot copy.
 async fn apply(
     pool: &MySqlPool,
@@ -341,22 +448,27 @@ async fn apply(
 async fn apply_to(pool: &MySqlPool, redis: &mut Redis, e: &GroupEvent) -> Result<(), HotError> {
     let tenant = e.tenant_id.as_str();
     let topic = e.topic.as_str();
-    let join = |uids: Vec<i64>| async move {
+    // (uid, engaged): engaged when the user joined of their own accord.
+    let join = |uids: Vec<(i64, bool)>| async move {
         if uids.is_empty() {
-            return Ok::<Vec<i64>, sqlx::Error>(uids);
+            return Ok::<Vec<i64>, sqlx::Error>(Vec::new());
         }
         for chunk in uids.chunks(1000) {
             let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
-                "INSERT INTO im_conversations (uid, topic, kind, peer_uid, joined_at) ",
+                "INSERT INTO im_conversations (uid, topic, kind, peer_uid, joined_at, engaged) ",
             );
-            q.push_values(chunk, |mut r, uid| {
+            q.push_values(chunk, |mut r, (uid, engaged)| {
                 r.push_bind(*uid)
                     .push_bind(topic)
                     .push_bind(Kind::Grp.as_str())
                     .push_bind(0i64)
-                    .push_bind(at_time(e.occurred_at));
+                    .push_bind(at_time(e.occurred_at))
+                    .push_bind(*engaged);
             });
-            q.push(" ON DUPLICATE KEY UPDATE kind = VALUES(kind)");
+            q.push(
+                " ON DUPLICATE KEY UPDATE kind = VALUES(kind), \
+                 engaged = GREATEST(engaged, VALUES(engaged))",
+            );
             q.build().execute(pool).await?;
         }
         // The topic's row exists from the start (its activity: creation).
@@ -368,12 +480,18 @@ async fn apply_to(pool: &MySqlPool, redis: &mut Redis, e: &GroupEvent) -> Result
         .bind(e.occurred_at)
         .execute(pool)
         .await?;
-        Ok(uids)
+        Ok(uids.into_iter().map(|(uid, _)| uid).collect())
     };
     match &e.body {
         GroupEventBody::GroupCreated(g) => {
-            let mut uids = g.members.clone();
-            uids.push(g.owner_uid);
+            // The owner created it; the members were added by the owner.
+            let mut uids: Vec<(i64, bool)> = g
+                .members
+                .iter()
+                .filter(|uid| **uid != g.owner_uid)
+                .map(|uid| (*uid, false))
+                .collect();
+            uids.push((g.owner_uid, true));
             uids.sort_unstable();
             uids.dedup();
             let joined = join(uids).await?;
@@ -381,7 +499,9 @@ async fn apply_to(pool: &MySqlPool, redis: &mut Redis, e: &GroupEvent) -> Result
             hot::refresh_topics(pool, redis, tenant, &[topic]).await
         }
         GroupEventBody::MemberJoined(j) => {
-            join(vec![j.uid]).await?;
+            // Joined by their own command (an accepted invitation), or
+            // added by someone else.
+            join(vec![(j.uid, j.uid == e.actor_uid)]).await?;
             hot::forget(redis, tenant, &[j.uid]).await?;
             hot::refresh_topics(pool, redis, tenant, &[topic]).await
         }
