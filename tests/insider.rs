@@ -29,6 +29,15 @@
 //!   projections have not seen the removal (it asks the write model, as
 //!   the history route does).
 //! - Operator sign-outs take their auth versions atomically too.
+//! - A stranger's first message, or adding someone to one's group, shows
+//!   nothing private of them: note and exact presence come with their own
+//!   participation (a message there, a group they created or joined
+//!   themselves) or a friendship (before: the first message, whoever sent
+//!   it, unlocked both).
+//! - Invitations expire (`gateway.invitation_ttl_secs`): an old one is no
+//!   longer listed, accepting it answers `410`, and the group may invite
+//!   again (before: accepted at any age, and a second invitation `409`
+//!   forever).
 //! - Seqs at the i64 edges, on every route that names one, are refused as
 //!   malformed, and the gateway goes on serving (before: `DELETE
 //!   …/messages/9223372036854775807` overflowed `seq + 1` in the handler).
@@ -853,4 +862,108 @@ async fn an_unsolicited_message_or_group_add_unlocks_no_note_and_no_presence() {
     while !pres(&s.next_frame().await, "off") {}
     let _v = common::Ws::connect(gw, &victim).await;
     while !pres(&s.next_frame().await, "on") {}
+}
+
+/// Whether `token`'s holder sees an invitation to `group` in their chat
+/// list (`{get me sub}`: an entry with access given, not wanted yet).
+async fn sees_invitation(gw: std::net::SocketAddr, token: &str, group: &str) -> bool {
+    let mut ws = common::Ws::connect(gw, token).await;
+    let (_, list) = ws
+        .request(json!({"get": {"topic": "me", "what": "sub"}}))
+        .await;
+    list["meta"]["sub"]
+        .as_array()
+        .is_some_and(|s| s.iter().any(|e| e["topic"] == json!(group)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invitation_expires_and_the_group_may_invite_again() {
+    let mut stack = Stack::prepared_with(None, |c| c.gateway.invitation_ttl_secs = 5).await;
+    for p in ["store", "members"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    let http = reqwest::Client::new();
+    const GROUP: &str = "grpInsiderStale";
+    const OWNER: i64 = 51;
+    const GUEST: i64 = 52;
+    stack.create_group(GROUP, OWNER, &[]).await;
+    let (owner, guest) = (stack.token(OWNER, "d"), stack.token(GUEST, "d"));
+    let url = |path: &str| format!("http://{gw}/v1{path}");
+    let (code, body) = answer(
+        &http,
+        Method::PUT,
+        url("/me/settings"),
+        &guest,
+        Some(json!({"add_policy": "contacts"})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let invite = || {
+        answer(
+            &http,
+            Method::POST,
+            url(&format!("/groups/{GROUP}/members")),
+            &owner,
+            Some(json!({"uid": GUEST})),
+        )
+    };
+    let (code, body) = invite().await;
+    assert_eq!(
+        (code, body["invited"].clone()),
+        (202, json!([GUEST])),
+        "{body}"
+    );
+    wait_for(
+        "the invitation listed",
+        std::time::Duration::from_secs(30),
+        || async {
+            if sees_invitation(gw, &guest, GROUP).await {
+                Ok(())
+            } else {
+                Err("not listed".to_string())
+            }
+        },
+    )
+    .await;
+    // While it is fresh, a second invitation is refused.
+    let (code, body) = invite().await;
+    assert_eq!(code, 409, "{body}");
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert!(
+        !sees_invitation(gw, &guest, GROUP).await,
+        "an expired invitation is still listed"
+    );
+    let accept = || {
+        answer(
+            &http,
+            Method::POST,
+            url(&format!("/groups/{GROUP}/invitation")),
+            &guest,
+            None,
+        )
+    };
+    let (code, body) = accept().await;
+    assert_eq!(code, 410, "an expired invitation accepted: {body}");
+    // The group invites again; the fresh invitation is listed and holds.
+    let (code, body) = invite().await;
+    assert_eq!(
+        (code, body["invited"].clone()),
+        (202, json!([GUEST])),
+        "{body}"
+    );
+    wait_for(
+        "the renewed invitation listed",
+        std::time::Duration::from_secs(30),
+        || async {
+            if sees_invitation(gw, &guest, GROUP).await {
+                Ok(())
+            } else {
+                Err("not listed".to_string())
+            }
+        },
+    )
+    .await;
+    let (code, body) = accept().await;
+    assert_eq!(code, 202, "the renewed invitation: {body}");
 }

@@ -78,6 +78,10 @@ pub struct GatewayConfig {
     pub recall_window_secs: u64,
     /// How long after sending a sender may edit a message.
     pub edit_window_secs: u64,
+    /// How long a group invitation can be accepted; an older one is shown
+    /// to nobody, accepting it answers `410`, and the group may invite the
+    /// user again (issue 39: invitations no longer pile up forever).
+    pub invitation_ttl_secs: u64,
     /// One-to-one messages only between friends (blocks always apply).
     pub p2p_friends_only: bool,
     /// Folder where `npm ci --prefix webapp` installed the Tinode web app
@@ -100,6 +104,7 @@ impl Default for GatewayConfig {
             heartbeat_secs: 20,
             recall_window_secs: 600,
             edit_window_secs: 24 * 3600,
+            invitation_ttl_secs: 14 * 24 * 3600,
             p2p_friends_only: false,
             webapp_dir: String::new(),
             allowed_origins: Vec::new(),

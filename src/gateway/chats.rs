@@ -421,20 +421,25 @@ pub struct Invitation {
     pub profile: conversations::Profile,
 }
 
-/// The user's pending invitations, newest first (at most 100).
+/// The user's pending invitations, newest first (at most 100); expired
+/// ones (`gateway.invitation_ttl_secs`) are gone.
 pub async fn invitations(
     gw: &Gateway,
     tenant: &str,
     uid: i64,
     topic: Option<&str>,
 ) -> Result<Vec<Invitation>, Refusal> {
+    let ttl = gw.config.gateway.invitation_ttl_secs.min(i64::MAX as u64) as i64;
+    let cutoff = (chrono::Utc::now() - chrono::Duration::seconds(ttl)).naive_utc();
     let rows: Vec<(crate::exact::Exact, i64, String, Option<String>)> = sqlx::query_as(
         "SELECT i.topic, CAST(UNIX_TIMESTAMP(i.invited_at) * 1000 AS SIGNED), g.name, g.photo \
          FROM im_group_invites i JOIN im_groups g ON g.topic = i.topic \
-         WHERE i.uid = ? AND g.status = 'active' AND (? IS NULL OR i.topic = ?) \
+         WHERE i.uid = ? AND i.invited_at >= ? AND g.status = 'active' \
+           AND (? IS NULL OR i.topic = ?) \
          ORDER BY i.invited_at DESC LIMIT 100",
     )
     .bind(uid)
+    .bind(cutoff)
     .bind(topic)
     .bind(topic)
     .fetch_all(pool(gw, tenant)?)

@@ -222,3 +222,40 @@ mod tests {
         assert_eq!(AddPolicy::parse("everyone"), None);
     }
 }
+
+/// Which of `uids` hold an invitation to `topic` older than `ttl_secs`
+/// (the members projection's `invited_at`; a lagging projection only
+/// makes an invitation look newer, never older). Such an invitation is
+/// gone: accepting it is refused and the group may invite again.
+pub async fn expired_invitations(
+    pool: &MySqlPool,
+    topic: &str,
+    uids: &[i64],
+    ttl_secs: u64,
+) -> Result<HashSet<i64>, Refused> {
+    let mut out = HashSet::new();
+    if uids.is_empty() {
+        return Ok(out);
+    }
+    let cutoff =
+        chrono::Utc::now() - chrono::Duration::seconds(ttl_secs.min(i64::MAX as u64) as i64);
+    for chunk in uids.chunks(500) {
+        let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
+            "SELECT uid FROM im_group_invites WHERE topic = ",
+        );
+        q.push_bind(topic).push(" AND invited_at < ");
+        q.push_bind(cutoff.naive_utc()).push(" AND uid IN (");
+        let mut sep = q.separated(", ");
+        for uid in chunk {
+            sep.push_bind(*uid);
+        }
+        q.push(")");
+        let rows: Vec<i64> = q
+            .build_query_scalar()
+            .fetch_all(pool)
+            .await
+            .map_err(|e| Refused(503, format!("invitations unreadable: {e}")))?;
+        out.extend(rows);
+    }
+    Ok(out)
+}

@@ -315,20 +315,30 @@ impl Executor {
         if actor_uid > 0 {
             read.push(actor_uid);
         }
+        // An expired invitation is none: the user may be invited (or,
+        // by their settings now, added) again.
+        let expired = consent::expired_invitations(
+            pool,
+            topic,
+            &targets,
+            self.model.config().gateway.invitation_ttl_secs,
+        )
+        .await?;
         self.run(tenant, topic, actor_uid, &read, origin, move |s| {
             let actor = with_standing(actor, s);
             for uid in &targets {
-                authorize(actor, Action::AddMember(*uid), s.standing(*uid))?;
-                if s.place(*uid) == Place::Invited {
+                let invited = s.place(*uid) == Place::Invited;
+                if invited && !expired.contains(uid) {
                     return Err(Refused(409, format!("usr{uid} is invited already")));
                 }
+                authorize(actor, Action::AddMember(*uid), s.standing(*uid))?;
             }
             let mut change = Change::on_active();
             expect_actor(&mut change, s, actor);
             let mut bodies = Vec::new();
             let mut invited = Vec::new();
             for uid in &targets {
-                change.expect(*uid, Place::Out);
+                change.expect(*uid, s.place(*uid));
                 match admissions.get(uid).copied().unwrap_or(Admission::Direct) {
                     Admission::Direct => {
                         change.op("join", uid, "member");
@@ -448,6 +458,15 @@ impl Executor {
             Read::Claim(_) => None,
         };
         let read: Vec<i64> = std::iter::once(uid).chain(inviter).collect();
+        let expired = accept
+            && consent::expired_invitations(
+                self.pool(tenant)?,
+                topic,
+                &[uid],
+                self.model.config().gateway.invitation_ttl_secs,
+            )
+            .await?
+            .contains(&uid);
         self.run(tenant, topic, uid, &read, origin, move |s| {
             if s.status != Status::Active {
                 return Err(Refused(404, "group not found".into()));
@@ -460,6 +479,12 @@ impl Executor {
             };
             let mut change = Change::on_active();
             change.expect(uid, Place::Invited);
+            if accept && expired {
+                return Err(Refused(
+                    410,
+                    "this invitation has expired; ask to be invited again".into(),
+                ));
+            }
             if accept {
                 let place = s.place(inviter);
                 if !matches!(place, Place::Member(Role::Owner | Role::Admin)) {

@@ -233,7 +233,8 @@ async fn apply_mysql(pool: &MySqlPool, event: &GroupEvent) -> Result<bool, sqlx:
                 "INSERT INTO im_group_invites (topic, uid, invited_by, invited_at) \
                  SELECT ?, ?, ?, ? FROM DUAL WHERE NOT EXISTS \
                  (SELECT 1 FROM im_group_members WHERE topic = ? AND uid = ?) \
-                 ON DUPLICATE KEY UPDATE invited_by = VALUES(invited_by)",
+                 ON DUPLICATE KEY UPDATE invited_by = VALUES(invited_by), \
+                   invited_at = GREATEST(invited_at, VALUES(invited_at))",
             )
             .bind(topic)
             .bind(i.uid)
