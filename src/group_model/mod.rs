@@ -625,20 +625,7 @@ impl GroupModel {
     /// What `lua/group_read.lua` says of the model, asking for no user.
     async fn probe(&self, tenant: &str, topic: &str) -> Result<Option<String>, ModelError> {
         let keys = TopicKeys::new(tenant, topic);
-        let mut redis = self.redis();
-        let reply: Vec<String> = READ
-            .key(keys.meta())
-            .key(keys.members())
-            .key(keys.roles())
-            .key(keys.mutes())
-            .key(keys.invites())
-            .key(keys.command(0, "-"))
-            .key(keys.left())
-            .key(keys.absent())
-            .arg("0")
-            .invoke_async(&mut redis)
-            .await?;
-        Ok(reply.into_iter().next())
+        Ok(probe_keys(&mut self.redis(), &keys).await?)
     }
 
     /// One token of `uid`'s bucket of lookups of unknown names.
@@ -966,6 +953,27 @@ fn snapshot(reply: &[String], uids: &[i64]) -> Snapshot {
         mute_all: get(6) == "1",
         places,
     }
+}
+
+/// What `lua/group_read.lua` says of the model at `keys`, asking for no
+/// user: `OK` (whole and synced), `ABSENT`, or what is missing.
+pub(crate) async fn probe_keys(
+    redis: &mut crate::redis_util::Redis,
+    keys: &TopicKeys,
+) -> redis::RedisResult<Option<String>> {
+    let reply: Vec<String> = READ
+        .key(keys.meta())
+        .key(keys.members())
+        .key(keys.roles())
+        .key(keys.mutes())
+        .key(keys.invites())
+        .key(keys.command(0, "-"))
+        .key(keys.left())
+        .key(keys.absent())
+        .arg("0")
+        .invoke_async(redis)
+        .await?;
+    Ok(reply.into_iter().next())
 }
 
 #[cfg(test)]

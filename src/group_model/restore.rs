@@ -20,7 +20,7 @@ use crate::keys::TopicKeys;
 use crate::store::marks;
 
 use super::durable::{self, Model};
-use super::{Existence, Inner, ModelError, READ};
+use super::{Existence, Inner, ModelError};
 
 /// How long a "no such group" answer is kept in Redis for every gateway:
 /// a name nobody created costs one MySQL lookup per this long.
@@ -53,19 +53,8 @@ pub(super) async fn restore(
     let keys = TopicKeys::new(tenant, topic);
     let mut redis = inner.redis.clone();
     if mode != Mode::Force {
-        let probe: Vec<String> = READ
-            .key(keys.meta())
-            .key(keys.members())
-            .key(keys.roles())
-            .key(keys.mutes())
-            .key(keys.invites())
-            .key(keys.command(0, "-"))
-            .key(keys.left())
-            .key(keys.absent())
-            .arg("0")
-            .invoke_async(&mut redis)
-            .await?;
-        match probe.first().map(String::as_str) {
+        let probe = super::probe_keys(&mut redis, &keys).await?;
+        match probe.as_deref() {
             Some("OK") => return Ok(Existence::Live),
             Some("ABSENT") if mode == Mode::IfNotLive => return Ok(Existence::Absent),
             _ => {}
@@ -102,26 +91,7 @@ pub(super) async fn restore(
         return absent(&mut redis, &keys, mode).await;
     };
     // The same version, whole and synced: only the stamp changes.
-    let restamped: i64 = RESTORE
-        .prepare_invoke()
-        .key(keys.meta())
-        .key(keys.members())
-        .key(keys.roles())
-        .key(keys.mutes())
-        .key(keys.invites())
-        .key(keys.left())
-        .key(keys.absent())
-        .arg("restamp")
-        .arg(0)
-        .arg(&model.meta.status)
-        .arg(model.meta.group_id)
-        .arg(model.meta.owner)
-        .arg(model.meta.prev_owner)
-        .arg(if model.meta.mute_all { "1" } else { "0" })
-        .arg(model.version)
-        .arg(model.epoch)
-        .invoke_async(&mut redis)
-        .await?;
+    let restamped: i64 = restamp(&keys, &model).invoke_async(&mut redis).await?;
     if restamped >= 0 {
         return Ok(Existence::Live);
     }
@@ -150,16 +120,7 @@ async fn absent(
     mode: Mode,
 ) -> Result<Existence, ModelError> {
     if mode == Mode::ForCreate {
-        let _: i64 = RESTORE
-            .prepare_invoke()
-            .key(keys.meta())
-            .key(keys.members())
-            .key(keys.roles())
-            .key(keys.mutes())
-            .key(keys.invites())
-            .key(keys.left())
-            .key(keys.absent())
-            .arg("none")
+        let _: i64 = restore_call(keys, "none")
             .arg(NONE_TTL_MS)
             .invoke_async(redis)
             .await?;
@@ -212,9 +173,8 @@ pub async fn install(
     Ok(invocation(keys, model).invoke_async(redis).await?)
 }
 
-/// The `lua/group_restore.lua` call that installs `model` whole (a bulk
-/// restore pipelines many).
-pub fn invocation(keys: &TopicKeys, model: &Model) -> redis::ScriptInvocation<'static> {
+/// A `lua/group_restore.lua` call on a group's keys doing `op`.
+fn restore_call(keys: &TopicKeys, op: &str) -> redis::ScriptInvocation<'static> {
     let mut call = RESTORE.prepare_invoke();
     call.key(keys.meta())
         .key(keys.members())
@@ -223,8 +183,31 @@ pub fn invocation(keys: &TopicKeys, model: &Model) -> redis::ScriptInvocation<'s
         .key(keys.invites())
         .key(keys.left())
         .key(keys.absent())
-        .arg("model")
-        .arg(0)
+        .arg(op);
+    call
+}
+
+/// The call that restamps the model Redis holds when it is `model`'s very
+/// version, whole and synced (only the stamp changes); -1 when it is not
+/// (the caller installs the whole model).
+fn restamp(keys: &TopicKeys, model: &Model) -> redis::ScriptInvocation<'static> {
+    let mut call = restore_call(keys, "restamp");
+    call.arg(0)
+        .arg(&model.meta.status)
+        .arg(model.meta.group_id)
+        .arg(model.meta.owner)
+        .arg(model.meta.prev_owner)
+        .arg(if model.meta.mute_all { "1" } else { "0" })
+        .arg(model.version)
+        .arg(model.epoch);
+    call
+}
+
+/// The `lua/group_restore.lua` call that installs `model` whole (a bulk
+/// restore pipelines many).
+pub fn invocation(keys: &TopicKeys, model: &Model) -> redis::ScriptInvocation<'static> {
+    let mut call = restore_call(keys, "model");
+    call.arg(0)
         .arg(&model.meta.status)
         .arg(model.meta.group_id)
         .arg(if model.meta.owner > 0 {
@@ -289,19 +272,9 @@ pub(super) async fn restore_many(
             let keys = TopicKeys::new(tenant, topic);
             let mut redis = inner.redis.clone();
             async move {
-                let reply: redis::RedisResult<Vec<String>> = READ
-                    .key(keys.meta())
-                    .key(keys.members())
-                    .key(keys.roles())
-                    .key(keys.mutes())
-                    .key(keys.invites())
-                    .key(keys.command(0, "-"))
-                    .key(keys.left())
-                    .key(keys.absent())
-                    .arg("0")
-                    .invoke_async(&mut redis)
-                    .await;
-                reply.map(|r| r.first().map(String::as_str) == Some("OK"))
+                super::probe_keys(&mut redis, &keys)
+                    .await
+                    .map(|r| r.as_deref() == Some("OK"))
             }
         })
         .collect::<Vec<_>>();
@@ -332,23 +305,7 @@ pub(super) async fn restore_many(
         .map(|(topic, model)| {
             let keys = TopicKeys::new(tenant, topic);
             let mut redis = inner.redis.clone();
-            let mut call = RESTORE.prepare_invoke();
-            call.key(keys.meta())
-                .key(keys.members())
-                .key(keys.roles())
-                .key(keys.mutes())
-                .key(keys.invites())
-                .key(keys.left())
-                .key(keys.absent())
-                .arg("restamp")
-                .arg(0)
-                .arg(&model.meta.status)
-                .arg(model.meta.group_id)
-                .arg(model.meta.owner)
-                .arg(model.meta.prev_owner)
-                .arg(if model.meta.mute_all { "1" } else { "0" })
-                .arg(model.version)
-                .arg(model.epoch);
+            let call = restamp(&keys, model);
             async move { call.invoke_async::<i64>(&mut redis).await }
         })
         .collect::<Vec<_>>();
