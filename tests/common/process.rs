@@ -287,12 +287,14 @@ async fn answers(http: &reqwest::Client, addr: SocketAddr) -> bool {
 /// once "served" with another process's listener, and its WebSocket
 /// answered 404). Below the range, only this function hands ports out:
 /// one after another within the test process, from an offset of its pid
-/// across processes, each checked free. The local stack's fixed ports
-/// (13306–19900, 29092+) lie outside 21000–28999.
+/// across processes, each checked free. The local stack's fixed ports lie
+/// outside 20000–26999: 13306–19900, Kafka's 29092+, and the Redis
+/// clusters' bus ports (their ports + 10000: 27001–27016), which a
+/// cluster a test starts later must still find free.
 pub fn free_addr() -> SocketAddr {
     use std::sync::atomic::{AtomicU32, Ordering};
-    const FIRST: u32 = 21_000;
-    const SPAN: u32 = 8_000;
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 7_000;
     static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
     let _ = NEXT.compare_exchange(
         u32::MAX,
