@@ -18,7 +18,9 @@
 //! state. Reading is an event too (`NotificationsRead`, by ids or everything
 //! up to a time), projected here and delivered to every device of the user
 //! by the notify pipeline, so a notification read on one device clears on
-//! the others, live. A user keeps the newest [`MAX_PER_USER`].
+//! the others, live. A user keeps the newest [`MAX_PER_USER`] caused by
+//! users and as many of the system's and operators', and of those one
+//! user caused, the newest [`MAX_PER_ACTOR`].
 
 use serde_json::{json, Value};
 use sqlx::mysql::MySqlPool;
@@ -27,8 +29,15 @@ use sqlx::Row;
 use crate::events::{GroupEvent, GroupEventBody, UserEvent, UserEventBody};
 use crate::tinode;
 
-/// Notifications kept per user (older ones are dropped as new ones come).
+/// Notifications kept per user (older ones are dropped as new ones come),
+/// counted apart for those other users caused and for the system's and
+/// operators' (actor 0): no number of users' notices pushes an
+/// operator's out.
 pub const MAX_PER_USER: i64 = 500;
+/// Notifications one user may have caused to another that are kept (the
+/// newest): one account's spam replaces its own notices, not everyone
+/// else's (issue 39).
+pub const MAX_PER_ACTOR: i64 = 20;
 /// Largest page a client may ask for.
 pub const MAX_PAGE: i64 = 100;
 /// Page size when the client names none.
@@ -258,30 +267,63 @@ pub async fn record(pool: &MySqlPool, all: &[Notification]) -> sqlx::Result<()> 
         q.push(" ON DUPLICATE KEY UPDATE uid = uid");
         q.build().execute(pool).await?;
     }
-    let mut users: Vec<i64> = all.iter().map(|n| n.uid).collect();
+    let mut pairs: Vec<(i64, i64)> = all.iter().map(|n| (n.uid, n.actor)).collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    for (uid, actor) in &pairs {
+        if *actor != 0 && *actor != *uid {
+            trim(pool, *uid, Kept::From(*actor), MAX_PER_ACTOR).await?;
+        }
+    }
+    let mut users: Vec<(i64, bool)> = pairs
+        .iter()
+        .map(|(uid, actor)| (*uid, *actor == 0))
+        .collect();
     users.sort_unstable();
     users.dedup();
-    for uid in users {
-        trim(pool, uid).await?;
+    for (uid, system) in users {
+        let kept = if system { Kept::System } else { Kept::Users };
+        trim(pool, uid, kept, MAX_PER_USER).await?;
     }
     Ok(())
 }
 
-/// Drops `uid`'s notifications beyond the newest [`MAX_PER_USER`].
-async fn trim(pool: &MySqlPool, uid: i64) -> sqlx::Result<()> {
-    let oldest_kept: Option<i64> = sqlx::query_scalar(
-        "SELECT id FROM im_user_notifications WHERE uid = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
-    )
+/// Which of a user's notifications a trim counts.
+#[derive(Clone, Copy)]
+enum Kept {
+    /// Caused by the system or an operator (actor 0).
+    System,
+    /// Caused by users.
+    Users,
+    /// Caused by this user.
+    From(i64),
+}
+
+/// Drops `uid`'s notifications of `kept` beyond the newest `max`.
+async fn trim(pool: &MySqlPool, uid: i64, kept: Kept, max: i64) -> sqlx::Result<()> {
+    let (filter, actor) = match kept {
+        Kept::System => ("actor_uid = ?", 0),
+        Kept::Users => ("actor_uid <> ?", 0),
+        Kept::From(actor) => ("actor_uid = ?", actor),
+    };
+    let oldest_kept: Option<i64> = sqlx::query_scalar(&format!(
+        "SELECT id FROM im_user_notifications WHERE uid = ? AND {filter} \
+         ORDER BY id DESC LIMIT 1 OFFSET ?"
+    ))
     .bind(uid)
-    .bind(MAX_PER_USER - 1)
+    .bind(actor)
+    .bind(max - 1)
     .fetch_optional(pool)
     .await?;
     if let Some(id) = oldest_kept {
-        sqlx::query("DELETE FROM im_user_notifications WHERE uid = ? AND id < ?")
-            .bind(uid)
-            .bind(id)
-            .execute(pool)
-            .await?;
+        sqlx::query(&format!(
+            "DELETE FROM im_user_notifications WHERE uid = ? AND {filter} AND id < ?"
+        ))
+        .bind(uid)
+        .bind(actor)
+        .bind(id)
+        .execute(pool)
+        .await?;
     }
     Ok(())
 }

@@ -34,6 +34,10 @@
 //!   participation (a message there, a group they created or joined
 //!   themselves) or a friendship (before: the first message, whoever sent
 //!   it, unlocked both).
+//! - A done command's claim keeps its answer (event ids, the group's id),
+//!   not its events: a create at every field's limit leaves a claim of a
+//!   few hundred bytes for its 24 h (before: the whole command with its
+//!   name and members, in `noeviction` Redis).
 //! - Invitations expire (`gateway.invitation_ttl_secs`): an old one is no
 //!   longer listed, accepting it answers `410`, and the group may invite
 //!   again (before: accepted at any age, and a second invitation `409`
@@ -914,18 +918,20 @@ async fn an_invitation_expires_and_the_group_may_invite_again() {
         (202, json!([GUEST])),
         "{body}"
     );
-    wait_for(
-        "the invitation listed",
-        std::time::Duration::from_secs(30),
-        || async {
-            if sees_invitation(gw, &guest, GROUP).await {
-                Ok(())
-            } else {
-                Err("not listed".to_string())
-            }
-        },
-    )
-    .await;
+    let listed = |what: &'static str| {
+        let guest = guest.clone();
+        async move {
+            wait_for(what, std::time::Duration::from_secs(30), || async {
+                if sees_invitation(gw, &guest, GROUP).await {
+                    Ok(())
+                } else {
+                    Err("not listed".to_string())
+                }
+            })
+            .await
+        }
+    };
+    listed("the invitation listed").await;
     // While it is fresh, a second invitation is refused.
     let (code, body) = invite().await;
     assert_eq!(code, 409, "{body}");
@@ -952,18 +958,171 @@ async fn an_invitation_expires_and_the_group_may_invite_again() {
         (202, json!([GUEST])),
         "{body}"
     );
+    listed("the renewed invitation listed").await;
+    let (code, body) = accept().await;
+    assert_eq!(code, 202, "the renewed invitation: {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_done_command_keeps_its_answer_not_its_events() {
+    let mut stack = Stack::prepared(None).await;
+    stack.start_pipeline("members").await;
+    let gw = stack.start_gateway("gw").await;
+    let http = reqwest::Client::new();
+    const OWNER: i64 = 61;
+    const KEY: &str = "create-61";
+    // A create at every field's limit: the longest name, many members.
+    let name: String = "名".repeat(imstream::fields::GROUP_NAME_CHARS);
+    let members: Vec<i64> = (100..120).collect();
+    let create = || {
+        http.post(format!("http://{gw}/v1/groups"))
+            .bearer_auth(stack.token(OWNER, "d"))
+            .header("Idempotency-Key", KEY)
+            .json(&json!({"topic": "grpInsiderClaim", "name": name, "members": members}))
+            .send()
+    };
+    let first = create().await.unwrap();
+    assert_eq!(first.status().as_u16(), 201);
+    let first: Value = first.json().await.unwrap();
+    // The claim the retry is answered from holds the answer only.
+    let mut redis = stack.redis().await;
+    let claim: String = redis::cmd("GET")
+        .arg(imstream::keys::TopicKeys::new(stack.tenant(), "grpInsiderClaim").command(OWNER, KEY))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(
+        claim.len() < 400 && !claim.contains('名'),
+        "a done claim of {} bytes keeps the command: {claim}",
+        claim.len()
+    );
+    // And the retry gets the same answer from it.
+    let again = create().await.unwrap();
+    assert_eq!(again.status().as_u16(), 201);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again, first);
+    assert_eq!(first["events"].as_array().map(Vec::len), Some(1), "{first}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_stranger_cannot_bury_someones_invitations_or_notices() {
+    let mut stack = Stack::prepared_with(None, |c| {
+        c.limits.group_creates = imstream::config::BucketConfig::new(20, 20);
+    })
+    .await;
+    stack.start_pipeline("members").await;
+    let gw = stack.start_gateway("gw").await;
+    let http = reqwest::Client::new();
+    const PEST: i64 = 71;
+    const FRIEND: i64 = 72;
+    const VICTIM: i64 = 73;
+    let victim = stack.token(VICTIM, "d");
+    let (code, body) = answer(
+        &http,
+        Method::PUT,
+        format!("http://{gw}/v1/me/settings"),
+        &victim,
+        Some(json!({"add_policy": "contacts"})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let create = |owner: i64, n: usize| {
+        let http = http.clone();
+        let token = stack.token(owner, "d");
+        async move {
+            answer(
+                &http,
+                Method::POST,
+                format!("http://{gw}/v1/groups"),
+                &token,
+                Some(json!({"topic": format!("grpBury{owner}x{n}"), "name": "join us", "members": [VICTIM]})),
+            )
+            .await
+        }
+    };
+    let max = imstream::governance::consent::MAX_PENDING_PER_INVITER as usize;
+    for n in 0..max {
+        let (code, body) = create(PEST, n).await;
+        assert_eq!(
+            (code, body["invited"].clone()),
+            (201, json!([VICTIM])),
+            "{body}"
+        );
+    }
+    let pool = stack.pool();
     wait_for(
-        "the renewed invitation listed",
+        "the invitations projected",
         std::time::Duration::from_secs(30),
-        || async {
-            if sees_invitation(gw, &guest, GROUP).await {
-                Ok(())
-            } else {
-                Err("not listed".to_string())
+        || {
+            let pool = pool.clone();
+            async move {
+                let n: i64 =
+                    sqlx::query_scalar("SELECT COUNT(*) FROM im_group_invites WHERE uid = 73")
+                        .fetch_one(&pool)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                if n as usize == max {
+                    Ok(())
+                } else {
+                    Err(format!("{n}"))
+                }
             }
         },
     )
     .await;
-    let (code, body) = accept().await;
-    assert_eq!(code, 202, "the renewed invitation: {body}");
+    let (code, body) = create(PEST, max).await;
+    assert_eq!(
+        code,
+        429,
+        "invitation {} from one stranger: {body}",
+        max + 1
+    );
+    let (code, body) = create(FRIEND, 0).await;
+    assert_eq!(
+        (code, body["invited"].clone()),
+        (201, json!([VICTIM])),
+        "{body}"
+    );
+
+    // Notices: one user's many keep only their newest; an operator's and
+    // another user's stay.
+    use imstream::notifications::{record, Notification, MAX_PER_ACTOR};
+    let notice = |id: String, actor: i64, at: i64| Notification {
+        uid: VICTIM,
+        id,
+        kind: if actor == 0 { "system" } else { "group.added" }.to_string(),
+        actor,
+        topic: None,
+        title: String::new(),
+        text: String::new(),
+        params: json!({}),
+        created_at: at,
+        read: false,
+    };
+    let t0 = imstream::events::now_ms();
+    let mut all = vec![
+        notice("op-1".into(), 0, t0),
+        notice("friend-1".into(), FRIEND, t0),
+    ];
+    all.extend((0..MAX_PER_ACTOR + 30).map(|n| notice(format!("pest-{n}"), PEST, t0 + n)));
+    for n in &all {
+        record(&pool, std::slice::from_ref(n)).await.unwrap();
+    }
+    let kept: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT actor_uid, COUNT(*) FROM im_user_notifications WHERE uid = 73 \
+         AND notification_id IN ('op-1', 'friend-1') OR (uid = 73 AND notification_id LIKE 'pest-%') \
+         GROUP BY actor_uid ORDER BY actor_uid",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(kept, vec![(0, 1), (PEST, MAX_PER_ACTOR), (FRIEND, 1)]);
+    let newest: Option<String> = sqlx::query_scalar(
+        "SELECT CAST(notification_id AS CHAR) FROM im_user_notifications \
+         WHERE uid = 73 AND actor_uid = 71 AND notification_id LIKE 'pest-%' ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_optional(&pool)
+    .await
+    .unwrap();
+    assert_eq!(newest, Some(format!("pest-{}", MAX_PER_ACTOR + 29)));
 }

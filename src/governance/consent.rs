@@ -259,3 +259,59 @@ pub async fn expired_invitations(
     }
     Ok(out)
 }
+
+/// Pending invitations one user may have sent to another (across groups):
+/// a stranger cannot bury someone's real invitations under their own
+/// (issue 39; expiry ends each, the per-user bucket slows them).
+pub const MAX_PENDING_PER_INVITER: i64 = 5;
+
+/// Refuses (429) when `inviter` already has [`MAX_PENDING_PER_INVITER`]
+/// unexpired invitations pending with any of those `admissions` would
+/// invite (the members projection; it may lag by the invitations just
+/// sent, which the per-user bucket bounds).
+pub async fn check_pending_invitations(
+    pool: &MySqlPool,
+    inviter: i64,
+    admissions: &HashMap<i64, Admission>,
+    ttl_secs: u64,
+) -> Result<(), Refused> {
+    let invitees: Vec<i64> = admissions
+        .iter()
+        .filter(|(_, a)| **a == Admission::Invite)
+        .map(|(uid, _)| *uid)
+        .collect();
+    if invitees.is_empty() {
+        return Ok(());
+    }
+    let cutoff =
+        chrono::Utc::now() - chrono::Duration::seconds(ttl_secs.min(i64::MAX as u64) as i64);
+    for chunk in invitees.chunks(500) {
+        let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
+            "SELECT uid FROM im_group_invites WHERE invited_by = ",
+        );
+        q.push_bind(inviter).push(" AND invited_at >= ");
+        q.push_bind(cutoff.naive_utc()).push(" AND uid IN (");
+        let mut sep = q.separated(", ");
+        for uid in chunk {
+            sep.push_bind(*uid);
+        }
+        q.push(") GROUP BY uid HAVING COUNT(*) >= ")
+            .push_bind(MAX_PENDING_PER_INVITER)
+            .push(" ORDER BY uid LIMIT 1");
+        let over: Option<i64> = q
+            .build_query_scalar()
+            .fetch_optional(pool)
+            .await
+            .map_err(|e| Refused(503, format!("invitations unreadable: {e}")))?;
+        if let Some(uid) = over {
+            return Err(Refused(
+                429,
+                format!(
+                    "usr{uid} has {MAX_PENDING_PER_INVITER} invitations from you pending; \
+                     wait for an answer"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

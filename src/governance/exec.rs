@@ -171,16 +171,42 @@ const SWEEP_AFTER_MS: i64 = 30_000;
 /// What a command's claim records: its answer and, for a change, its
 /// events, so a retry with the same command id gets the same answer and
 /// the same events (produced again while the claim is pending).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// A done claim keeps only the answer (issue 39: a claim holding a whole
+/// create, its name and member list, for 24 h in `noeviction` Redis): the
+/// events' ids and the created group's id, not the events.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct CommandClaim {
     done: bool,
     code: u16,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     error: String,
-    #[serde(default)]
+    /// While pending: the events to produce (again).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     events: Vec<GroupEvent>,
     #[serde(default)]
     invited: Vec<i64>,
+    /// Once done: the produced events' ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    event_ids: Vec<String>,
+    /// Once done: the group a create made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    group_id: Option<i64>,
+}
+
+impl CommandClaim {
+    /// The answer only: the events are in the log now.
+    fn into_answer(mut self) -> Self {
+        if !self.events.is_empty() {
+            self.event_ids = self.events.iter().map(|e| e.event_id.clone()).collect();
+            self.group_id = self.events.iter().find_map(|e| match &e.body {
+                GroupEventBody::GroupCreated(g) => Some(g.group_id),
+                _ => None,
+            });
+            self.events = Vec::new();
+        }
+        self
+    }
 }
 
 /// A decision on one snapshot: the change and the events it becomes.
@@ -309,7 +335,12 @@ impl Executor {
         let actor_uid = actor_uid(actor);
         let admissions = match actor {
             Actor::Operator => targets.iter().map(|u| (*u, Admission::Direct)).collect(),
-            Actor::User(uid, _) => consent::admissions(pool, uid, &targets).await?,
+            Actor::User(uid, _) => {
+                let admissions = consent::admissions(pool, uid, &targets).await?;
+                let ttl = self.model.config().gateway.invitation_ttl_secs;
+                consent::check_pending_invitations(pool, uid, &admissions, ttl).await?;
+                admissions
+            }
         };
         let mut read = targets.clone();
         if actor_uid > 0 {
@@ -392,6 +423,8 @@ impl Executor {
         members.sort_unstable();
         members.dedup();
         let admissions = consent::admissions(pool, owner, &members).await?;
+        let ttl = self.model.config().gateway.invitation_ttl_secs;
+        consent::check_pending_invitations(pool, owner, &admissions, ttl).await?;
         // The name's model is live (a `none` marker when no group has it).
         self.model
             .prepare_create(tenant, topic)
@@ -599,6 +632,8 @@ impl Executor {
                 error: String::new(),
                 events,
                 invited: decision.invited,
+                event_ids: Vec::new(),
+                group_id: None,
             };
             let text = serde_json::to_string(&claim).map_err(unavailable)?;
             // Known to be pending before the change exists: a gateway that
@@ -795,6 +830,8 @@ impl Executor {
         }
         evict_removed(redis, &claim.events).await;
         claim.done = true;
+        let had_events = !claim.events.is_empty();
+        *claim = std::mem::take(claim).into_answer();
         if let Ok(text) = serde_json::to_string(claim) {
             // Best effort: a claim left pending only produces the same
             // events once more.
@@ -806,7 +843,7 @@ impl Executor {
                 .query_async(redis)
                 .await;
         }
-        if !claim.events.is_empty() {
+        if had_events {
             if let Ok(pool) = self.pool(tenant) {
                 if let Err(e) = durable::mark_done(pool, claim_key).await {
                     tracing::warn!(claim = claim_key, error = %e, "could not mark a stored command done; the sweep produces its events once more");
@@ -1290,6 +1327,8 @@ async fn remember_refusal(
         error: refused.1.clone(),
         events: Vec::new(),
         invited: Vec::new(),
+        event_ids: Vec::new(),
+        group_id: None,
     };
     if let Ok(text) = serde_json::to_string(&claim) {
         let _: redis::RedisResult<Option<String>> = redis::cmd("SET")
@@ -1340,15 +1379,13 @@ fn pending_entry(topic: &str, claim_key: &str) -> String {
 }
 
 fn outcome_of(claim: &CommandClaim, replayed: bool) -> Outcome {
+    let answer = claim.clone().into_answer();
     Outcome {
-        event_ids: claim.events.iter().map(|e| e.event_id.clone()).collect(),
+        event_ids: answer.event_ids,
         del_id: None,
-        invited: claim.invited.clone(),
+        invited: answer.invited,
         replayed,
-        group_id: claim.events.iter().find_map(|e| match &e.body {
-            GroupEventBody::GroupCreated(g) => Some(g.group_id),
-            _ => None,
-        }),
+        group_id: answer.group_id,
     }
 }
 

@@ -181,6 +181,16 @@ impl Session {
                 .await;
             return;
         }
+        if leave.unsub
+            && !self
+                .rate(id, topic, crate::gateway::limits::Action::Change)
+                .await
+        {
+            // A leave is an event like every change: the same bucket as
+            // over HTTP. The session stays attached.
+            self.attached.insert(topic.to_string());
+            return;
+        }
         if leave.unsub {
             // Off the local hub first: the member pipeline's eviction of
             // the leaver must not reach this session before its own answer

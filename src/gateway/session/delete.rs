@@ -20,7 +20,14 @@ impl Session {
         if del.what == "topic" && tinode::is_group_topic(topic) {
             // An invited user's "Ignore" (Tinode's web app deletes the
             // topic): the invitation is declined. Anything else is not
-            // deleted this way (the owner dissolves with HTTP).
+            // deleted this way (the owner dissolves with HTTP). An event
+            // like every change: the same bucket as over HTTP.
+            if !self
+                .rate(id, topic, crate::gateway::limits::Action::Change)
+                .await
+            {
+                return;
+            }
             let who = self.identity.clone().expect("logged in");
             let origin = self.caller(&who).origin;
             let reply = match self
