@@ -774,18 +774,8 @@ pub async fn announce_to_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str)
     };
     let mut redis = gw.redis.clone();
     for peer in peers {
-        let envelope = crate::realtime::Envelope {
-            event_id: new_event_id(),
-            tenant_id: tenant.to_string(),
-            kind: crate::realtime::Kind::Deliver,
-            target_type: crate::realtime::TargetType::User,
-            target: peer.to_string(),
-            skip_sid: String::new(),
-            dedup_key: String::new(),
-            occurred_at: now_ms(),
-            payload: crate::realtime::frames::pres_me_frame(&tinode::user_id(uid), what),
-            exclude: Vec::new(),
-        };
+        let envelope =
+            crate::realtime::Envelope::presence_to(new_event_id(), tenant, peer, uid, what);
         if let Err(e) = crate::realtime::bus::publish(&mut redis, None, &envelope).await {
             tracing::warn!(error = %e, "presence to a peer not published");
             return;

@@ -417,18 +417,13 @@ async fn announce_engaged(redis: &mut Redis, tenant: &str, engaging: &[&(String,
         if flag.as_deref() != Some("1") {
             continue;
         }
-        let envelope = crate::realtime::Envelope {
-            event_id: format!("engaged:{topic}:{uid}"),
-            tenant_id: tenant.to_string(),
-            kind: crate::realtime::Kind::Deliver,
-            target_type: crate::realtime::TargetType::User,
-            target: peer.to_string(),
-            skip_sid: String::new(),
-            dedup_key: String::new(),
-            occurred_at: crate::events::now_ms(),
-            payload: crate::realtime::frames::pres_me_frame(&tinode::user_id(*uid), "on"),
-            exclude: Vec::new(),
-        };
+        let envelope = crate::realtime::Envelope::presence_to(
+            format!("engaged:{topic}:{uid}"),
+            tenant,
+            *peer,
+            *uid,
+            "on",
+        );
         if let Err(e) = crate::realtime::bus::publish(redis, None, &envelope).await {
             tracing::warn!(error = %e, "presence of a new writer not published");
             return;

@@ -64,6 +64,25 @@ pub struct Envelope {
     pub exclude: Vec<i64>,
 }
 
+impl Envelope {
+    /// `{pres topic="me" src=usr<uid> what=…}` for every session of user
+    /// `to`: `uid` came online or went offline, as `to` may see.
+    pub fn presence_to(event_id: String, tenant: &str, to: i64, uid: i64, what: &str) -> Self {
+        Envelope {
+            event_id,
+            tenant_id: tenant.to_string(),
+            kind: Kind::Deliver,
+            target_type: TargetType::User,
+            target: to.to_string(),
+            skip_sid: String::new(),
+            dedup_key: String::new(),
+            occurred_at: crate::events::now_ms(),
+            payload: super::frames::pres_me_frame(&crate::tinode::user_id(uid), what),
+            exclude: Vec::new(),
+        }
+    }
+}
+
 /// Pub/Sub channel of one gateway node.
 pub fn node_channel(node: &str) -> String {
     format!("im:rt:node:{node}")
