@@ -1126,3 +1126,141 @@ async fn one_stranger_cannot_bury_someones_invitations_or_notices() {
     .unwrap();
     assert_eq!(newest, Some(format!("pest-{}", MAX_PER_ACTOR + 29)));
 }
+
+/// An answer as a stranger compares it: the code and the body, without
+/// the request id and the seq asked for (its field, and `message N` in an
+/// error's text).
+fn comparable(code: u16, body: &Value, seq: i64) -> (u16, String) {
+    let mut body = body.clone();
+    if let Some(o) = body.as_object_mut() {
+        o.remove("request_id");
+        o.remove("seq");
+        if let Some(Value::String(e)) = o.get_mut("error") {
+            *e = e.replace(&format!("message {seq} "), "message N ");
+        }
+    }
+    (code, body.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_message_route_tells_a_stranger_whether_a_message_exists_generated() {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = std::env::var("INSIDER_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("INSIDER_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "members"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    let http = reqwest::Client::new();
+    const OWNER: i64 = 81;
+    const MEMBER: i64 = 82;
+    const STRANGER: i64 = 83;
+    const GROUP: &str = "grpInsiderOracle";
+    stack.create_group(GROUP, OWNER, &[MEMBER]).await;
+    let pair = p2p_topic(OWNER, MEMBER);
+    let owner = stack.token(OWNER, "d");
+    let mut last = 0;
+    for n in 0..3 {
+        let (code, sent) = send_http(&http, gw, &owner, GROUP, &format!("o{n}"), "mine").await;
+        assert_eq!(code, 202, "{sent}");
+        last = sent["seq"].as_i64().unwrap();
+        let (code, sent) = answer(
+            &http,
+            Method::POST,
+            format!("http://{gw}/v1/users/usr{MEMBER}/messages"),
+            &owner,
+            Some(json!({"content": "hi", "client_msg_id": format!("p{n}")})),
+        )
+        .await;
+        assert_eq!(code, 202, "{sent}");
+    }
+    wait_status(&stack, GROUP, last, "normal").await;
+    let stranger = stack.token(STRANGER, "d");
+    // Every route that names a message, as the stranger may call it.
+    let routes: [(Method, &str, Option<Value>); 7] = [
+        (Method::GET, "", None),
+        (Method::PATCH, "", Some(json!({"content": {"txt": "x"}}))),
+        (Method::DELETE, "", None),
+        (Method::GET, "/context", None),
+        (Method::POST, "/report", Some(json!({"reason": "spam"}))),
+        (Method::PUT, "fav", None),
+        (Method::DELETE, "fav", None),
+    ];
+    let url = |topic: &str, seq: i64, tail: &str| {
+        if tail == "fav" {
+            format!("http://{gw}/v1/me/favorites/{topic}/{seq}")
+        } else {
+            format!("http://{gw}/v1/groups/{topic}/messages/{seq}{tail}")
+        }
+    };
+    let mut cases = 0;
+    for _ in 0..24 {
+        let (method, tail, body) = routes[rng.gen_range(0..routes.len())].clone();
+        let topic = if rng.gen_bool(0.5) {
+            GROUP.to_string()
+        } else {
+            pair.clone()
+        };
+        let existing = rng.gen_range(1..=3);
+        let missing = rng.gen_range(1_000..1_000_000);
+        let (a, body_a) = answer(
+            &http,
+            method.clone(),
+            url(&topic, existing, tail),
+            &stranger,
+            body.clone(),
+        )
+        .await;
+        let (b, body_b) = answer(
+            &http,
+            method.clone(),
+            url(&topic, missing, tail),
+            &stranger,
+            body.clone(),
+        )
+        .await;
+        // Another pair's one-to-one chat against a pair that never spoke
+        // (a group's name is told apart by a create anyway: `409`).
+        let unknown = if topic == pair {
+            p2p_topic(9001, 9002)
+        } else {
+            topic.clone()
+        };
+        let (c, body_c) = answer(
+            &http,
+            method.clone(),
+            url(&unknown, existing, tail),
+            &stranger,
+            body.clone(),
+        )
+        .await;
+        let exists = comparable(a, &body_a, existing);
+        let mut body_c = body_c;
+        if let Some(t) = body_c.get_mut("topic") {
+            *t = json!(topic);
+        }
+        // Removing a favorite one does not have is the caller's own no-op.
+        let own_no_op = method == Method::DELETE && tail == "fav";
+        assert!(
+            a >= 400 || own_no_op,
+            "seed {seed}: {method} {tail} on {topic} served a stranger: {body_a}"
+        );
+        assert_eq!(
+            exists,
+            comparable(b, &body_b, missing),
+            "seed {seed}: {method} {tail} on {topic}: a message that exists and one that does not answer apart"
+        );
+        assert_eq!(
+            exists,
+            comparable(c, &body_c, existing),
+            "seed {seed}: {method} {tail}: {topic} and a chat that does not exist answer apart"
+        );
+        cases += 1;
+    }
+    println!("{cases} generated oracle cases, seed {seed}");
+}
