@@ -429,8 +429,8 @@ pub async fn invitations(
     uid: i64,
     topic: Option<&str>,
 ) -> Result<Vec<Invitation>, Refusal> {
-    let ttl = gw.config.gateway.invitation_ttl_secs.min(i64::MAX as u64) as i64;
-    let cutoff = (chrono::Utc::now() - chrono::Duration::seconds(ttl)).naive_utc();
+    let cutoff =
+        crate::governance::consent::invitation_cutoff(gw.config.gateway.invitation_ttl_secs);
     let rows: Vec<(crate::exact::Exact, i64, String, Option<String>)> = sqlx::query_as(
         "SELECT i.topic, CAST(UNIX_TIMESTAMP(i.invited_at) * 1000 AS SIGNED), g.name, g.photo \
          FROM im_group_invites i JOIN im_groups g ON g.topic = i.topic \

@@ -223,6 +223,20 @@ mod tests {
     }
 }
 
+/// The oldest `invited_at` an invitation may have and still hold, for a
+/// time to live of `ttl_secs`: never before DATETIME's first day (any
+/// value, however large, keeps every invitation; none panics).
+pub fn invitation_cutoff(ttl_secs: u64) -> chrono::NaiveDateTime {
+    let floor = chrono::NaiveDate::from_ymd_opt(1000, 1, 1)
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .expect("a valid date");
+    i64::try_from(ttl_secs)
+        .ok()
+        .and_then(chrono::Duration::try_seconds)
+        .and_then(|ttl| chrono::Utc::now().naive_utc().checked_sub_signed(ttl))
+        .map_or(floor, |cutoff| cutoff.max(floor))
+}
+
 /// Which of `uids` hold an invitation to `topic` older than `ttl_secs`
 /// (the members projection's `invited_at`; a lagging projection only
 /// makes an invitation look newer, never older). Such an invitation is
@@ -237,14 +251,13 @@ pub async fn expired_invitations(
     if uids.is_empty() {
         return Ok(out);
     }
-    let cutoff =
-        chrono::Utc::now() - chrono::Duration::seconds(ttl_secs.min(i64::MAX as u64) as i64);
+    let cutoff = invitation_cutoff(ttl_secs);
     for chunk in uids.chunks(500) {
         let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
             "SELECT uid FROM im_group_invites WHERE topic = ",
         );
         q.push_bind(topic).push(" AND invited_at < ");
-        q.push_bind(cutoff.naive_utc()).push(" AND uid IN (");
+        q.push_bind(cutoff).push(" AND uid IN (");
         let mut sep = q.separated(", ");
         for uid in chunk {
             sep.push_bind(*uid);
@@ -283,14 +296,13 @@ pub async fn check_pending_invitations(
     if invitees.is_empty() {
         return Ok(());
     }
-    let cutoff =
-        chrono::Utc::now() - chrono::Duration::seconds(ttl_secs.min(i64::MAX as u64) as i64);
+    let cutoff = invitation_cutoff(ttl_secs);
     for chunk in invitees.chunks(500) {
         let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
             "SELECT uid FROM im_group_invites WHERE invited_by = ",
         );
         q.push_bind(inviter).push(" AND invited_at >= ");
-        q.push_bind(cutoff.naive_utc()).push(" AND uid IN (");
+        q.push_bind(cutoff).push(" AND uid IN (");
         let mut sep = q.separated(", ");
         for uid in chunk {
             sep.push_bind(*uid);
@@ -314,4 +326,21 @@ pub async fn check_pending_invitations(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod cutoff_tests {
+    #[test]
+    fn any_time_to_live_gives_a_cutoff() {
+        let now = chrono::Utc::now().naive_utc();
+        let day = super::invitation_cutoff(86_400);
+        assert!(day < now && now - day >= chrono::Duration::seconds(86_399));
+        let floor = chrono::NaiveDate::from_ymd_opt(1000, 1, 1)
+            .unwrap()
+            .and_hms_opt(0, 0, 0)
+            .unwrap();
+        assert_eq!(super::invitation_cutoff(u64::MAX), floor);
+        assert_eq!(super::invitation_cutoff(i64::MAX as u64), floor);
+        assert_eq!(super::invitation_cutoff(40_000 * 365 * 86_400), floor);
+    }
 }
