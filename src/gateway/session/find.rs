@@ -74,6 +74,11 @@ impl Session {
 
     /// `{get topic="fnd"}`: `sub` is the search; every other part is empty.
     pub(super) async fn get_fnd(&mut self, id: Option<&str>, query: &tinode::GetQuery) {
+        if query.what.split_whitespace().next().is_none() {
+            self.reply(ctrl(id, Some(FND), 400, "malformed: what", None))
+                .await;
+            return;
+        }
         for part in query.what.split_whitespace() {
             let answer = match part {
                 "sub" => {

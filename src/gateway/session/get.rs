@@ -8,6 +8,10 @@ use crate::tinode::{self, ctrl};
 
 use super::Session;
 
+/// The parts of a conversation `{get}` answers (`aux`, `tags` and `cred`
+/// with an empty answer each).
+const KNOWN_PARTS: &[&str] = &["desc", "sub", "data", "del", "aux", "tags", "cred"];
+
 impl Session {
     /// The two users of a one-to-one topic as `{meta sub}` entries.
     async fn p2p_subs(
@@ -58,12 +62,21 @@ impl Session {
     }
 
     /// `{get}`: `data` (history page, then ctrl 208/204) and `del`.
+    /// `{get}` of a conversation: `what` is a space-separated list of these.
     pub(super) async fn get(&mut self, id: Option<&str>, topic: &str, query: &tinode::GetQuery) {
         if topic == "me" {
             return self.get_me(id, query).await;
         }
         if topic == super::find::FND {
             return self.get_fnd(id, query).await;
+        }
+        let what: Vec<&str> = query.what.split_whitespace().collect();
+        if !what.iter().any(|w| KNOWN_PARTS.contains(w)) {
+            // Nothing it could answer: a clear refusal, not silence.
+            let text = format!("malformed: what names none of {}", KNOWN_PARTS.join(" "));
+            self.reply(ctrl(id, Some(&self.shown(topic)), 400, &text, None))
+                .await;
+            return;
         }
         let who = self.identity.clone().expect("logged in");
         // Attached or not: a member removed a moment ago reads no more
@@ -75,7 +88,6 @@ impl Session {
                 .await;
             return;
         }
-        let what: Vec<&str> = query.what.split_whitespace().collect();
         if what.contains(&"desc") {
             match reads::describe(&self.gateway, &who.tenant, topic, who.uid).await {
                 Ok(desc) => {

@@ -482,8 +482,13 @@ impl Session {
         }
         let msg: ClientMsg = match serde_json::from_str(text) {
             Ok(m) => m,
-            Err(_) => {
-                self.reply(ctrl(None, None, 400, "malformed", None)).await;
+            Err(e) => {
+                // Answered with the request's id when it can be read, so a
+                // client learns which of its requests was refused and why.
+                let (id, topic) = malformed_ids(text);
+                let why = malformed_reason(&e);
+                self.reply(ctrl(id.as_deref(), topic.as_deref(), 400, &why, None))
+                    .await;
                 return;
             }
         };
@@ -569,6 +574,45 @@ impl Session {
                 .await
         }
     }
+}
+
+/// Longest `id` or `topic` echoed in the refusal of a malformed message.
+const ECHOED_FIELD_BYTES: usize = 256;
+
+/// The `id` and `topic` of a message that did not parse as a client
+/// message, where it is at least a JSON object of one verb with string
+/// fields of those names.
+fn malformed_ids(text: &str) -> (Option<String>, Option<String>) {
+    let Ok(serde_json::Value::Object(outer)) = serde_json::from_str::<serde_json::Value>(text)
+    else {
+        return (None, None);
+    };
+    let Some(serde_json::Value::Object(inner)) = outer.values().next() else {
+        return (None, None);
+    };
+    let field = |name: &str| {
+        inner
+            .get(name)
+            .and_then(|v| v.as_str())
+            .filter(|s| s.len() <= ECHOED_FIELD_BYTES)
+            .map(String::from)
+    };
+    (field("id"), field("topic"))
+}
+
+/// What was wrong, in serde's words without the position, clipped (a
+/// value quoted back is the client's own, never more than a line).
+fn malformed_reason(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let text = match text.rfind(" at line ") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    let mut clipped: String = text.chars().take(120).collect();
+    if clipped.len() < text.len() {
+        clipped.push('…');
+    }
+    format!("malformed: {clipped}")
 }
 
 fn message_id(msg: &ClientMsg) -> Option<String> {
