@@ -9,8 +9,10 @@
 use crate::redis_util::Redis;
 use sqlx::MySqlPool;
 
+use crate::events::{SessionControlBody, SessionControlEvent};
 use crate::exact::Exact;
 use crate::keys::TenantKeys;
+use crate::realtime::{bus, Envelope, Kind, TargetType};
 
 /// A user without a row is cached this long (the key set stays bounded by
 /// active users); a user with a row is cached for good.
@@ -50,6 +52,87 @@ pub enum Change {
         device: String,
         generation: i64,
     },
+}
+
+/// What one session-control event does: the change to the user's rows,
+/// and which sessions close and why (none for an enable).
+struct Enforcement {
+    change: Change,
+    target_type: TargetType,
+    target: String,
+    reason: &'static str,
+}
+
+fn enforcement(e: &SessionControlEvent) -> Enforcement {
+    let user = |change, reason| Enforcement {
+        change,
+        target_type: TargetType::User,
+        target: e.uid.to_string(),
+        reason,
+    };
+    match &e.body {
+        SessionControlBody::DeviceRevoked(d) => Enforcement {
+            change: Change::RevokeDevice {
+                device: d.device.clone(),
+                generation: d.device_version,
+            },
+            target_type: TargetType::Device,
+            target: format!("{}/{}", e.uid, d.device),
+            reason: "device revoked",
+        },
+        SessionControlBody::SignedOutEverywhere(v) | SessionControlBody::PasswordReset(v) => {
+            user(Change::AuthVersion(v.auth_version), "signed out")
+        }
+        SessionControlBody::UserDisabled(v) => user(
+            Change::Disable {
+                auth_version: v.auth_version,
+            },
+            "user disabled",
+        ),
+        SessionControlBody::UserEnabled(_) => user(Change::Enable, ""),
+    }
+}
+
+/// Why [`enforce`] stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum EnforceError {
+    #[error("mysql: {0}")]
+    Mysql(#[from] sqlx::Error),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// Puts event `e` in force: the MySQL rows (the ground truth), then the
+/// user's whole state into the Redis cache, then a close envelope to every
+/// gateway's sessions it ends. Run by the control projection for every
+/// event, and by the operator's routes before they answer, so a refusal
+/// holds from the acknowledgement with no projection running (running it
+/// twice changes nothing more).
+pub async fn enforce(
+    pool: &MySqlPool,
+    redis: &mut Redis,
+    e: &SessionControlEvent,
+) -> Result<UserControl, EnforceError> {
+    let plan = enforcement(e);
+    let state = apply(pool, e.uid, &plan.change).await?;
+    cache(redis, &e.tenant_id, e.uid, &state).await?;
+    if plan.change == Change::Enable {
+        return Ok(state);
+    }
+    let envelope = Envelope {
+        event_id: e.event_id.clone(),
+        tenant_id: e.tenant_id.clone(),
+        kind: Kind::Close,
+        target_type: plan.target_type,
+        target: plan.target,
+        skip_sid: String::new(),
+        dedup_key: String::new(),
+        occurred_at: e.occurred_at,
+        payload: plan.reason.to_string(),
+        exclude: Vec::new(),
+    };
+    bus::publish(redis, None, &envelope).await?;
+    Ok(state)
 }
 
 /// Longest device id a revocation can name (the column's width).

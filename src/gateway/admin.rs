@@ -181,13 +181,22 @@ async fn produce(
         )
         .await
     {
-        Ok(_) => (
-            StatusCode::ACCEPTED,
-            Json(json!({"event_id": event.event_id})),
-        )
-            .into_response(),
-        Err(e) => super::refusal::unavailable(e).into_response(),
+        Ok(_) => {}
+        Err(e) => return super::refusal::unavailable(e).into_response(),
     }
+    // In force before the answer: the next request of the user (a new
+    // token check, a session on any gateway) is refused with no projection
+    // running; the control projection applies the same event again.
+    let mut redis = gw.redis.clone();
+    if let Err(e) = crate::session_control::enforce(pool, &mut redis, &event).await {
+        tracing::warn!(error = %e, uid, "session control: recorded, not yet in force");
+        return super::refusal::unavailable(e).into_response();
+    }
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({"event_id": event.event_id})),
+    )
+        .into_response()
 }
 
 /// `POST /v1/admin/users/{uid}/devices/{device}/revoke?tenant=`

@@ -6,9 +6,8 @@
 
 use crate::redis_util::Redis;
 
-use crate::events::{EventCodec, SessionControlBody, SessionControlEvent};
-use crate::realtime::{bus, Envelope, Kind, TargetType};
-use crate::session_control::{self, Change};
+use crate::events::{EventCodec, SessionControlEvent};
+use crate::session_control::{self, EnforceError};
 use crate::tenant::TenantPools;
 
 use super::failure::{redis_failure, FailureKind};
@@ -30,34 +29,6 @@ impl ControlHandler {
     }
 
     async fn apply(&self, e: &SessionControlEvent) -> Result<(), (FailureKind, String)> {
-        let (change, target_type, target, reason) = match &e.body {
-            SessionControlBody::DeviceRevoked(d) => (
-                Change::RevokeDevice {
-                    device: d.device.clone(),
-                    generation: d.device_version,
-                },
-                TargetType::Device,
-                format!("{}/{}", e.uid, d.device),
-                "device revoked",
-            ),
-            SessionControlBody::SignedOutEverywhere(v) | SessionControlBody::PasswordReset(v) => (
-                Change::AuthVersion(v.auth_version),
-                TargetType::User,
-                e.uid.to_string(),
-                "signed out",
-            ),
-            SessionControlBody::UserDisabled(v) => (
-                Change::Disable {
-                    auth_version: v.auth_version,
-                },
-                TargetType::User,
-                e.uid.to_string(),
-                "user disabled",
-            ),
-            SessionControlBody::UserEnabled(_) => {
-                (Change::Enable, TargetType::User, e.uid.to_string(), "")
-            }
-        };
         let pool = self.pools.get(&e.tenant_id).map_err(|err| {
             let kind = if err.is_retryable() {
                 FailureKind::Outage
@@ -66,32 +37,14 @@ impl ControlHandler {
             };
             (kind, err.to_string())
         })?;
-        // MySQL first (the ground truth), then the cache, then the close.
-        let state = session_control::apply(pool, e.uid, &change)
-            .await
-            .map_err(|err| (crate::tenant::db_failure(&err), format!("mysql: {err}")))?;
         let mut redis = self.redis.clone();
-        session_control::cache(&mut redis, &e.tenant_id, e.uid, &state)
+        session_control::enforce(pool, &mut redis, e)
             .await
-            .map_err(|err| (redis_failure(&err), format!("redis: {err}")))?;
-        if change == Change::Enable {
-            return Ok(());
-        }
-        let envelope = Envelope {
-            event_id: e.event_id.clone(),
-            tenant_id: e.tenant_id.clone(),
-            kind: Kind::Close,
-            target_type,
-            target,
-            skip_sid: String::new(),
-            dedup_key: String::new(),
-            occurred_at: e.occurred_at,
-            payload: reason.to_string(),
-            exclude: Vec::new(),
-        };
-        bus::publish(&mut redis, None, &envelope)
-            .await
-            .map_err(|err| (redis_failure(&err), format!("redis: {err}")))
+            .map(|_| ())
+            .map_err(|err| match &err {
+                EnforceError::Mysql(m) => (crate::tenant::db_failure(m), err.to_string()),
+                EnforceError::Redis(r) => (redis_failure(r), err.to_string()),
+            })
     }
 }
 
