@@ -103,6 +103,9 @@ pub(super) async fn send_as(
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     rate(gw, &claims, super::limits::Action::Send).await?;
+    // An `Idempotency-Key` is the message's client id when the body names
+    // none: a retried send or edit is the same message, not a second one.
+    let key = super::governance::origin(&claims, headers)?.command_id;
     let (head_cmid, mut head) = split_head(body.head);
     if let Some(target) = edit_of {
         let mut map: serde_json::Map<String, Value> = head
@@ -134,7 +137,7 @@ pub(super) async fn send_as(
         uid: claims.uid,
         device: claims.dev,
         sid: String::new(),
-        client_msg_id: body.client_msg_id.or(head_cmid),
+        client_msg_id: body.client_msg_id.or(head_cmid).or(key),
         head,
         content: body.content.to_string(),
         traceparent,
