@@ -30,10 +30,18 @@
 //! (tests/adversary/governance.rs): two concurrent ownership transfers,
 //! adds past a block, an oversized create, invitations instead of adds.
 //!
+//! Then the insiders (tests/adversary/insiders.rs): ordinary accounts and
+//! operators within their rights — every entry with its fields at their
+//! edges, one key shared by two users and an operator, a stranger's
+//! answers for what exists against what does not, the cost of each
+//! refused request, revocations followed in the same millisecond with the
+//! projections stopped — and a Redis restart halfway through the table.
+//!
 //! `ADVERSARY_SEED=<n>` replays a run; `ADVERSARY_CASES=<n>` (default 3)
 //! is the number of generated variants per attacker, entry and target;
 //! `ADVERSARY_TRACE=<text>` prints every answer of the entries whose label
-//! contains the text.
+//! contains the text; `ADVERSARY_INSIDERS_ONLY=1` skips the table (and its
+//! Redis restart) while working on the insiders.
 
 #[path = "adversary/client.rs"]
 mod client;
@@ -41,6 +49,8 @@ mod common;
 #[path = "adversary/governance.rs"]
 mod governance;
 mod groups_support;
+#[path = "adversary/insiders.rs"]
+mod insiders;
 #[path = "adversary/names.rs"]
 mod names;
 mod realtime_support;
@@ -165,6 +175,11 @@ struct Tally {
     codes: BTreeMap<i64, u64>,
     violations: Vec<Violation>,
     not_served: Vec<String>,
+    /// The insiders' generators (tests/adversary/insiders.rs).
+    redis_restart: Option<Duration>,
+    refused_costs: usize,
+    shared_keys: usize,
+    edges: u64,
 }
 
 /// Makes the variants of one name.
@@ -290,7 +305,18 @@ async fn generated_attackers_reach_nothing_of_the_victims() {
         .filter(|i| !run.table[*i].late)
         .chain((0..run.table.len()).filter(|i| run.table[*i].late))
         .collect();
-    for i in order {
+    // A Redis restart (with the tenants' keys lost) halfway through.
+    let halfway = order.len() / 2;
+    // `ADVERSARY_INSIDERS_ONLY=1` (while working on them) skips the table.
+    let table_order = if std::env::var("ADVERSARY_INSIDERS_ONLY").is_ok() {
+        Vec::new()
+    } else {
+        order
+    };
+    for (k, i) in table_order.into_iter().enumerate() {
+        if k == halfway {
+            run.restart_redis().await;
+        }
         let entry = &run.table[i];
         if let Some((m, p)) = entry.http {
             if !routes_served[&(m.to_string(), p.to_string())] {
@@ -301,6 +327,10 @@ async fn generated_attackers_reach_nothing_of_the_victims() {
         run.attack_entry(i).await;
     }
     run.login_attack().await;
+    run.oracles_and_cost().await;
+    run.shared_keys().await;
+    run.field_edges().await;
+    run.same_millisecond().await;
     run.victims_carry_on().await;
     let dlq_after = settle::dlq_depths(run.scene.stack.config(), scene::PIPELINES).await;
     for ((p, before), (_, after)) in dlq_before.iter().zip(&dlq_after) {
@@ -1286,7 +1316,7 @@ impl Run {
             *by_class.entry(class_of(&v.what)).or_default() += 1;
         }
         eprintln!(
-            "adversary: seed {seed}, cases {cases}, {:.0?}\n  routes covered: {} of {} in the router ({} not served here: {})\n  WebSocket kinds covered: {} ({})\n  attackers: {} ({})\n  variant kinds: {}\n  attacks: {}, requests sent: {}\n  answers by code: {:?}\n  violations: {}{}{}",
+            "adversary: seed {seed}, cases {cases}, {:.0?}\n  routes covered: {} of {} in the router ({} not served here: {})\n  WebSocket kinds covered: {} ({})\n  attackers: {} ({})\n  variant kinds: {}\n  attacks: {}, requests sent: {}\n  answers by code: {:?}\n  insiders: Redis restarted mid-run in {:.1?}; {} refused requests metered; {} commands with shared keys; {} field-edge requests\n  violations: {}{}{}",
             took,
             t.routes.len(),
             self.table.iter().filter(|e| e.http.is_some()).count(),
@@ -1300,6 +1330,10 @@ impl Run {
             t.attacks,
             t.requests,
             t.codes,
+            t.redis_restart.unwrap_or_default(),
+            t.refused_costs,
+            t.shared_keys,
+            t.edges,
             t.violations.len(),
             if by_class.is_empty() {
                 String::new()

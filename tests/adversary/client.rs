@@ -30,9 +30,25 @@ pub async fn http(
     bearer: &str,
     body: Option<&Value>,
 ) -> HttpAnswer {
+    http_with(client, addr, method, path_and_query, bearer, body, &[]).await
+}
+
+/// [`http`] with extra headers (`Idempotency-Key`).
+pub async fn http_with(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    method: &str,
+    path_and_query: &str,
+    bearer: &str,
+    body: Option<&Value>,
+    headers: &[(&str, &str)],
+) -> HttpAnswer {
     let url = format!("http://{addr}{path_and_query}");
     let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
     let mut req = client.request(method, &url).bearer_auth(bearer);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
     if let Some(b) = body {
         req = req
             .header("content-type", "application/json")
@@ -149,7 +165,9 @@ impl WsSession {
             frames: rx,
             reader,
         });
-        let hi = self.request_raw(json!({"hi": {"ver": "0.25.3"}})).await;
+        let hi = self
+            .request_raw(json!({"hi": {"ver": "0.25.3"}}), REPLY)
+            .await;
         if hi.code() != Some(201) {
             self.conn = None;
             return Err(format!("[{}] hi: {hi:?}", self.label));
@@ -159,7 +177,10 @@ impl WsSession {
         }
         let token = self.token.clone();
         let login = self
-            .request_raw(json!({"login": {"scheme": "token", "secret": token}}))
+            .request_raw(
+                json!({"login": {"scheme": "token", "secret": token}}),
+                REPLY,
+            )
             .await;
         if login.code() != Some(200) {
             self.conn = None;
@@ -190,10 +211,21 @@ impl WsSession {
                 ..Default::default()
             };
         }
-        self.request_raw(msg).await
+        self.request_raw(msg, REPLY).await
     }
 
-    async fn request_raw(&mut self, mut msg: Value) -> WsAnswer {
+    /// [`WsSession::request`] waiting at most `wait` for the reply.
+    pub async fn request_within(&mut self, msg: Value, wait: Duration) -> WsAnswer {
+        if let Err(e) = self.ready().await {
+            return WsAnswer {
+                trouble: Some(e),
+                ..Default::default()
+            };
+        }
+        self.request_raw(msg, wait).await
+    }
+
+    async fn request_raw(&mut self, mut msg: Value, wait: Duration) -> WsAnswer {
         self.next_id += 1;
         let id = format!("{}-{}", self.label, self.next_id);
         let verb = msg
@@ -211,11 +243,19 @@ impl WsSession {
             self.conn = None;
             return answer;
         }
-        let deadline = tokio::time::Instant::now() + REPLY;
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
             match tokio::time::timeout_at(deadline, conn.frames.recv()).await {
                 Ok(Some(frame)) => {
-                    if frame["ctrl"]["id"] == json!(id) || frame["meta"]["id"] == json!(id) {
+                    // A refusal without an id (a message too large to
+                    // read) answers the request in flight.
+                    let unnamed_refusal = frame["ctrl"].is_object()
+                        && frame["ctrl"]["id"].is_null()
+                        && frame["ctrl"]["code"].as_i64().is_some_and(|c| c >= 400);
+                    if frame["ctrl"]["id"] == json!(id)
+                        || frame["meta"]["id"] == json!(id)
+                        || unnamed_refusal
+                    {
                         answer.reply = Some(frame);
                         return answer;
                     }
@@ -227,7 +267,7 @@ impl WsSession {
                     return answer;
                 }
                 Err(_) => {
-                    answer.trouble = Some(format!("no reply within {REPLY:?}"));
+                    answer.trouble = Some(format!("no reply within {wait:?}"));
                     self.conn = None;
                     return answer;
                 }
@@ -253,7 +293,9 @@ impl WsSession {
         if self.conn.is_none() {
             return WsAnswer::default();
         }
-        let mut sync = self.request_raw(json!({"leave": {"topic": "fnd"}})).await;
+        let mut sync = self
+            .request_raw(json!({"leave": {"topic": "fnd"}}), REPLY)
+            .await;
         sync.reply = None;
         sync
     }

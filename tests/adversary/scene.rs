@@ -211,7 +211,25 @@ impl Scene {
             // Likewise the per-user bucket of changes: an attack must be
             // refused by what it attempts, not because the attacker ran out
             // of tokens (tests/insider.rs tests the bucket).
-            c.limits.changes = imstream::config::BucketConfig::new(1_000_000, 1_000_000);
+            // The other per-user buckets too: the insiders' generators
+            // (field edges, oracles, cost) must reach the check they aim
+            // at, not the bucket (tests/security_limits.rs tests those).
+            let plenty = imstream::config::BucketConfig::new(1_000_000, 1_000_000);
+            let l = &mut c.limits;
+            for bucket in [
+                &mut l.changes,
+                &mut l.sends,
+                &mut l.receipts,
+                &mut l.clears,
+                &mut l.searches,
+                &mut l.finds,
+                &mut l.group_creates,
+                &mut l.member_adds,
+                &mut l.friend_requests,
+                &mut l.reports,
+            ] {
+                *bucket = plenty;
+            }
             c.tenants.push(b);
             // The web app's routes too, where it is installed (`npm ci
             // --prefix webapp`, as docker/local/test does).

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod process;
+pub mod services;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
