@@ -166,6 +166,11 @@ impl UserKeys {
     pub fn blocks_lock(&self) -> String {
         format!("{}:blocks_lock", self.base)
     }
+    /// STRING: held while an operator's session-control change of the user
+    /// is produced and put in force, so those writes happen in log order.
+    pub fn control_lock(&self) -> String {
+        format!("{}:control_lock", self.base)
+    }
     /// HASH: the user's favorites cap (`n`, `inc`, `i:<topic|seq>`), see
     /// `caps`: `limits.favorites_per_user` checked and taken in one script.
     pub fn favorites(&self) -> String {

@@ -12,6 +12,7 @@ use sqlx::MySqlPool;
 use crate::events::{SessionControlBody, SessionControlEvent};
 use crate::exact::Exact;
 use crate::keys::TenantKeys;
+use crate::realtime::hub::{Hub, Outbound};
 use crate::realtime::{bus, Envelope, Kind, TargetType};
 
 /// A user without a row is cached this long (the key set stays bounded by
@@ -103,21 +104,34 @@ pub enum EnforceError {
 }
 
 /// Puts event `e` in force: the MySQL rows (the ground truth), then the
-/// user's whole state into the Redis cache, then a close envelope to every
-/// gateway's sessions it ends. Run by the control projection for every
-/// event, and by the operator's routes before they answer, so a refusal
-/// holds from the acknowledgement with no projection running (running it
-/// twice changes nothing more).
+/// user's whole state into the Redis cache, then the sessions it ends
+/// closed: those of `local` (this gateway's hub) at once, every gateway's
+/// through a close envelope. Run by the control projection for every
+/// event (in log order), and by the operator's routes before they answer
+/// (one at a time per user, from produce to here), so a refusal holds from
+/// the acknowledgement with no projection running; running it again
+/// changes nothing more.
 pub async fn enforce(
     pool: &MySqlPool,
     redis: &mut Redis,
     e: &SessionControlEvent,
+    local: Option<&Hub>,
 ) -> Result<UserControl, EnforceError> {
     let plan = enforcement(e);
     let state = apply(pool, e.uid, &plan.change).await?;
     cache(redis, &e.tenant_id, e.uid, &state).await?;
     if plan.change == Change::Enable {
         return Ok(state);
+    }
+    if let Some(hub) = local {
+        let device = match &plan.change {
+            Change::RevokeDevice { device, .. } => Some(device.as_str()),
+            _ => None,
+        };
+        let close = Outbound::Close(std::sync::Arc::from(plan.reason));
+        for session in hub.user_sessions(&e.tenant_id, e.uid, device, "") {
+            session.offer(close.clone());
+        }
     }
     let envelope = Envelope {
         event_id: e.event_id.clone(),

@@ -7,8 +7,10 @@
 //! `auth.admin_tokens` (operator: its name; a token with a tenant acts on
 //! that tenant only, 403 elsewhere); `?tenant=` names the tenant. The
 //! operator recorded (audit row, event reason) is the token's, never a
-//! field of the request. The control pipeline applies the events (MySQL
-//! rows, Redis keys, closing live sessions). Every operator route is served
+//! field of the request. The session-control routes put their event in
+//! force before they answer (MySQL rows, Redis keys, closing live
+//! sessions: `session_control::enforce`), as the control pipeline does
+//! again for every event. Every operator route is served
 //! on the operator port only (`gateway.admin_addr`), behind [`throttle`].
 
 use std::sync::Arc;
@@ -143,12 +145,53 @@ async fn produce(
             "malformed: uid must be a positive integer",
         );
     };
-    // Versions are bumped past the ground truth (MySQL), not the cache; a
-    // new auth version is taken atomically (two quick sign-outs never
-    // share one).
     let Ok(pool) = gw.pools.get(tenant) else {
         return refuse(StatusCode::NOT_FOUND, "unknown tenant");
     };
+    // One change of the user's at a time, from its produce to its writes,
+    // so they happen in log order (a late write of an earlier disable can
+    // never land after a later enable); the projection applies the same
+    // events in that order again.
+    let mut redis = gw.redis.clone();
+    let key = crate::keys::UserKeys::new(tenant, uid).control_lock();
+    let lock = match crate::redis_util::RedisLock::acquire_waiting(
+        &mut redis,
+        &key,
+        CONTROL_LOCK_MS,
+        40,
+        std::time::Duration::from_millis(50),
+    )
+    .await
+    {
+        Ok(Some(lock)) => lock,
+        Ok(None) => {
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "another session-control change of this user is in progress; try again",
+            )
+        }
+        Err(e) => return super::refusal::unavailable(e).into_response(),
+    };
+    let answer = produce_locked(gw, pool, tenant, uid, &op.name, next_auth, body).await;
+    let _ = lock.release(&mut redis).await;
+    answer
+}
+
+/// How long one session-control change may hold the user's lock.
+const CONTROL_LOCK_MS: u64 = 30_000;
+
+async fn produce_locked(
+    gw: &Gateway,
+    pool: &sqlx::MySqlPool,
+    tenant: &str,
+    uid: i64,
+    operator: &str,
+    next_auth: bool,
+    body: impl FnOnce(&UserControl, i64) -> SessionControlBody,
+) -> Response {
+    // Versions are bumped past the ground truth (MySQL), not the cache; a
+    // new auth version is taken atomically (two quick sign-outs never
+    // share one).
     let current = match crate::session_control::load(pool, uid).await {
         Ok(c) => c,
         Err(e) => return super::refusal::unavailable(e).into_response(),
@@ -167,10 +210,10 @@ async fn produce(
         uid,
         occurred_at: now_ms(),
         actor_uid: 0,
-        reason: format!("admin {}", op.name),
+        reason: format!("admin {operator}"),
         body: body(&current, auth_version),
     };
-    match gw
+    if let Err(e) = gw
         .sender
         .producer()
         .send(
@@ -181,20 +224,25 @@ async fn produce(
         )
         .await
     {
-        Ok(_) => {}
-        Err(e) => return super::refusal::unavailable(e).into_response(),
-    }
-    // In force before the answer: the next request of the user (a new
-    // token check, a session on any gateway) is refused with no projection
-    // running; the control projection applies the same event again.
-    let mut redis = gw.redis.clone();
-    if let Err(e) = crate::session_control::enforce(pool, &mut redis, &event).await {
-        tracing::warn!(error = %e, uid, "session control: recorded, not yet in force");
         return super::refusal::unavailable(e).into_response();
     }
+    // In force before the answer: the user's next request is refused
+    // (token checks read the row or its cache; this gateway's sessions
+    // close at once, the others' on the close envelope) with no projection
+    // running. Recorded but not yet in force (a store did not answer): the
+    // projection puts it in force; the answer says so.
+    let mut redis = gw.redis.clone();
+    let in_force =
+        match crate::session_control::enforce(pool, &mut redis, &event, Some(&gw.hub)).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, uid, "session control: recorded, not yet in force");
+                false
+            }
+        };
     (
         StatusCode::ACCEPTED,
-        Json(json!({"event_id": event.event_id})),
+        Json(json!({"event_id": event.event_id, "in_force": in_force})),
     )
         .into_response()
 }

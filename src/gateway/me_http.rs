@@ -332,6 +332,13 @@ pub async fn change_password(
         )
         .await
         .map_err(super::refusal::unavailable)?;
+    // Every older token refused from the answer on (a stolen one included),
+    // whether or not the control projection runs; the sign-out only moves
+    // the auth version forward, so the projection's later write agrees.
+    let mut redis = gw.redis.clone();
+    if let Err(e) = crate::session_control::enforce(pool, &mut redis, &event, Some(&gw.hub)).await {
+        tracing::warn!(error = %e, uid = claims.uid, "password change: signed out by the projection, not yet here");
+    }
     let issued = gw.tokens.issue(
         &claims.ten,
         claims.uid,

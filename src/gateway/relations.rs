@@ -86,16 +86,15 @@ async fn block_or_unblock(
     let mut redis = gw.redis.clone();
     let key = crate::keys::UserKeys::new(tenant, uid).blocks_lock();
     // Another of the user's blocks holds it for milliseconds: wait a little.
-    let mut lock = None;
-    for _ in 0..40 {
-        lock = crate::redis_util::RedisLock::acquire(&mut redis, &key, BLOCKS_LOCK_MS)
-            .await
-            .map_err(|_| error(503, tinode::UNAVAILABLE))?;
-        if lock.is_some() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let lock = crate::redis_util::RedisLock::acquire_waiting(
+        &mut redis,
+        &key,
+        BLOCKS_LOCK_MS,
+        40,
+        std::time::Duration::from_millis(50),
+    )
+    .await
+    .map_err(|_| error(503, tinode::UNAVAILABLE))?;
     let lock = lock.ok_or_else(|| {
         ApiError(
             StatusCode::SERVICE_UNAVAILABLE,

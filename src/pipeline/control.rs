@@ -38,7 +38,7 @@ impl ControlHandler {
             (kind, err.to_string())
         })?;
         let mut redis = self.redis.clone();
-        session_control::enforce(pool, &mut redis, e)
+        session_control::enforce(pool, &mut redis, e, None)
             .await
             .map(|_| ())
             .map_err(|err| match &err {

@@ -301,6 +301,27 @@ impl RedisLock {
         }))
     }
 
+    /// [`RedisLock::acquire`], waiting while another holder has it (held
+    /// for milliseconds by a request like this one): at most `tries`
+    /// attempts `every` apart; `None` when it stayed taken.
+    pub async fn acquire_waiting(
+        redis: &mut Redis,
+        key: &str,
+        ttl_ms: u64,
+        tries: u32,
+        every: std::time::Duration,
+    ) -> redis::RedisResult<Option<RedisLock>> {
+        for n in 0..tries.max(1) {
+            if let Some(lock) = RedisLock::acquire(redis, key, ttl_ms).await? {
+                return Ok(Some(lock));
+            }
+            if n + 1 < tries {
+                tokio::time::sleep(every).await;
+            }
+        }
+        Ok(None)
+    }
+
     /// Extends the lock to `ttl_ms` from now; `false` when it is not ours
     /// any more (it expired and someone else took it).
     pub async fn renew(&self, redis: &mut Redis, ttl_ms: u64) -> redis::RedisResult<bool> {
