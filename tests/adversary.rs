@@ -77,6 +77,11 @@ use table::{Ask, Entry, Names, Step};
 
 const DEFAULT_CASES: usize = 3;
 
+/// Held (read) by every test of this binary while it uses Redis, and
+/// (write) by the main run's Redis restart: the restart waits for the
+/// others, and they never see it.
+pub static REDIS_IN_USE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 #[derive(Debug, Clone, PartialEq)]
 enum Kind {
     Stranger,

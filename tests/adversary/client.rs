@@ -247,11 +247,12 @@ impl WsSession {
         loop {
             match tokio::time::timeout_at(deadline, conn.frames.recv()).await {
                 Ok(Some(frame)) => {
-                    // A refusal without an id (a message too large to
-                    // read) answers the request in flight.
+                    // A message too large to read is refused without an
+                    // id (`413`): that answers the request in flight. Any
+                    // other refusal names the request it answers.
                     let unnamed_refusal = frame["ctrl"].is_object()
                         && frame["ctrl"]["id"].is_null()
-                        && frame["ctrl"]["code"].as_i64().is_some_and(|c| c >= 400);
+                        && frame["ctrl"]["code"] == json!(413);
                     if frame["ctrl"]["id"] == json!(id)
                         || frame["meta"]["id"] == json!(id)
                         || unnamed_refusal

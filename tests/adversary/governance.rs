@@ -12,6 +12,8 @@ use crate::realtime_support::{Client, DELIVERY, REPLY};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_concurrent_owner_transfers_leave_exactly_one_owner() {
+    // Not while the main run restarts the shared Redis.
+    let _redis = crate::REDIS_IN_USE.read().await;
     let mut stack = everything(1).await;
     let gw = stack.gateway_addr(0);
     const TOPIC: &str = "grpRace1";
@@ -61,6 +63,8 @@ async fn two_concurrent_owner_transfers_leave_exactly_one_owner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_blocked_adder_adds_nobody_and_a_20001_user_create_is_refused() {
+    // Not while the main run restarts the shared Redis.
+    let _redis = crate::REDIS_IN_USE.read().await;
     let stack = everything(1).await;
     let gw = stack.gateway_addr(0);
     let (status, body) = call(&stack, gw, 1002, "POST", "/v1/blocks", json!({"uid": 1001})).await;
@@ -148,6 +152,8 @@ async fn a_blocked_adder_adds_nobody_and_a_20001_user_create_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_user_who_may_not_be_added_is_invited_and_answers() {
+    // Not while the main run restarts the shared Redis.
+    let _redis = crate::REDIS_IN_USE.read().await;
     let mut stack = everything(1).await;
     let gw = stack.gateway_addr(0);
     const OWNER: i64 = 2001;
