@@ -429,6 +429,10 @@ mod tests {
                 ("bob", Some("Bob Builder"), true)
             ]
         );
+        // A login made with `imstream users add` logs in on a fresh
+        // `docker/local/run`: every local tenant answers `basic` logins.
+        let tenants: Vec<&str> = c.tenants.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(c.auth.basic.tenants, tenants);
     }
 
     #[test]
