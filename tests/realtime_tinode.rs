@@ -39,3 +39,55 @@ async fn two_tinode_sdk_clients_on_two_gateways_see_each_other() {
         assert_eq!(wait_stored(&pool, TOPIC, seq).await, 1, "seq {seq}");
     }
 }
+
+/// Tinode's web app menus through the real tinode-sdk (issue 40): a group
+/// made with `{sub topic="new…"}` exists with its name, its creator as the
+/// owner and its first message stored; typing in a one-to-one chat reaches
+/// the peer as `usr<writer>` (tests/node/tinode_groups.js).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_made_in_the_app_and_typing_in_a_one_to_one_chat() {
+    let stack = Stack::realtime(1).await;
+    let gw = stack.gateway_addr(0);
+    let out = common::run_node_output(
+        "tinode_groups.js",
+        &[
+            ("GATEWAY", gw.to_string()),
+            ("TOKEN_A", stack.token(A, "sdk")),
+            ("TOKEN_B", stack.token(B, "sdk")),
+        ],
+        Duration::from_secs(90),
+    )
+    .await;
+    let group = out
+        .lines()
+        .find_map(|l| l.strip_prefix("group="))
+        .expect("the script names the group it made")
+        .to_string();
+    // The group as its owner reads it over HTTP once the members
+    // projection has it: A alone, the owner.
+    let token = stack.token(A, "http");
+    let url = format!("http://{gw}/v1/groups/{group}/subscribers");
+    let body = common::wait_for("the new group's members", Duration::from_secs(30), || {
+        let (url, token) = (url.clone(), token.clone());
+        async move {
+            let body: serde_json::Value = reqwest::Client::new()
+                .get(&url)
+                .bearer_auth(&token)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?
+                .json()
+                .await
+                .map_err(|e| e.to_string())?;
+            match body["subscribers"].as_array() {
+                Some(subs) if subs.len() == 1 => Ok(body),
+                _ => Err(body.to_string()),
+            }
+        }
+    })
+    .await;
+    let sub = &body["subscribers"][0];
+    assert_eq!(sub["user"], serde_json::json!(format!("usr{A}")), "{body}");
+    assert_eq!(sub["role"], serde_json::json!("owner"), "{body}");
+    assert_eq!(wait_stored(&stack.pool(), &group, 1).await, 1);
+}

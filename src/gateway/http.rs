@@ -219,32 +219,60 @@ pub async fn create_group(
         .await
         .map_err(limited)?;
     }
-    let group_id = gw.snowflake.next_id().map_err(unavailable)?;
-    let topic = body.topic.unwrap_or_else(|| format!("grp{group_id:x}"));
-    if !tinode::is_group_topic(&topic) {
-        return Err(error(
-            400,
-            "malformed: topic must be grp followed by 1-61 of [A-Za-z0-9_-]",
-        ));
-    }
-    let created = GroupCreated {
-        group_id,
-        name: body.name,
-        owner_uid: claims.uid,
-        members: body.members,
-    };
-    let outcome = gw
-        .governance
-        .create(&claims.ten, &topic, claims.uid, created, &origin)
-        .await
-        .map_err(|r| error(r.0, r.1))?;
-    // A retry of the same create answers with the group it made.
-    let group_id = outcome.group_id.unwrap_or(group_id);
+    let (topic, group_id, outcome) = create_as(
+        &gw,
+        &claims.ten,
+        claims.uid,
+        body.topic,
+        body.name,
+        body.members,
+        &origin,
+    )
+    .await
+    .map_err(refused)?;
     let mut answer = json!({"topic": topic, "group_id": group_id, "events": outcome.event_ids});
     if !outcome.invited.is_empty() {
         answer["invited"] = json!(outcome.invited);
     }
     Ok((StatusCode::CREATED, Json(answer)).into_response())
+}
+
+/// Creates group `topic` (a generated `grp…` name when `None`) owned by
+/// `uid`, as the HTTP route and the WebSocket `{sub topic="new…"}` do:
+/// the group's name, its id (a retry's is the first create's) and what
+/// the command did. The callers draw on the buckets first.
+pub(super) async fn create_as(
+    gw: &Gateway,
+    tenant: &str,
+    uid: i64,
+    topic: Option<String>,
+    name: String,
+    members: Vec<i64>,
+    origin: &crate::governance::exec::Origin,
+) -> Result<(String, i64, crate::governance::exec::Outcome), super::refusal::Refusal> {
+    use super::refusal::Refusal;
+    let group_id = gw.snowflake.next_id().map_err(Refusal::unavailable)?;
+    let topic = topic.unwrap_or_else(|| format!("grp{group_id:x}"));
+    if !tinode::is_group_topic(&topic) {
+        return Err(Refusal(
+            400,
+            "malformed: topic must be grp followed by 1-61 of [A-Za-z0-9_-]".into(),
+        ));
+    }
+    let created = GroupCreated {
+        group_id,
+        name,
+        owner_uid: uid,
+        members,
+    };
+    let outcome = gw
+        .governance
+        .create(tenant, &topic, uid, created, origin)
+        .await
+        .map_err(|r| Refusal(r.0, r.1))?;
+    // A retry of the same create answers with the group it made.
+    let group_id = outcome.group_id.unwrap_or(group_id);
+    Ok((topic, group_id, outcome))
 }
 
 pub(super) async fn reader(

@@ -66,6 +66,14 @@ pub struct MsgSub {
     pub id: Option<String>,
     pub topic: String,
     pub get: Option<GetQuery>,
+    /// What a new topic starts with (`{sub topic="new…" set={desc}}`).
+    pub set: Option<SubSet>,
+}
+
+/// The `set` of a `{sub}`: the new topic's description.
+#[derive(Debug, Default, Deserialize)]
+pub struct SubSet {
+    pub desc: Option<SetDesc>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -150,4 +158,6 @@ pub struct MsgDel {
     pub delseq: Option<Vec<SeqRangeMsg>>,
     #[serde(default)]
     pub hard: bool,
+    /// `what="sub"`: the member removed (`usr…`).
+    pub user: Option<String>,
 }

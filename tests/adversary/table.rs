@@ -1060,6 +1060,50 @@ pub fn table() -> Vec<Entry> {
         },
         Entry {
             ws: Some("set"),
+            names: Names::Topic,
+            about: "add someone to the group ({set sub user})",
+            build: |a| {
+                vec![ws(json!({"set": {"topic": a.name.name,
+                    "sub": {"user": format!("usr{}", a.other_uid), "mode": null}}}))]
+            },
+            ..E
+        },
+        Entry {
+            ws: Some("del"),
+            late: true,
+            names: Names::Topic,
+            about: "remove a member ({del what=sub})",
+            build: |a| {
+                vec![ws(json!({"del": {"topic": a.name.name, "what": "sub",
+                    "user": format!("usr{}", a.other_uid)}}))]
+            },
+            ..E
+        },
+        Entry {
+            ws: Some("del"),
+            late: true,
+            names: Names::Topic,
+            about: "delete the chat ({del what=topic}: dissolve or leave)",
+            build: |a| {
+                vec![ws(
+                    json!({"del": {"topic": a.name.name, "what": "topic", "hard": true}}),
+                )]
+            },
+            ..E
+        },
+        Entry {
+            ws: Some("sub"),
+            names: Names::Nothing,
+            about: "create a group ({sub topic=new…}): the caller's own",
+            always_own: true,
+            build: |a| {
+                vec![ws(json!({"sub": {"topic": format!("new{}", a.n),
+                    "set": {"desc": {"public": {"fn": a.text()}}}}}))]
+            },
+            ..E
+        },
+        Entry {
+            ws: Some("set"),
             names: Names::Fnd,
             about: "fnd: find a victim by id and name",
             always_own: true,

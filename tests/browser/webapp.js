@@ -50,7 +50,7 @@ async function person(browser, label) {
   page.on('console', (m) => {
     if (m.type() === 'error') who.errors.push(m.text());
   });
-  page.on('pageerror', (e) => who.errors.push(`uncaught: ${e.message}`));
+  page.on('pageerror', (e) => who.errors.push(`uncaught: ${e.message} at ${String(e.stack || '').split('\n').slice(1, 4).join(' | ')}`));
   page.on('request', (r) => {
     const url = r.url();
     if (!url.startsWith(BASE) && !url.startsWith('ws://' + new URL(BASE).host) && !url.startsWith('data:') && !url.startsWith('blob:')) {
@@ -356,6 +356,58 @@ async function steps(browser) {
         throw new Error('the one-to-one chat is titled "Unnamed"');
       }
       await screenshot(a, 'p2p-open');
+
+      // A answers: from then on each sees the other online (a stranger's
+      // first message alone shows nothing of A to B).
+      const back = `back to you ${Date.now()}`;
+      await a.page.locator('#send-message-input').fill(back);
+      await a.page.locator('#send-message-input').press('Enter');
+      await message(b, back).waitFor(WAIT);
+      await screenshot(b, 'p2p-answered');
+
+      // B types in the one-to-one chat: A, who has it open, sees it (the
+      // app matches `{info kp}` by the chat's name as A knows it,
+      // `usr<B>`).
+      const typing = b.page.locator('#send-message-input');
+      // The app tells typing at most every 3 s, counted from B's last
+      // input (the message B sent moments ago).
+      await b.page.waitForTimeout(3500);
+      await typing.click();
+      await typing.pressSequentially('are you th');
+      await a.page.locator('#topic-caption-panel .typing, #messages-panel .typing').first().waitFor(WAIT);
+      await screenshot(a, 'p2p-typing');
+    }
+
+    if (CHAT_LIST) {
+      // A makes a group in the app: new chat → "new group" → its name →
+      // Create; it opens, named, and is in A's chat list.
+      const picnic = `Picnic ${Date.now() % 100000}`;
+      await a.page.locator('#side-caption-panel a', { has: a.page.locator('i.material-icons', { hasText: /^chat$/ }) }).click();
+      await a.page.getByText('new group', { exact: true }).click();
+      await a.page.locator('#new-topic-fn').fill(picnic);
+      await a.page.locator('button.primary', { hasText: 'Create' }).click();
+      await a.page.locator('#topic-caption-panel', { hasText: picnic }).waitFor(WAIT);
+      await noErrorBox(a, 'creating a group');
+      await a.page.locator('.contact-box li', { hasText: picnic }).first().waitFor(WAIT);
+      await screenshot(a, 'group-created');
+
+      // A writes there; after a reload (and signing in again) the group is
+      // still in A's list under its name, with the message.
+      const first = `first in ${picnic}`;
+      await a.page.locator('#send-message-input').fill(first);
+      await a.page.locator('#send-message-input').press('Enter');
+      await message(a, first).waitFor(WAIT);
+      await logIn(a, credentials('USER_A'));
+      const again = a.page.locator('.contact-box li', { hasText: picnic }).first();
+      await again.waitFor(WAIT);
+      await again.click();
+      await message(a, first).waitFor(WAIT);
+      await screenshot(a, 'group-after-reload');
+      // Adding members from the app (Info → Add members) works against the
+      // server (tests/node/tinode_groups.js), but the app throws on the
+      // added user's side when `{pres me acs}` names a topic its SDK has
+      // not cached yet (issue 40, open): not clicked here until it is
+      // answered in a shape the app takes.
     }
 
     // Every request got its answer within 5 s: wait until each is

@@ -4,6 +4,8 @@
 use serde_json::json;
 
 use crate::events::{new_event_id, now_ms};
+use crate::gateway::limits::Action;
+use crate::gateway::refusal::Refusal;
 use crate::groups::Membership;
 use crate::realtime::hub::SessionHandle;
 use crate::realtime::{frames, presence, Envelope, Kind, TargetType};
@@ -11,7 +13,70 @@ use crate::tinode::{self, ctrl, MsgLeave, MsgSub};
 
 use super::Session;
 
+/// Longest `new…` name a client may give a group it creates (Tinode's
+/// clients send `new` and a short unique suffix).
+const NEW_TOPIC_MAX: usize = 64;
+
 impl Session {
+    /// `{sub topic="new…" set={desc={public}}}`: a group created by the
+    /// caller (its owner) the way `POST /v1/groups` creates one, named
+    /// `grp…` by the server, then attached as any group: the reply's
+    /// `topic` is the new name (Tinode's clients rename the topic by it).
+    async fn create_and_subscribe(&mut self, mut sub: MsgSub) {
+        let id = sub.id.clone();
+        let asked = sub.topic.clone();
+        if !self.rate(id.as_deref(), &asked, Action::GroupCreate).await {
+            return;
+        }
+        let who = self.identity.clone().expect("logged in");
+        let public = sub
+            .set
+            .take()
+            .and_then(|s| s.desc)
+            .and_then(|d| d.public)
+            .filter(|p| p.is_object());
+        let name = match public.as_ref().map(|p| &p["fn"]) {
+            None | Some(serde_json::Value::Null) => String::new(),
+            Some(serde_json::Value::String(n)) => n.clone(),
+            Some(_) => {
+                let text = "malformed: desc.public.fn is the group's name, a string";
+                self.reply(ctrl(id.as_deref(), Some(&asked), 400, text, None))
+                    .await;
+                return;
+            }
+        };
+        let origin = self.caller(&who).origin;
+        let created = crate::gateway::http::create_as(
+            &self.gateway,
+            &who.tenant,
+            who.uid,
+            None,
+            name,
+            Vec::new(),
+            &origin,
+        )
+        .await;
+        let topic = match created {
+            Ok((topic, _, _)) => topic,
+            Err(Refusal(code, text)) => {
+                self.reply(ctrl(id.as_deref(), Some(&asked), code, &text, None))
+                    .await;
+                return;
+            }
+        };
+        // The rest of the description (a photo, a note) as the owner's
+        // first profile change.
+        if let Some(public) =
+            public.filter(|p| p.as_object().is_some_and(|o| o.keys().any(|k| k != "fn")))
+        {
+            if let Err(Refusal(code, text)) = self.set_public(&topic, &public).await {
+                tracing::info!(%topic, code, %text, "a new group's picture or note was refused");
+            }
+        }
+        sub.topic = topic;
+        self.subscribe(sub).await
+    }
+
     pub(super) async fn subscribe(&mut self, sub: MsgSub) {
         let id = sub.id.as_deref();
         let topic = sub.topic.as_str();
@@ -20,6 +85,9 @@ impl Session {
         }
         if topic == super::find::FND {
             return self.subscribe_fnd(id, sub.get.as_ref()).await;
+        }
+        if topic.starts_with("new") && topic.len() <= NEW_TOPIC_MAX {
+            return Box::pin(self.create_and_subscribe(sub)).await;
         }
         if !tinode::is_conversation_topic(topic) {
             self.reply(ctrl(
@@ -288,18 +356,7 @@ impl Session {
     /// Publishes a frame to every session attached to `topic` (all nodes)
     /// except this one.
     pub(super) async fn announce(&self, tenant: &str, topic: &str, frame: String) {
-        let envelope = Envelope {
-            event_id: new_event_id(),
-            tenant_id: tenant.to_string(),
-            kind: Kind::Deliver,
-            target_type: TargetType::Topic,
-            target: topic.to_string(),
-            skip_sid: self.sid.clone(),
-            dedup_key: String::new(),
-            occurred_at: now_ms(),
-            payload: frame,
-            exclude: Vec::new(),
-        };
+        let envelope = self.envelope(tenant, TargetType::Topic, topic.to_string(), frame);
         let mut redis = self.gateway.redis.clone();
         let nodes = presence::online_nodes(&mut redis, tenant, topic, now_ms())
             .await
@@ -308,6 +365,37 @@ impl Session {
         if let Err(e) = crate::realtime::bus::publish(&mut redis, nodes.as_deref(), &envelope).await
         {
             tracing::warn!(error = %e, "realtime publish failed");
+        }
+    }
+
+    /// Publishes a frame to every session of user `uid` (all nodes) except
+    /// this one.
+    pub(super) async fn announce_to_user(&self, tenant: &str, uid: i64, frame: String) {
+        let envelope = self.envelope(tenant, TargetType::User, uid.to_string(), frame);
+        let mut redis = self.gateway.redis.clone();
+        if let Err(e) = crate::realtime::bus::publish(&mut redis, None, &envelope).await {
+            tracing::warn!(error = %e, "realtime publish failed");
+        }
+    }
+
+    fn envelope(
+        &self,
+        tenant: &str,
+        target_type: TargetType,
+        target: String,
+        frame: String,
+    ) -> Envelope {
+        Envelope {
+            event_id: new_event_id(),
+            tenant_id: tenant.to_string(),
+            kind: Kind::Deliver,
+            target_type,
+            target,
+            skip_sid: self.sid.clone(),
+            dedup_key: String::new(),
+            occurred_at: now_ms(),
+            payload: frame,
+            exclude: Vec::new(),
         }
     }
 

@@ -1,4 +1,6 @@
-//! `{del what="msg"}`: clearing one's own view, recalling, or deleting for everyone.
+//! `{del}`: `what="msg"` clears one's own view, recalls, or deletes for
+//! everyone; `what="topic"` on a group declines an invitation, dissolves
+//! (owner) or leaves; `what="sub"` removes a member.
 
 use serde_json::json;
 
@@ -19,9 +21,9 @@ impl Session {
         let topic = del.topic.as_str();
         if del.what == "topic" && tinode::is_group_topic(topic) {
             // An invited user's "Ignore" (Tinode's web app deletes the
-            // topic): the invitation is declined. Anything else is not
-            // deleted this way (the owner dissolves with HTTP). An event
-            // like every change: the same bucket as over HTTP.
+            // topic): the invitation is declined; else the owner's
+            // "Delete" dissolves and a member's leaves. An event like
+            // every change: the same bucket as over HTTP.
             if !self
                 .rate(id, topic, crate::gateway::limits::Action::Change)
                 .await
@@ -37,14 +39,39 @@ impl Session {
                 .await
             {
                 Ok(_) => ctrl(id, Some(&self.shown(topic)), 200, "ok", None),
-                Err(r) if r.0 == 404 || r.0 == 409 => ctrl(
+                // Not invited: the owner dissolves the group, a member
+                // leaves it (Tinode's "Delete" and "Leave").
+                Err(r) if r.0 == 404 || r.0 == 409 => self.delete_group(id, topic).await,
+                Err(r) => ctrl(id, Some(&self.shown(topic)), r.0, &r.1, None),
+            };
+            self.reply(reply).await;
+            return;
+        }
+        if del.what == "sub" && tinode::is_group_topic(topic) {
+            // Removing a member (owner or admin; Tinode's "Remove").
+            let reply = match del.user.as_deref().and_then(tinode::parse_user_id) {
+                None => ctrl(
                     id,
-                    Some(&self.shown(topic)),
-                    501,
-                    "not implemented: only an invitation can be deleted",
+                    Some(topic),
+                    400,
+                    "malformed: user names the member to remove (usr…)",
                     None,
                 ),
-                Err(r) => ctrl(id, Some(&self.shown(topic)), r.0, &r.1, None),
+                Some(uid) => {
+                    if !self
+                        .rate(id, topic, crate::gateway::limits::Action::Change)
+                        .await
+                    {
+                        return;
+                    }
+                    match self
+                        .govern(topic, crate::governance::Action::Kick(uid))
+                        .await
+                    {
+                        Ok(()) => ctrl(id, Some(topic), 200, "ok", None),
+                        Err(Refusal(code, text)) => ctrl(id, Some(topic), code, &text, None),
+                    }
+                }
             };
             self.reply(reply).await;
             return;
@@ -132,5 +159,62 @@ impl Session {
                     .await
             }
         }
+    }
+}
+
+impl Session {
+    /// `{del what="topic"}` of a group the caller is in: the owner
+    /// dissolves it, anyone else leaves it; this session lets go of it.
+    async fn delete_group(&mut self, id: Option<&str>, topic: &str) -> String {
+        let who = self.identity.clone().expect("logged in");
+        let gov = &self.gateway.governance;
+        let action = match gov.standing(&who.tenant, topic, who.uid).await {
+            Ok(crate::groups::Standing::Member {
+                role: crate::groups::Role::Owner,
+                ..
+            }) => crate::governance::Action::Dissolve,
+            Ok(crate::groups::Standing::Member { .. }) => crate::governance::Action::Leave,
+            Ok(_) => return ctrl(id, Some(topic), 404, "topic not found", None),
+            Err(e) => {
+                let r = Refusal::from(e);
+                return ctrl(id, Some(topic), r.0, &r.1, None);
+            }
+        };
+        if let Err(Refusal(code, text)) = self.govern(topic, action).await {
+            return ctrl(id, Some(topic), code, &text, None);
+        }
+        if self.attached.remove(topic) {
+            if let Some(handle) = self.handle.clone() {
+                self.detach(&handle, topic).await;
+            }
+        }
+        ctrl(id, Some(topic), 200, "ok", None)
+    }
+
+    /// A governance action of the caller on `topic`, decided on the
+    /// caller's standing in the write model.
+    pub(super) async fn govern(
+        &mut self,
+        topic: &str,
+        action: crate::governance::Action,
+    ) -> Result<(), Refusal> {
+        let who = self.identity.clone().expect("logged in");
+        let origin = self.caller(&who).origin;
+        let gov = &self.gateway.governance;
+        let result = match gov.standing(&who.tenant, topic, who.uid).await {
+            Ok(standing) => gov
+                .act(
+                    &who.tenant,
+                    topic,
+                    crate::governance::Actor::User(who.uid, standing),
+                    action,
+                    &origin,
+                    "",
+                )
+                .await
+                .map(|_| ()),
+            Err(e) => Err(e.into()),
+        };
+        result.map_err(|crate::governance::Refused(code, text)| Refusal(code, text))
     }
 }

@@ -34,12 +34,19 @@ impl Session {
                     return;
                 }
                 self.kp_at.insert(topic.to_string(), now);
-                self.announce(
-                    &who.tenant,
-                    topic,
-                    frames::info_frame(topic, who.uid, "kp", None),
-                )
-                .await;
+                match tinode::p2p_peer(topic, who.uid) {
+                    // One-to-one: the peer knows the chat as `usr<writer>`
+                    // (as the receipts projection addresses read and recv).
+                    Some(peer) => {
+                        let frame =
+                            frames::info_frame(&tinode::user_id(who.uid), who.uid, "kp", None);
+                        self.announce_to_user(&who.tenant, peer, frame).await
+                    }
+                    None => {
+                        let frame = frames::info_frame(topic, who.uid, "kp", None);
+                        self.announce(&who.tenant, topic, frame).await
+                    }
+                }
             }
             (what @ ("recv" | "read"), Some(seq)) if seq > 0 => {
                 // Notes carry no id: the 429 names the topic only.

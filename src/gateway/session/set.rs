@@ -1,7 +1,9 @@
-//! `{set}`: the user's own profile (`topic="me"`, `desc.public`) and a
-//! group's (`desc.public`, owner or admin). Everything else a Tinode client
-//! may set (`private`, `sub` modes, `tags`, `aux`, `cred`) is answered 501
-//! with the request id, so a client never waits for nothing.
+//! `{set}`: the user's own profile (`topic="me"`, `desc.public`), a
+//! group's (`desc.public`, owner or admin), adding a user to a group
+//! (`sub.user`) and answering an invitation (one's own `sub.mode`).
+//! Everything else a Tinode client may set (`private`, other `sub` modes,
+//! `tags`, `aux`, `cred`) is answered 501 with the request id, so a client
+//! never waits for nothing.
 
 use crate::gateway::chats;
 use crate::gateway::limits::Action;
@@ -21,6 +23,11 @@ impl Session {
             return self.set_fnd(id, public).await;
         }
         let shown = self.shown(&set.topic);
+        if let Some(user) = other_user(set.sub.as_ref(), self.identity.as_ref().map(|w| w.uid)) {
+            if tinode::is_group_topic(&set.topic) && set.desc.is_none() {
+                return self.add_to_group(id, &set.topic, user).await;
+            }
+        }
         if let Some(mode) = own_mode(set.sub.as_ref()) {
             if tinode::is_group_topic(&set.topic) && set.desc.is_none() {
                 if !self.rate(id, &set.topic, Action::Change).await {
@@ -56,6 +63,50 @@ impl Session {
         let reply = match result {
             Ok(()) => ctrl(id, Some(&shown), 200, "ok", None),
             Err(Refusal(code, text)) => ctrl(id, Some(&shown), code, &text, None),
+        };
+        self.reply(reply).await;
+    }
+
+    /// `{set sub={user}}` of a group: the user is added, or invited when
+    /// their add policy asks for it (Tinode's "Add members"), as
+    /// `POST …/members` does, drawing on the same buckets.
+    async fn add_to_group(&mut self, id: Option<&str>, topic: &str, user: Result<i64, ()>) {
+        let Ok(uid) = user else {
+            let text = "malformed: sub.user names the user to add (usr…)";
+            self.reply(ctrl(id, Some(topic), 400, text, None)).await;
+            return;
+        };
+        if !self.rate(id, topic, Action::MemberAdd).await {
+            return;
+        }
+        let who = self.identity.clone().expect("logged in");
+        let origin = self.caller(&who).origin;
+        let added = self
+            .gateway
+            .governance
+            .add_members(
+                &who.tenant,
+                topic,
+                Actor::User(who.uid, crate::groups::Standing::NotMember),
+                &[uid],
+                &origin,
+            )
+            .await;
+        // The new member's access, as Tinode answers a `{set sub}` (its
+        // clients keep it for the member they just added): an invited
+        // user is given a member's mode but wants nothing yet.
+        let given = crate::realtime::frames::access_mode(Some(crate::groups::Role::Member), false);
+        let reply = match added {
+            Ok(outcome) if outcome.invited.contains(&uid) => {
+                let acs =
+                    json!({"acs": {"given": given, "want": "N", "mode": "N"}, "invited": true});
+                ctrl(id, Some(topic), 200, "ok", Some(acs))
+            }
+            Ok(_) => {
+                let acs = json!({"acs": {"given": given, "want": given, "mode": given}});
+                ctrl(id, Some(topic), 200, "ok", Some(acs))
+            }
+            Err(r) => ctrl(id, Some(topic), r.0, &r.1, None),
         };
         self.reply(reply).await;
     }
@@ -129,7 +180,11 @@ impl Session {
         }
     }
 
-    async fn set_public(&mut self, topic: &str, public: &serde_json::Value) -> Result<(), Refusal> {
+    pub(super) async fn set_public(
+        &mut self,
+        topic: &str,
+        public: &serde_json::Value,
+    ) -> Result<(), Refusal> {
         let who = self.identity.clone().expect("logged in");
         if topic == "me" {
             let change = chats::user_profile_change(public)?;
@@ -164,6 +219,19 @@ impl Session {
 
 /// The mode of `{set sub={mode}}` about the caller's own subscription (no
 /// `user`, or nothing else).
+/// `{set sub={user: "usr…"}}` naming someone else: the user to add (a
+/// `mode` beside it is the app's default for a new member, not a role).
+fn other_user(sub: Option<&serde_json::Value>, me: Option<i64>) -> Option<Result<i64, ()>> {
+    let sub = sub?.as_object()?;
+    let user = sub.get("user")?;
+    let uid = user.as_str().and_then(tinode::parse_user_id);
+    match uid {
+        Some(u) if Some(u) == me => None,
+        Some(u) => Some(Ok(u)),
+        None => Some(Err(())),
+    }
+}
+
 fn own_mode(sub: Option<&serde_json::Value>) -> Option<String> {
     let sub = sub?.as_object()?;
     if sub.keys().any(|k| k != "mode") {
