@@ -267,36 +267,14 @@ impl Session {
                 self.gateway.hub.detach(handle, topic);
             }
             // Through governance: an owner may not leave (403).
-            let who = self.identity.clone().expect("logged in");
-            let caller = self.caller(&who);
-            let gov = &self.gateway.governance;
-            let result = match gov.standing(&who.tenant, topic, who.uid).await {
-                Ok(standing) => gov
-                    .act(
-                        &who.tenant,
-                        topic,
-                        crate::governance::Actor::User(who.uid, standing),
-                        crate::governance::Action::Leave,
-                        &caller.origin,
-                        "",
-                    )
-                    .await
-                    .map(|_| ()),
-                Err(e) => Err(e),
-            };
-            if let Err(refused) = result {
+            let result = self.govern(topic, crate::governance::Action::Leave).await;
+            if let Err(Refusal(code, text)) = result {
                 self.attached.insert(topic.to_string());
                 if let Some(handle) = &self.handle {
                     self.gateway.hub.attach(handle, topic);
                 }
-                self.reply(ctrl(
-                    id,
-                    Some(&self.shown(topic)),
-                    refused.0,
-                    &refused.1,
-                    None,
-                ))
-                .await;
+                self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                    .await;
                 return;
             }
         }
