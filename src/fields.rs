@@ -9,8 +9,9 @@
 pub const GROUP_NAME_CHARS: usize = 128;
 /// A user's full name (`im_user_profiles.full_name VARCHAR(128)`).
 pub const FULL_NAME_CHARS: usize = 128;
-/// A photo reference (`photo VARCHAR(512)`, users and groups).
-pub const PHOTO_CHARS: usize = 512;
+/// A photo: a reference or a small inline `data:image/…;base64,` URI
+/// (`photo VARCHAR(8192)`, users and groups).
+pub const PHOTO_CHARS: usize = 8192;
 /// A user's note (`im_user_profiles.note VARCHAR(512)`).
 pub const NOTE_CHARS: usize = 512;
 /// A group's description (`im_groups.description VARCHAR(1024)`).
@@ -105,6 +106,7 @@ mod tests {
             include_str!("../migrations/tenant/0003_groups_members_subscriptions.sql"),
             include_str!("../migrations/tenant/0008_conversations_and_profiles.sql"),
             include_str!("../migrations/tenant/0019_message_references.sql"),
+            include_str!("../migrations/tenant/0062_inline_photos.sql"),
         ]
         .concat();
         for (column, n) in [

@@ -127,10 +127,22 @@ async fn chat_list_through_tinode_sdk_and_http() {
         A,
         "PUT",
         "/v1/me/profile",
-        json!({"photo": {"data": "AAAA"}}),
+        json!({"photo": {"data": "A".repeat(12_000), "type": "image/png"}}),
     )
     .await;
+    // A picture kept inline is small (fields::PHOTO_CHARS); a larger one is
+    // uploaded, and something that is no picture is no photo.
     assert_eq!(status, 413);
+    let (status, _) = call(
+        &stack,
+        gw,
+        A,
+        "PUT",
+        "/v1/me/profile",
+        json!({"photo": {"data": "AAAA", "type": "text/html"}}),
+    )
+    .await;
+    assert_eq!(status, 415);
 
     stack.create_group(TEAM, A, &[B, C]).await;
     stack.create_group(PAIR, B, &[A]).await;

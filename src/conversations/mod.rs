@@ -68,10 +68,11 @@ impl Profile {
         if let Some(name) = &self.full_name {
             p.insert("fn".into(), name.clone().into());
         }
-        if let Some(photo) = &self.photo {
+        // An empty photo is one removed (Tinode's delete marker).
+        if let Some(photo) = self.photo.as_ref().filter(|p| !p.is_empty()) {
             p.insert("photo".into(), serde_json::json!({ "ref": photo }));
         }
-        if let Some(note) = &self.note {
+        if let Some(note) = self.note.as_ref().filter(|n| !n.is_empty()) {
             p.insert("note".into(), note.clone().into());
         }
         serde_json::Value::Object(p)

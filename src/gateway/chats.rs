@@ -383,10 +383,11 @@ impl Serialize for Public<'_> {
         if let Some(name) = &p.full_name {
             map.serialize_entry("fn", name)?;
         }
-        if let Some(photo) = &p.photo {
+        // An empty photo is one removed (Tinode's delete marker).
+        if let Some(photo) = p.photo.as_deref().filter(|p| !p.is_empty()) {
             map.serialize_entry("photo", &Photo { reference: photo })?;
         }
-        if let Some(note) = &p.note {
+        if let Some(note) = p.note.as_deref().filter(|n| !n.is_empty()) {
             map.serialize_entry("note", note)?;
         }
         map.end()
@@ -653,6 +654,8 @@ pub fn standing_role(standing: Standing) -> Option<Role> {
 fn text_field(public: &Value, name: &str, max: usize) -> Result<Option<String>, Refusal> {
     match public.get(name) {
         None | Some(Value::Null) => Ok(None),
+        // Tinode's delete marker: the field is cleared.
+        Some(Value::String(s)) if s == tinode::DEL_CHAR => Ok(Some(String::new())),
         Some(Value::String(s)) if s.chars().count() <= max => Ok(Some(s.clone())),
         Some(Value::String(_)) => Err(Refusal(
             400,
@@ -665,31 +668,65 @@ fn text_field(public: &Value, name: &str, max: usize) -> Result<Option<String>, 
     }
 }
 
-/// `public.photo`: a reference (`{"ref": url}` or a URL string); inline
-/// image bytes are refused (pictures are stored elsewhere).
+/// `public.photo`: a reference (`{"ref": url}` or a URL string), or a
+/// small picture inline (`{"data", "type"}`), kept as a `data:` URI.
 fn photo_field(public: &Value) -> Result<Option<String>, Refusal> {
     let reference = match public.get("photo") {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::String(s)) => s.clone(),
-        Some(Value::Object(o)) => match (o.get("ref"), o.get("data")) {
-            (Some(Value::String(r)), _) => r.clone(),
-            (_, Some(_)) => {
-                return Err(Refusal(
-                    413,
-                    "inline pictures are not stored here; upload it and pass photo.ref".into(),
-                ))
-            }
+        // Tinode's clients send a small picture inline (`data`, with `ref`
+        // set to the delete marker to drop an older reference) and a large
+        // one as an uploaded file's `ref`.
+        Some(Value::Object(o)) => match (o.get("data"), o.get("ref")) {
+            (Some(Value::String(data)), _) => inline_photo(data, o.get("type"))?,
+            (Some(_), _) => return Err(Refusal(400, "malformed: public.photo.data".into())),
+            (None, Some(Value::String(r))) => r.clone(),
             _ => return Err(Refusal(400, "malformed: public.photo".into())),
         },
         Some(_) => return Err(Refusal(400, "malformed: public.photo".into())),
     };
+    // Tinode's delete marker: no picture any more.
+    if reference == tinode::DEL_CHAR {
+        return Ok(Some(String::new()));
+    }
     if reference.chars().count() > MAX_PHOTO_CHARS {
         return Err(Refusal(
-            400,
-            format!("malformed: public.photo is longer than {MAX_PHOTO_CHARS} characters"),
+            413,
+            format!(
+                "public.photo is longer than {MAX_PHOTO_CHARS} characters: upload the picture and pass its reference"
+            ),
         ));
     }
     Ok(Some(reference))
+}
+
+/// Picture types kept inline (raster images a browser shows in `<img>`).
+const INLINE_PHOTO_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// A picture sent as base64 bytes, as the `data:` URI it is kept as.
+fn inline_photo(data: &str, kind: Option<&Value>) -> Result<String, Refusal> {
+    let kind = kind.and_then(Value::as_str).unwrap_or("image/jpeg");
+    if !INLINE_PHOTO_TYPES.contains(&kind) {
+        return Err(Refusal(
+            415,
+            format!(
+                "public.photo.type must be one of {}",
+                INLINE_PHOTO_TYPES.join(", ")
+            ),
+        ));
+    }
+    let base64 = data.len() % 4 == 0
+        && !data.is_empty()
+        && data
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'=');
+    if !base64 {
+        return Err(Refusal(
+            400,
+            "malformed: public.photo.data is not base64".into(),
+        ));
+    }
+    Ok(format!("data:{kind};base64,{data}"))
 }
 
 /// A user's `public` as a profile change.

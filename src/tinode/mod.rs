@@ -17,5 +17,8 @@ pub use wire::*;
 /// under the request id the answer carries.
 pub const UNAVAILABLE: &str = "service unavailable, retry";
 
+/// Tinode's "delete this field" marker (U+2421), as clients send it.
+pub const DEL_CHAR: &str = "\u{2421}";
+
 #[cfg(test)]
 mod tests;
