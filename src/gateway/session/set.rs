@@ -217,8 +217,6 @@ impl Session {
     }
 }
 
-/// The mode of `{set sub={mode}}` about the caller's own subscription (no
-/// `user`, or nothing else).
 /// `{set sub={user: "usr…"}}` naming someone else: the user to add (a
 /// `mode` beside it is the app's default for a new member, not a role).
 fn other_user(sub: Option<&serde_json::Value>, me: Option<i64>) -> Option<Result<i64, ()>> {
@@ -232,6 +230,8 @@ fn other_user(sub: Option<&serde_json::Value>, me: Option<i64>) -> Option<Result
     }
 }
 
+/// The mode of `{set sub={mode}}` about the caller's own subscription (no
+/// `user`, or nothing else).
 fn own_mode(sub: Option<&serde_json::Value>) -> Option<String> {
     let sub = sub?.as_object()?;
     if sub.keys().any(|k| k != "mode") {
