@@ -158,8 +158,7 @@ async fn produce(
         &mut redis,
         &key,
         CONTROL_LOCK_MS,
-        40,
-        std::time::Duration::from_millis(50),
+        std::time::Duration::from_secs(2),
     )
     .await
     {

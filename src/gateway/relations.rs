@@ -90,8 +90,7 @@ async fn block_or_unblock(
         &mut redis,
         &key,
         BLOCKS_LOCK_MS,
-        40,
-        std::time::Duration::from_millis(50),
+        std::time::Duration::from_secs(2),
     )
     .await
     .map_err(|_| error(503, tinode::UNAVAILABLE))?;

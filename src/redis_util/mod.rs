@@ -301,25 +301,26 @@ impl RedisLock {
         }))
     }
 
-    /// [`RedisLock::acquire`], waiting while another holder has it (held
-    /// for milliseconds by a request like this one): at most `tries`
-    /// attempts `every` apart; `None` when it stayed taken.
+    /// [`RedisLock::acquire`], waiting up to `wait` while another holder
+    /// has it (a request like this one, for milliseconds), asking every
+    /// 50 ms; `None` when it stayed taken.
     pub async fn acquire_waiting(
         redis: &mut Redis,
         key: &str,
         ttl_ms: u64,
-        tries: u32,
-        every: std::time::Duration,
+        wait: std::time::Duration,
     ) -> redis::RedisResult<Option<RedisLock>> {
-        for n in 0..tries.max(1) {
+        const EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
             if let Some(lock) = RedisLock::acquire(redis, key, ttl_ms).await? {
                 return Ok(Some(lock));
             }
-            if n + 1 < tries {
-                tokio::time::sleep(every).await;
+            if tokio::time::Instant::now() + EVERY > deadline {
+                return Ok(None);
             }
+            tokio::time::sleep(EVERY).await;
         }
-        Ok(None)
     }
 
     /// Extends the lock to `ttl_ms` from now; `false` when it is not ours

@@ -34,7 +34,7 @@ impl Session {
             .take()
             .and_then(|s| s.desc)
             .and_then(|d| d.public)
-            .filter(|p| p.is_object());
+            .filter(|p| p.as_object().is_some_and(|o| !o.is_empty()));
         let name = match public.as_ref().map(|p| &p["fn"]) {
             None | Some(serde_json::Value::Null) => String::new(),
             Some(serde_json::Value::String(n)) => n.clone(),
@@ -45,6 +45,16 @@ impl Session {
                 return;
             }
         };
+        // The whole description is checked before anything is created: a
+        // picture or note the group could not keep refuses the create.
+        if let Some(Err(Refusal(code, text))) = public
+            .as_ref()
+            .map(crate::gateway::chats::group_profile_change)
+        {
+            self.reply(ctrl(id.as_deref(), Some(&asked), code, &text, None))
+                .await;
+            return;
+        }
         let origin = self.caller(&who).origin;
         let created = crate::gateway::http::create_as(
             &self.gateway,
@@ -64,13 +74,14 @@ impl Session {
                 return;
             }
         };
-        // The rest of the description (a photo, a note) as the owner's
-        // first profile change.
+        // The rest of the description (a photo, a note), checked above, as
+        // the owner's first profile change; only an outage can refuse it
+        // now, and the group then keeps its name alone (logged).
         if let Some(public) =
             public.filter(|p| p.as_object().is_some_and(|o| o.keys().any(|k| k != "fn")))
         {
             if let Err(Refusal(code, text)) = self.set_public(&topic, &public).await {
-                tracing::info!(%topic, code, %text, "a new group's picture or note was refused");
+                tracing::warn!(%topic, code, %text, "a new group's picture or note was not kept");
             }
         }
         sub.topic = topic;
@@ -267,7 +278,9 @@ impl Session {
                 self.gateway.hub.detach(handle, topic);
             }
             // Through governance: an owner may not leave (403).
-            let result = self.govern(topic, crate::governance::Action::Leave).await;
+            let result = self
+                .govern(topic, |_| Ok(crate::governance::Action::Leave))
+                .await;
             if let Err(Refusal(code, text)) = result {
                 self.attached.insert(topic.to_string());
                 if let Some(handle) = &self.handle {

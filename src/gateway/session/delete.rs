@@ -65,7 +65,7 @@ impl Session {
                         return;
                     }
                     match self
-                        .govern(topic, crate::governance::Action::Kick(uid))
+                        .govern(topic, |_| Ok(crate::governance::Action::Kick(uid)))
                         .await
                     {
                         Ok(()) => ctrl(id, Some(topic), 200, "ok", None),
@@ -166,21 +166,17 @@ impl Session {
     /// `{del what="topic"}` of a group the caller is in: the owner
     /// dissolves it, anyone else leaves it; this session lets go of it.
     async fn delete_group(&mut self, id: Option<&str>, topic: &str) -> String {
-        let who = self.identity.clone().expect("logged in");
-        let gov = &self.gateway.governance;
-        let action = match gov.standing(&who.tenant, topic, who.uid).await {
-            Ok(crate::groups::Standing::Member {
-                role: crate::groups::Role::Owner,
-                ..
-            }) => crate::governance::Action::Dissolve,
-            Ok(crate::groups::Standing::Member { .. }) => crate::governance::Action::Leave,
-            Ok(_) => return ctrl(id, Some(topic), 404, "topic not found", None),
-            Err(e) => {
-                let r = Refusal::from(e);
-                return ctrl(id, Some(topic), r.0, &r.1, None);
-            }
-        };
-        if let Err(Refusal(code, text)) = self.govern(topic, action).await {
+        let chosen = self
+            .govern(topic, |standing| match standing {
+                crate::groups::Standing::Member {
+                    role: crate::groups::Role::Owner,
+                    ..
+                } => Ok(crate::governance::Action::Dissolve),
+                crate::groups::Standing::Member { .. } => Ok(crate::governance::Action::Leave),
+                _ => Err(Refusal(404, "topic not found".into())),
+            })
+            .await;
+        if let Err(Refusal(code, text)) = chosen {
             return ctrl(id, Some(topic), code, &text, None);
         }
         if self.attached.remove(topic) {
@@ -191,30 +187,32 @@ impl Session {
         ctrl(id, Some(topic), 200, "ok", None)
     }
 
-    /// A governance action of the caller on `topic`, decided on the
-    /// caller's standing in the write model.
+    /// A governance action of the caller on `topic`, chosen by `action`
+    /// from the caller's standing in the write model (read once) and
+    /// decided on it.
     pub(super) async fn govern(
         &mut self,
         topic: &str,
-        action: crate::governance::Action,
+        action: impl FnOnce(crate::groups::Standing) -> Result<crate::governance::Action, Refusal>,
     ) -> Result<(), Refusal> {
         let who = self.identity.clone().expect("logged in");
         let origin = self.caller(&who).origin;
         let gov = &self.gateway.governance;
-        let result = match gov.standing(&who.tenant, topic, who.uid).await {
-            Ok(standing) => gov
-                .act(
-                    &who.tenant,
-                    topic,
-                    crate::governance::Actor::User(who.uid, standing),
-                    action,
-                    &origin,
-                    "",
-                )
-                .await
-                .map(|_| ()),
-            Err(e) => Err(e.into()),
-        };
-        result.map_err(|crate::governance::Refused(code, text)| Refusal(code, text))
+        let standing = gov
+            .standing(&who.tenant, topic, who.uid)
+            .await
+            .map_err(|crate::governance::Refused(code, text)| Refusal(code, text))?;
+        let action = action(standing)?;
+        gov.act(
+            &who.tenant,
+            topic,
+            crate::governance::Actor::User(who.uid, standing),
+            action,
+            &origin,
+            "",
+        )
+        .await
+        .map(|_| ())
+        .map_err(|crate::governance::Refused(code, text)| Refusal(code, text))
     }
 }

@@ -61,8 +61,8 @@ impl Session {
             .collect())
     }
 
-    /// `{get}`: `data` (history page, then ctrl 208/204) and `del`.
-    /// `{get}` of a conversation: `what` is a space-separated list of these.
+    /// `{get}` of a conversation: `what` names parts of [`KNOWN_PARTS`]
+    /// (`data` is a history page, then ctrl 208/204); none of them is `400`.
     pub(super) async fn get(&mut self, id: Option<&str>, topic: &str, query: &tinode::GetQuery) {
         if topic == "me" {
             return self.get_me(id, query).await;
