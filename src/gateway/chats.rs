@@ -675,14 +675,19 @@ fn photo_field(public: &Value) -> Result<Option<String>, Refusal> {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::String(s)) => s.clone(),
         // Tinode's clients send a small picture inline (`data`, with `ref`
-        // set to the delete marker to drop an older reference) and a large
-        // one as an uploaded file's `ref`.
-        Some(Value::Object(o)) => match (o.get("data"), o.get("ref")) {
-            (Some(Value::String(data)), _) => inline_photo(data, o.get("type"))?,
-            (Some(_), _) => return Err(Refusal(400, "malformed: public.photo.data".into())),
-            (None, Some(Value::String(r))) => r.clone(),
-            _ => return Err(Refusal(400, "malformed: public.photo".into())),
-        },
+        // the delete marker to drop an older reference) and a large one as
+        // an uploaded file's `ref` (with `data` the delete marker).
+        Some(Value::Object(o)) => {
+            let data = o
+                .get("data")
+                .filter(|d| d.as_str() != Some(tinode::DEL_CHAR));
+            match (data, o.get("ref")) {
+                (Some(Value::String(data)), _) => inline_photo(data, o.get("type"))?,
+                (Some(_), _) => return Err(Refusal(400, "malformed: public.photo.data".into())),
+                (None, Some(Value::String(r))) => r.clone(),
+                _ => return Err(Refusal(400, "malformed: public.photo".into())),
+            }
+        }
         Some(_) => return Err(Refusal(400, "malformed: public.photo".into())),
     };
     // Tinode's delete marker: no picture any more.
@@ -705,8 +710,12 @@ const INLINE_PHOTO_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "i
 
 /// A picture sent as base64 bytes, as the `data:` URI it is kept as.
 fn inline_photo(data: &str, kind: Option<&Value>) -> Result<String, Refusal> {
-    let kind = kind.and_then(Value::as_str).unwrap_or("image/jpeg");
-    if !INLINE_PHOTO_TYPES.contains(&kind) {
+    // Tinode's web app names the subtype alone (`png`).
+    let kind = match kind.and_then(Value::as_str).unwrap_or("image/jpeg") {
+        k if k.contains('/') => k.to_string(),
+        k => format!("image/{k}"),
+    };
+    if !INLINE_PHOTO_TYPES.contains(&kind.as_str()) {
         return Err(Refusal(
             415,
             format!(

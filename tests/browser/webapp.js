@@ -403,6 +403,25 @@ async function steps(browser) {
       await again.click();
       await message(a, first).waitFor(WAIT);
       await screenshot(a, 'group-after-reload');
+      // A changes her picture (settings → Edit → avatar → crop → OK): after
+      // signing in again B sees it, kept by the server as a data: URI.
+      const png = Buffer.from(
+        'iVBORw0KGgoAAAANSUhEUgAAAEAAAABACAIAAAAlC+aJAAAAeklEQVR4nO3PUQkAIBTAwJfEYCY2liH8OITBAtzmrP11wwUNaEEDWtCAFjSgBQ1oQQNa0IAWNKAFDWhBA1rQgBY0oAUNaEEDWtCAFjSgBQ1oQQNa0IAWNKAFDWhBA1rQgBY0oAUNaEEDWtCAFjSgBQ1oQQNa0IAWPHYBV80BLRkIBEcAAAAASUVORK5CYII=',
+        'base64');
+      await a.page.locator('#side-caption-panel a', { has: a.page.locator('i.material-icons', { hasText: /^settings$/ }) }).click();
+      await a.page.locator('#sidepanel a', { hasText: /edit/i }).first().click();
+      await a.page.locator('input[type=file][id^="file-input-avatar"]').first().setInputFiles({ name: 'me.png', mimeType: 'image/png', buffer: png });
+      await a.page.locator('.cropper').waitFor(WAIT);
+      await screenshot(a, 'avatar-crop');
+      await a.page.locator('button.primary', { hasText: /^OK$/ }).click();
+      await noErrorBox(a, 'changing the avatar');
+      await screenshot(a, 'avatar-set');
+      await logIn(b, credentials('USER_B'));
+      await b.page.waitForFunction((old) => [...document.querySelectorAll('img')]
+        .some((i) => (i.getAttribute('src') || '').startsWith('data:image/') && i.getAttribute('src') !== old),
+      process.env.PHOTO_A, { polling: 500, ...WAIT });
+      await screenshot(b, 'new-avatar-seen');
+
       // Adding members from the app (Info → Add members) works against the
       // server (tests/node/tinode_groups.js), but the app throws on the
       // added user's side when `{pres me acs}` names a topic its SDK has
