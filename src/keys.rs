@@ -161,8 +161,9 @@ impl UserKeys {
     pub fn profile(&self) -> String {
         format!("{}:profile", self.base)
     }
-    /// STRING lock: one block or unblock of the user at a time, from its
-    /// produce to its write-through, so the writes happen in log order.
+    /// STRING lock: one block, unblock, mute or unmute of the user at a
+    /// time, from its produce to its write-through, so the writes happen in
+    /// log order.
     pub fn blocks_lock(&self) -> String {
         format!("{}:blocks_lock", self.base)
     }

@@ -73,6 +73,32 @@ pub async fn set_member(
     Ok(())
 }
 
+/// Mutes (or unmutes) `topic` for `uid`'s pushes and access mode: MySQL
+/// first, then the Redis set the push pipeline reads. Idempotent.
+pub async fn set_topic_muted(
+    pool: &MySqlPool,
+    redis: &mut Redis,
+    tenant: &str,
+    uid: i64,
+    topic: &str,
+    muted: bool,
+) -> Result<(), RelationError> {
+    let sql = if muted {
+        "INSERT INTO im_push_muted_topics (uid, topic) VALUES (?, ?) \
+         ON DUPLICATE KEY UPDATE uid = uid"
+    } else {
+        "DELETE FROM im_push_muted_topics WHERE uid = ? AND topic = ?"
+    };
+    sqlx::query(sql).bind(uid).bind(topic).execute(pool).await?;
+    let cmd = if muted { "SADD" } else { "SREM" };
+    let _: () = redis::cmd(cmd)
+        .arg(TenantKeys::new(tenant).push_muted(uid))
+        .arg(topic)
+        .query_async(redis)
+        .await?;
+    Ok(())
+}
+
 /// Whether `other` is in `uid`'s `set` (friends of, blocked by `uid`).
 pub async fn contains(
     pool: &MySqlPool,

@@ -358,13 +358,7 @@ pub struct MeSub<'a> {
     public: Option<Public<'a>>,
 }
 
-/// Tinode's `acs` of one mode: `{want, given, mode}` alike.
-#[derive(Debug, Serialize)]
-struct Acs {
-    want: String,
-    given: String,
-    mode: String,
-}
+use super::personal::{Acs, Personal};
 
 /// A profile as Tinode's `public`: `{fn, photo: {ref}, note}`.
 #[derive(Debug)]
@@ -394,15 +388,17 @@ impl Serialize for Public<'_> {
     }
 }
 
-pub fn me_sub_entry(c: &Conversation, me: i64, online: bool) -> MeSub<'_> {
-    let mode = mode_of(c);
+/// One entry, with the access the user's own settings leave them
+/// ([`Personal`]: blocked, muted, blocked by the peer).
+pub fn me_sub_entry<'a>(
+    c: &'a Conversation,
+    me: i64,
+    online: bool,
+    personal: &Personal,
+) -> MeSub<'a> {
     MeSub {
         topic: tinode::client_topic(&c.topic, me),
-        acs: Acs {
-            want: mode.clone(),
-            given: mode.clone(),
-            mode,
-        },
+        acs: personal.acs(&c.topic, me, &mode_of(c)),
         updated: tinode::timestamp_ms(c.updated_ms),
         touched: tinode::timestamp_ms(c.touched_ms),
         seq: c.last_seq,
@@ -482,18 +478,93 @@ pub fn invitation_entry(i: &Invitation) -> MeSub<'_> {
     }
 }
 
-/// The `{meta sub}` entries of a list, with their online state.
+/// The `{meta sub}` entries of a list, with their online state and the
+/// access the user's own settings leave them.
 pub async fn me_sub_entries<'a>(
     gw: &Gateway,
     tenant: &str,
     me: i64,
     list: &'a [Conversation],
+    personal: &Personal,
 ) -> Vec<MeSub<'a>> {
     let online = online_flags(gw, tenant, me, list).await;
     list.iter()
         .zip(online)
-        .map(|(c, online)| me_sub_entry(c, me, online))
+        .map(|(c, online)| me_sub_entry(c, me, online, personal))
         .collect()
+}
+
+/// The user's own settings as they bear on `list` ([`Personal`]).
+pub async fn personal_of(
+    gw: &Gateway,
+    tenant: &str,
+    me: i64,
+    list: &[Conversation],
+) -> Result<Personal, Refusal> {
+    let peers: Vec<i64> = list
+        .iter()
+        .filter(|c| c.kind == Kind::P2p)
+        .map(|c| c.peer)
+        .collect();
+    Personal::load(pool(gw, tenant)?, me, &peers)
+        .await
+        .map_err(unavailable)
+}
+
+/// Users `me` blocked with whom they share no chat in `list`, as entries
+/// of the `me` list (Tinode's web app builds its "Blocked contacts" from
+/// the list: an entry whose mode has no `J`), so a block made anywhere
+/// can be seen and undone there.
+pub async fn blocked_entries(
+    gw: &Gateway,
+    tenant: &str,
+    me: i64,
+    list: &[Conversation],
+    personal: &Personal,
+) -> Result<Vec<BlockedEntry>, Refusal> {
+    let mut uids: Vec<i64> = personal
+        .blocked
+        .iter()
+        .copied()
+        .filter(|u| !list.iter().any(|c| c.kind == Kind::P2p && c.peer == *u))
+        .collect();
+    uids.sort_unstable();
+    uids.truncate(conversations::MAX_PAGE as usize);
+    let profiles = conversations::user_profiles(pool(gw, tenant)?, &uids)
+        .await
+        .map_err(unavailable)?;
+    Ok(uids
+        .into_iter()
+        .map(|uid| BlockedEntry {
+            topic: tinode::p2p_topic(me, uid),
+            profile: profiles.get(&uid).cloned().unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// A blocked user with no chat (see [`blocked_entries`]).
+#[derive(Debug, Clone)]
+pub struct BlockedEntry {
+    /// The one-to-one topic the two would have (stored name).
+    pub topic: String,
+    pub profile: conversations::Profile,
+}
+
+/// A [`BlockedEntry`] as a `{meta sub}` entry: no history, not joined.
+pub fn blocked_entry<'a>(b: &'a BlockedEntry, me: i64, personal: &Personal) -> MeSub<'a> {
+    let never = tinode::timestamp_ms(0);
+    MeSub {
+        topic: tinode::client_topic(&b.topic, me),
+        acs: personal.acs(&b.topic, me, P2P_MODE),
+        updated: never.clone(),
+        touched: never,
+        seq: 0,
+        read: 0,
+        recv: 0,
+        clear: 0,
+        online: false,
+        public: (!b.profile.is_empty()).then_some(Public(&b.profile)),
+    }
 }
 
 /// Each conversation's `online`, as Tinode shows it in the `me` topic: a
@@ -535,8 +606,9 @@ pub async fn online_flags(gw: &Gateway, tenant: &str, me: i64, list: &[Conversat
 }
 
 /// The same list for HTTP: with `unread` and the last message's preview.
-pub fn http_entry(c: &Conversation, me: i64, online: bool) -> Value {
-    let mut entry = serde_json::to_value(me_sub_entry(c, me, online)).expect("an entry serializes");
+pub fn http_entry(c: &Conversation, me: i64, online: bool, personal: &Personal) -> Value {
+    let mut entry =
+        serde_json::to_value(me_sub_entry(c, me, online, personal)).expect("an entry serializes");
     entry["unread"] = json!(c.unread);
     entry["kind"] = json!(c.kind.as_str());
     if c.last_seq > 0 {
@@ -629,6 +701,21 @@ fn member_entry(m: &Member, online: bool) -> Value {
         entry["public"] = m.profile.public();
     }
     entry
+}
+
+/// The user's `acs` in one chat (`topic` as stored) from the mode their
+/// standing gives, with their own settings applied ([`Personal`]).
+pub async fn topic_acs(
+    gw: &Gateway,
+    tenant: &str,
+    uid: i64,
+    topic: &str,
+    base: &str,
+) -> Result<Acs, Refusal> {
+    let personal = Personal::load_for(pool(gw, tenant)?, uid, topic)
+        .await
+        .map_err(unavailable)?;
+    Ok(personal.acs(topic, uid, base))
 }
 
 /// A member's access mode in a group, from their standing.

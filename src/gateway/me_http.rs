@@ -70,9 +70,12 @@ pub async fn conversations(
         .await
         .map_err(refused)?;
     let online = chats::online_flags(&gw, &claims.ten, claims.uid, &list).await;
+    let personal = chats::personal_of(&gw, &claims.ten, claims.uid, &list)
+        .await
+        .map_err(refused)?;
     let mut entries = Vec::with_capacity(list.len());
     for (c, online) in list.iter().zip(online) {
-        let mut entry = chats::http_entry(c, claims.uid, online);
+        let mut entry = chats::http_entry(c, claims.uid, online, &personal);
         if catchup > 0 && c.unread > 0 {
             let messages = chats::catch_up(&gw, &claims.ten, claims.uid, c, catchup)
                 .await

@@ -279,7 +279,7 @@ pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Resu
         "updated": tinode::timestamp_ms(updated),
         "touched": tinode::timestamp_ms(updated),
         "defacs": {"auth": "JRWPS", "anon": "N"},
-        "acs": super::chats::acs(&mode),
+        "acs": super::chats::topic_acs(gw, tenant, uid, topic, &mode).await?.json(),
         "seq": last.unwrap_or(0),
         "read": read,
         "recv": recv,

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::events::{
-    BadgeRefresh, BlockRef, FriendRef, FriendRequestAccepted, FriendRequestCreated,
+    BadgeRefresh, FriendRef, FriendRequestAccepted, FriendRequestCreated,
     PushSettingsChanged, SystemNotification, UserEvent, UserEventBody,
 };
 use crate::kafka::topics::TopicKind;
@@ -61,57 +61,18 @@ async fn produce(gw: &Gateway, events: Vec<UserEvent>) -> Result<Response, ApiEr
     Ok((StatusCode::ACCEPTED, Json(json!({"events": ids}))).into_response())
 }
 
-/// How long one block or unblock may hold the user's lock (its produce and
-/// its write-through take milliseconds; the producer gives up well before).
-const BLOCKS_LOCK_MS: u64 = 30_000;
-
-/// A block or unblock, in effect before the call answers (issue 39: a send
-/// right after an acknowledged block was delivered while the relations
-/// pipeline had not projected it yet): its event goes to the log, then it
-/// is written to MySQL and the cached set (a failure there leaves the
-/// projection to apply it, and the caller's retry to finish it). One at a
-/// time per user, from produce to write-through, so the writes happen in
-/// log order and the last one written is the last event, as the
-/// projection's last write is: a late write of an earlier block can never
-/// land after a later unblock.
-async fn block_or_unblock(
+/// A setting put in force before the answer ([`super::personal`]): `202`
+/// with its event's id.
+async fn in_force(
     gw: &Gateway,
     tenant: &str,
     uid: i64,
-    other: i64,
-    body: UserEventBody,
-    present: bool,
+    setting: super::personal::Setting,
 ) -> Result<Response, ApiError> {
-    let pool = gw.pools.get(tenant).map_err(super::refusal::unavailable)?;
-    let mut redis = gw.redis.clone();
-    let key = crate::keys::UserKeys::new(tenant, uid).blocks_lock();
-    // Another of the user's blocks holds it for milliseconds: wait a little.
-    let lock = crate::redis_util::RedisLock::acquire_waiting(
-        &mut redis,
-        &key,
-        BLOCKS_LOCK_MS,
-        std::time::Duration::from_secs(2),
-    )
-    .await
-    .map_err(|_| error(503, tinode::UNAVAILABLE))?;
-    let lock = lock.ok_or_else(|| {
-        ApiError(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "another block or unblock of yours is in progress; try again".into(),
-            Some(json!({"retry_after_ms": 1000})),
-        )
-    })?;
-    let done = async {
-        let answer = produce(gw, vec![UserEvent::new(tenant, uid, uid, body)]).await?;
-        crate::relations::set_member(pool, &mut redis, tenant, Set::Blocks, uid, other, present)
-            .await
-            .map_err(|_| error(503, tinode::UNAVAILABLE))?;
-        Ok(answer)
-    }
-    .await;
-    let mut redis = gw.redis.clone();
-    let _ = lock.release(&mut redis).await;
-    done
+    let id = super::personal::put_in_force(gw, tenant, uid, setting)
+        .await
+        .map_err(super::refusal::refused)?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"events": [id]}))).into_response())
 }
 
 /// Whether either of the two ever asked the other to be friends: a
@@ -288,8 +249,11 @@ pub async fn block(
     super::http::rate(&gw, &me, super::limits::Action::Change).await?;
     let UidBody { uid } = parse(&body)?;
     let whom = other_user(me.uid, &uid.to_string())?;
-    let body = UserEventBody::UserBlocked(BlockRef { blocked_uid: whom });
-    block_or_unblock(&gw, &me.ten, me.uid, whom, body, true).await
+    let setting = super::personal::Setting::Block {
+        other: whom,
+        blocked: true,
+    };
+    in_force(&gw, &me.ten, me.uid, setting).await
 }
 
 /// `DELETE /v1/blocks/{uid}`
@@ -301,8 +265,11 @@ pub async fn unblock(
     let me = authenticate(&gw, &headers).await?;
     super::http::rate(&gw, &me, super::limits::Action::Change).await?;
     let whom = other_user(me.uid, &uid)?;
-    let body = UserEventBody::UserUnblocked(BlockRef { blocked_uid: whom });
-    block_or_unblock(&gw, &me.ten, me.uid, whom, body, false).await
+    let setting = super::personal::Setting::Block {
+        other: whom,
+        blocked: false,
+    };
+    in_force(&gw, &me.ten, me.uid, setting).await
 }
 
 #[derive(Deserialize)]
@@ -347,12 +314,13 @@ pub async fn mute_topic(
     let topic = tinode::resolve_topic(&topic, me.uid)
         .filter(|t| tinode::is_conversation_topic(t))
         .ok_or_else(|| error(404, "topic not found"))?;
-    let body = UserEventBody::PushSettingsChanged(PushSettingsChanged {
-        dnd: None,
-        topic: Some(topic),
-        topic_muted: muted,
-    });
-    produce(&gw, vec![UserEvent::new(&me.ten, me.uid, me.uid, body)]).await
+    in_force(
+        &gw,
+        &me.ten,
+        me.uid,
+        super::personal::Setting::Mute { topic, muted },
+    )
+    .await
 }
 
 /// The operator of an admin call on `tenant` (see [`super::admin::operator`]):

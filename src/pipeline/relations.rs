@@ -113,25 +113,16 @@ impl RelationsHandler {
                     let _: () = cmd.query_async(&mut redis).await.map_err(rd)?;
                 }
                 if let Some(topic) = &p.topic {
-                    let sql = if p.topic_muted {
-                        "INSERT INTO im_push_muted_topics (uid, topic) VALUES (?, ?) \
-                         ON DUPLICATE KEY UPDATE uid = uid"
-                    } else {
-                        "DELETE FROM im_push_muted_topics WHERE uid = ? AND topic = ?"
-                    };
-                    sqlx::query(sql)
-                        .bind(e.uid)
-                        .bind(topic)
-                        .execute(pool)
-                        .await
-                        .map_err(db)?;
-                    let cmd = if p.topic_muted { "SADD" } else { "SREM" };
-                    let _: () = redis::cmd(cmd)
-                        .arg(keys.push_muted(e.uid))
-                        .arg(topic)
-                        .query_async(&mut redis)
-                        .await
-                        .map_err(rd)?;
+                    crate::relations::set_topic_muted(
+                        pool,
+                        &mut redis,
+                        &e.tenant_id,
+                        e.uid,
+                        topic,
+                        p.topic_muted,
+                    )
+                    .await
+                    .map_err(|err| (relation_failure(&err), err.to_string()))?;
                 }
             }
             UserEventBody::ProfileChanged(p) => {

@@ -134,6 +134,20 @@ async function messageMenu(who, text, item) {
   await who.page.locator('.menu li', { hasText: item }).click();
 }
 
+/// Opens the menu of a chat in the list (its ⌄ trigger, shown on hover)
+/// and picks the item whose text matches `item`.
+async function chatMenu(who, entry, item) {
+  await entry.waitFor(WAIT);
+  await entry.hover();
+  await entry.locator('i.material-icons', { hasText: /^expand_more$/ }).click();
+  await who.page.locator('.menu li', { hasText: item }).click();
+}
+
+/// Confirms the app's "Are you sure?" dialog.
+async function confirm(who) {
+  await who.page.locator('.alert-container button.primary').click();
+}
+
 function message(who, text) {
   return who.page.locator('#messages-panel').getByText(text, { exact: true });
 }
@@ -376,6 +390,57 @@ async function steps(browser) {
       await typing.pressSequentially('are you th');
       await a.page.locator('#topic-caption-panel .typing, #messages-panel .typing').first().waitFor(WAIT);
       await screenshot(a, 'p2p-typing');
+
+      // B mutes the chat with A from its menu in the chat list: it shows
+      // muted, still after B signs in again; Unmute takes it back.
+      const nameB = process.env.NAME_B;
+      const bsChatWithA = () => b.page.locator('.contact-box li', { hasText: nameA }).first();
+      const mutedIcon = (entry) => entry.locator('i.material-icons', { hasText: /^notifications_off$/ });
+      await chatMenu(b, bsChatWithA(), /^Mute$/);
+      await mutedIcon(bsChatWithA()).waitFor(WAIT);
+      await noErrorBox(b, 'muting a chat');
+      await screenshot(b, 'p2p-muted');
+      await logIn(b, credentials('USER_B'));
+      await mutedIcon(bsChatWithA()).waitFor(WAIT);
+      await chatMenu(b, bsChatWithA(), /^Unmute$/);
+      await mutedIcon(bsChatWithA()).waitFor({ state: 'detached', ...WAIT });
+      await noErrorBox(b, 'unmuting a chat');
+
+      // B blocks A (menu → Block → confirm): the chat leaves B's list. A,
+      // signing in again, finds the chat closed to her ("Messaging
+      // disabled") instead of a bare "failed" on sending.
+      await chatMenu(b, bsChatWithA(), /^Block$/);
+      await confirm(b);
+      await bsChatWithA().waitFor({ state: 'detached', ...WAIT });
+      await noErrorBox(b, 'blocking');
+      await screenshot(b, 'p2p-blocked');
+      await logIn(a, credentials('USER_A'));
+      await a.page.locator('.contact-box li', { hasText: nameB }).first().click();
+      await a.page.locator('#writing-disabled', { hasText: /Messaging disabled/ }).waitFor(WAIT);
+      await screenshot(a, 'blocked-by-peer');
+
+      // B finds A under Settings → Security → "Blocked contacts (1)" and
+      // unblocks her there; the chat is back in B's list, and A, signing
+      // in again, writes to B, who gets it.
+      await b.page.locator('#side-caption-panel a', { has: b.page.locator('i.material-icons', { hasText: /^settings$/ }) }).click();
+      await b.page.locator('a.flat-button', { hasText: /Security/ }).first().click();
+      await b.page.getByText(/Blocked contacts \(1\)/).click();
+      const blocked = b.page.locator('.contact-box li', { hasText: nameA }).first();
+      await blocked.waitFor(WAIT);
+      await screenshot(b, 'blocked-contacts');
+      await chatMenu(b, blocked, /^Unblock$/);
+      await blocked.waitFor({ state: 'detached', ...WAIT });
+      await noErrorBox(b, 'unblocking');
+      await logIn(b, credentials('USER_B'));
+      await bsChatWithA().waitFor(WAIT);
+      await logIn(a, credentials('USER_A'));
+      await a.page.locator('.contact-box li', { hasText: nameB }).first().click();
+      const unblocked = `unblocked ${Date.now()}`;
+      await a.page.locator('#send-message-input').fill(unblocked);
+      await a.page.locator('#send-message-input').press('Enter');
+      await bsChatWithA().click();
+      await message(b, unblocked).waitFor(WAIT);
+      await screenshot(b, 'after-unblock');
     }
 
     if (CHAT_LIST) {

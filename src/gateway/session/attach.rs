@@ -176,7 +176,18 @@ impl Session {
                         Err(_) => "JRWPS".to_string(),
                     },
                 };
-                let acs = json!({ "acs": crate::gateway::chats::acs(&mode) });
+                let acs = match crate::gateway::chats::topic_acs(
+                    &self.gateway,
+                    &who.tenant,
+                    who.uid,
+                    topic,
+                    &mode,
+                )
+                .await
+                {
+                    Ok(acs) => json!({ "acs": acs.json() }),
+                    Err(_) => json!({ "acs": crate::gateway::chats::acs(&mode) }),
+                };
                 self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", Some(acs)))
                     .await;
                 if let (Some(change), true) = (change, self.on_me) {

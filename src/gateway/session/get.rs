@@ -44,12 +44,29 @@ impl Session {
                 p.note = None;
             }
         }
+        // The reader's own entry carries their access as their settings
+        // leave it (Tinode's clients take their mode from it): blocked,
+        // muted, or blocked by the peer (issue 40).
+        let own = crate::gateway::chats::topic_acs(
+            &self.gateway,
+            &who.tenant,
+            who.uid,
+            topic,
+            crate::gateway::chats::P2P_MODE,
+        )
+        .await?
+        .json();
         Ok([a, b]
             .iter()
             .map(|u| {
+                let acs = if *u == who.uid {
+                    own.clone()
+                } else {
+                    crate::gateway::chats::acs(crate::gateway::chats::P2P_MODE)
+                };
                 let mut e = json!({
                     "user": tinode::user_id(*u),
-                    "acs": crate::gateway::chats::acs(crate::gateway::chats::P2P_MODE),
+                    "acs": acs,
                     "updated": tinode::now(),
                     "online": online.contains(u),
                 });

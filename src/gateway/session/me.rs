@@ -167,14 +167,31 @@ impl Session {
         } else {
             Vec::new()
         };
-        if list.is_empty() && invitations.is_empty() {
+        let personal = chats::personal_of(&self.gateway, &who.tenant, who.uid, &list).await?;
+        // Users blocked with no chat, with the whole list (or asked for by
+        // their topic): the app's "Blocked contacts" (issue 40).
+        let blocked = if query.after.is_none() && query.changed_since_ms.is_none() {
+            let mut b =
+                chats::blocked_entries(&self.gateway, &who.tenant, who.uid, &list, &personal)
+                    .await?;
+            b.retain(|e| query.topic.as_deref().is_none_or(|t| t == e.topic));
+            b
+        } else {
+            Vec::new()
+        };
+        if list.is_empty() && invitations.is_empty() && blocked.is_empty() {
             let params = json!({"what": "sub"});
             self.reply(ctrl(id, Some("me"), 204, "no content", Some(params)))
                 .await;
             return Ok(());
         }
-        let mut entries = chats::me_sub_entries(&self.gateway, &who.tenant, who.uid, &list).await;
+        let mut entries = chats::me_sub_entries(&self.gateway, &who.tenant, who.uid, &list, &personal).await;
         entries.extend(invitations.iter().map(chats::invitation_entry));
+        entries.extend(
+            blocked
+                .iter()
+                .map(|b| chats::blocked_entry(b, who.uid, &personal)),
+        );
         #[derive(serde::Serialize)]
         struct Frame<'a> {
             meta: MetaSub<'a>,

@@ -13,6 +13,7 @@ mod find;
 mod get;
 mod login;
 mod me;
+mod modes;
 mod note;
 mod publish;
 mod set;

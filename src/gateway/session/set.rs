@@ -1,9 +1,10 @@
 //! `{set}`: the user's own profile (`topic="me"`, `desc.public`), a
 //! group's (`desc.public`, owner or admin), adding a user to a group
-//! (`sub.user`) and answering an invitation (one's own `sub.mode`).
-//! Everything else a Tinode client may set (`private`, other `sub` modes,
-//! `tags`, `aux`, `cred`) is answered 501 with the request id, so a client
-//! never waits for nothing.
+//! (`sub.user`), answering an invitation and blocking or muting a chat
+//! (one's own `sub.mode`, [`super::modes`]). Everything else a Tinode
+//! client may set (`private`, others' `sub` modes, `tags`, `aux`, `cred`)
+//! is answered 501 with the request id, so a client never waits for
+//! nothing.
 
 use crate::gateway::chats;
 use crate::gateway::limits::Action;
@@ -29,11 +30,17 @@ impl Session {
             }
         }
         if let Some(mode) = own_mode(set.sub.as_ref()) {
-            if tinode::is_group_topic(&set.topic) && set.desc.is_none() {
-                if !self.rate(id, &set.topic, Action::Change).await {
-                    return;
+            if set.desc.is_none() {
+                let group = tinode::is_group_topic(&set.topic);
+                if group || tinode::is_p2p_topic(&set.topic) {
+                    if !self.rate(id, &set.topic, Action::Change).await {
+                        return;
+                    }
+                    if group {
+                        return self.set_own_mode(id, &set.topic, &mode).await;
+                    }
+                    return self.set_personal_mode(id, &set.topic, &mode).await;
                 }
-                return self.set_own_mode(id, &set.topic, &mode).await;
             }
         }
         let unsupported = set.sub.is_some()
@@ -111,11 +118,11 @@ impl Session {
         self.reply(reply).await;
     }
 
-    /// `{set sub={mode}}` of the caller's own subscription: to an invited
-    /// user it answers the invitation (a mode that joins and reads, `J` and
-    /// `R`, accepts; one without `J` declines: Tinode's web app Accept /
-    /// Block). A member's own mode (notification settings) is not kept
-    /// here: `501`.
+    /// `{set sub={mode}}` of the caller's own subscription to a group: to
+    /// an invited user it answers the invitation (a mode that joins and
+    /// reads, `J` and `R`, accepts; one without `J` declines: Tinode's web
+    /// app Accept / Block); a member mutes or unmutes it (`P`, see
+    /// [`super::modes`]).
     async fn set_own_mode(&mut self, id: Option<&str>, topic: &str, mode: &str) {
         let who = self.identity.clone().expect("logged in");
         let shown = self.shown(topic);
@@ -131,15 +138,8 @@ impl Session {
             }
         };
         if !invited {
-            self.reply(ctrl(
-                id,
-                Some(&shown),
-                501,
-                "not implemented: only an invitation's answer can be set",
-                None,
-            ))
-            .await;
-            return;
+            // A member's own mode: mute or unmute.
+            return self.set_personal_mode(id, topic, mode).await;
         }
         let accept = mode.contains('J') && mode.contains('R');
         if mode.contains('J') && !accept {

@@ -1,0 +1,130 @@
+//! `{set sub={mode}}` of the caller's own subscription, as Tinode's web
+//! app sends it for Block / Unblock (want without, then with `J` and `P`)
+//! and Mute / Unmute (want without, then with `P`), in a one-to-one chat
+//! or a group the caller is in ([`crate::gateway::personal`]). Answered
+//! with the `acs` now in force, which the app keeps; the caller's other
+//! sessions and, for a block, the peer are told with `{pres what="acs"}`.
+
+use serde_json::json;
+
+use crate::gateway::personal::{self, Personal, Setting};
+use crate::gateway::refusal::Refusal;
+use crate::tinode::{self, ctrl};
+
+use super::Session;
+
+impl Session {
+    /// Block, unblock, mute or unmute by the wanted mode (`topic` stored).
+    pub(super) async fn set_personal_mode(&mut self, id: Option<&str>, topic: &str, want: &str) {
+        let shown = self.shown(topic);
+        let reply = match self.apply_personal_mode(topic, want).await {
+            Ok(acs) => ctrl(id, Some(&shown), 200, "ok", Some(json!({"acs": acs.json()}))),
+            Err(Refusal(code, text)) => ctrl(id, Some(&shown), code, &text, None),
+        };
+        self.reply(reply).await;
+    }
+
+    async fn apply_personal_mode(
+        &mut self,
+        topic: &str,
+        want: &str,
+    ) -> Result<personal::Acs, Refusal> {
+        let who = self.identity.clone().expect("logged in");
+        let gw = self.gateway.clone();
+        let peer = tinode::p2p_peer(topic, who.uid);
+        let base = match peer {
+            Some(_) => crate::gateway::chats::P2P_MODE.to_string(),
+            None => {
+                let standing = gw
+                    .governance
+                    .standing(&who.tenant, topic, who.uid)
+                    .await
+                    .map_err(|crate::governance::Refused(code, text)| Refusal(code, text))?;
+                if !matches!(standing, crate::groups::Standing::Member { .. }) {
+                    return Err(Refusal(404, "topic not found".into()));
+                }
+                if !want.contains('J') {
+                    return Err(Refusal(
+                        403,
+                        "a group cannot be blocked: mute it, or leave it".into(),
+                    ));
+                }
+                crate::gateway::chats::standing_mode(standing)
+            }
+        };
+        let pool = gw.pools.get(&who.tenant).map_err(Refusal::internal)?;
+        let mut now = Personal::load_for(pool, who.uid, topic)
+            .await
+            .map_err(Refusal::unavailable)?;
+        let block = !want.contains('J');
+        if let Some(peer) = peer {
+            if block != now.blocked.contains(&peer) {
+                let setting = Setting::Block {
+                    other: peer,
+                    blocked: block,
+                };
+                personal::put_in_force(&gw, &who.tenant, who.uid, setting).await?;
+                if block {
+                    now.blocked.insert(peer);
+                } else {
+                    now.blocked.remove(&peer);
+                }
+                // The peer may no longer write (or may again): Tinode's
+                // change of what they are given.
+                let given = if block { "-W" } else { "+W" };
+                self.tell_peer_of_block(&who.tenant, topic, peer, given)
+                    .await;
+            }
+        }
+        // A block drops `P` with `J`; the mute is what `P` says otherwise.
+        let mute = !want.contains('P');
+        if !block && mute != now.muted.contains(topic) {
+            let setting = Setting::Mute {
+                topic: topic.to_string(),
+                muted: mute,
+            };
+            personal::put_in_force(&gw, &who.tenant, who.uid, setting).await?;
+            if mute {
+                now.muted.insert(topic.to_string());
+            } else {
+                now.muted.remove(topic);
+            }
+        }
+        let acs = now.acs(topic, who.uid, &base);
+        // The user's other sessions keep the same mode.
+        let pres = json!({"pres": {"topic": "me", "src": self.shown(topic), "what": "acs",
+            "dacs": {"want": acs.want, "given": acs.given}}});
+        self.announce_to_user(&who.tenant, who.uid, pres.to_string())
+            .await;
+        Ok(acs)
+    }
+
+    /// `{pres topic="me" what="acs"}` to the peer a block changed, when the
+    /// peer has the chat in their list (the web app fails on a change of
+    /// a chat it does not know).
+    async fn tell_peer_of_block(&self, tenant: &str, topic: &str, peer: i64, given: &str) {
+        let who = self.identity.as_ref().expect("logged in");
+        let Ok(pool) = self.gateway.pools.get(tenant) else {
+            return;
+        };
+        let known: Option<i64> =
+            match sqlx::query_scalar("SELECT 1 FROM im_conversations WHERE uid = ? AND topic = ?")
+                .bind(peer)
+                .bind(topic)
+                .fetch_optional(pool)
+                .await
+            {
+                Ok(found) => found,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the peer's chat list could not be read");
+                    return;
+                }
+            };
+        if known.is_none() {
+            return;
+        }
+        let pres = json!({"pres": {"topic": "me", "src": tinode::user_id(who.uid), "what": "acs",
+            "dacs": {"given": given}}});
+        self.announce_to_user(tenant, peer, pres.to_string()).await;
+    }
+}
