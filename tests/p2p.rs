@@ -196,6 +196,156 @@ async fn a_blocked_sender_is_refused_until_unblocked() {
     .await;
 }
 
+/// The `acs` of `topic` in `{get me sub}` of `ws`, if listed.
+async fn listed_acs(ws: &mut common::Ws, topic: &str) -> Option<Value> {
+    let (_, meta) = ws
+        .request(json!({"get": {"topic": "me", "what": "sub"}}))
+        .await;
+    meta["meta"]["sub"]
+        .as_array()?
+        .iter()
+        .find(|s| s["topic"] == json!(topic))
+        .map(|s| s["acs"].clone())
+}
+
+/// Issue 40: Tinode's web app blocks, unblocks, mutes and unmutes with
+/// `{set sub={mode}}` of the user's own subscription. Each is in force when
+/// answered (the relations projection does not run here), is what every later
+/// read of the user's access shows, and the blocked peer is told they may
+/// not write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_web_apps_block_and_mute_are_in_force_when_answered() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "conversations", "members"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    const A: i64 = 41;
+    const B: i64 = 42;
+    const C: i64 = 43;
+    let (status, body) = send_p2p(&stack, gw, A, B, "first", "hi B").await;
+    assert_eq!(status, 202, "{body}");
+    let mut b = common::Ws::connect(gw, &stack.token(B, "web")).await;
+    let mut a = common::Ws::connect(gw, &stack.token(A, "web")).await;
+
+    // B blocks A: the want the app sends (its want minus J and P).
+    let (_, ctrl) = b
+        .request(json!({"set": {"topic": usr(A), "sub": {"mode": "RWA"}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    assert_eq!(ctrl["ctrl"]["topic"], json!(usr(A)), "{ctrl}");
+    assert_eq!(
+        ctrl["ctrl"]["params"]["acs"]["want"],
+        json!("RWA"),
+        "{ctrl}"
+    );
+    // In force at once: A's next send is refused with the reason.
+    let (status, body) = send_p2p(&stack, gw, A, B, "second", "still there?").await;
+    assert_eq!(
+        (status, body["params"]["code"].clone()),
+        (403, json!("BLOCKED")),
+        "{body}"
+    );
+    // A is given no W (the app shows "Messaging disabled"); B's list keeps
+    // the chat, not joined (the app's "Blocked contacts").
+    let (_, sub) = a.request(json!({"sub": {"topic": usr(B)}})).await;
+    assert_eq!(
+        sub["ctrl"]["params"]["acs"]["given"],
+        json!("JRPA"),
+        "{sub}"
+    );
+    let (_, ctrl) = a
+        .request(json!({"pub": {"topic": usr(B), "content": "and over ws?"}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(403), "{ctrl}");
+    assert_eq!(
+        ctrl["ctrl"]["text"],
+        json!("blocked by the recipient"),
+        "{ctrl}"
+    );
+    let mut listed = None;
+    for _ in 0..100 {
+        listed = listed_acs(&mut a, &usr(B)).await;
+        if listed.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let listed = listed.expect("A lists B once the first message is projected");
+    assert_eq!(listed["mode"], json!("JRPA"), "{listed}");
+    let listed = listed_acs(&mut b, &usr(A)).await.expect("B lists A");
+    assert_eq!(listed["want"], json!("RWA"), "{listed}");
+
+    // A block made over HTTP of someone B never spoke with is listed too,
+    // so it can be undone from the app.
+    let (status, _) = call(&stack, gw, B, "POST", "/v1/blocks", json!({"uid": C})).await;
+    assert_eq!(status, 202);
+    let listed = listed_acs(&mut b, &usr(C))
+        .await
+        .expect("B lists C, blocked");
+    assert!(!listed["mode"].as_str().unwrap().contains('J'), "{listed}");
+
+    // B unblocks A, muted (want with J, without P): A may write again, and
+    // B's chat shows muted, here and in the table the push pipeline reads.
+    let (_, ctrl) = b
+        .request(json!({"set": {"topic": usr(A), "sub": {"mode": "JRWA"}}}))
+        .await;
+    assert_eq!(
+        ctrl["ctrl"]["params"]["acs"]["mode"],
+        json!("JRWA"),
+        "{ctrl}"
+    );
+    let (status, body) = send_p2p(&stack, gw, A, B, "third", "back").await;
+    assert_eq!(status, 202, "{body}");
+    let listed = listed_acs(&mut b, &usr(A)).await.expect("B lists A");
+    assert_eq!(listed["mode"], json!("JRWA"), "{listed}");
+    let muted: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM im_push_muted_topics WHERE uid = ? AND topic = ?")
+            .bind(B)
+            .bind(p2p_topic(A, B))
+            .fetch_one(&stack.pool())
+            .await
+            .unwrap();
+    assert_eq!(muted, 1);
+    // Unmuted: P again.
+    let (_, ctrl) = b
+        .request(json!({"set": {"topic": usr(A), "sub": {"mode": "JRWPA"}}}))
+        .await;
+    assert_eq!(
+        ctrl["ctrl"]["params"]["acs"]["mode"],
+        json!("JRWPA"),
+        "{ctrl}"
+    );
+
+    // A group: a member mutes it; blocking a group is refused with the
+    // way out; a stranger's mode of it is "not found", as any other name.
+    stack.create_group("grpModes", A, &[B]).await;
+    let (_, ctrl) = b
+        .request(json!({"set": {"topic": "grpModes", "sub": {"mode": "JRWS"}}}))
+        .await;
+    assert_eq!(
+        ctrl["ctrl"]["params"]["acs"]["want"],
+        json!("JRWS"),
+        "{ctrl}"
+    );
+    let (_, ctrl) = b
+        .request(json!({"set": {"topic": "grpModes", "sub": {"mode": "RWS"}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(403), "{ctrl}");
+    let mut c = common::Ws::connect(gw, &stack.token(C, "web")).await;
+    let (_, ctrl) = c
+        .request(json!({"set": {"topic": "grpModes", "sub": {"mode": "JRWS"}}}))
+        .await;
+    let (_, none) = c
+        .request(json!({"set": {"topic": "grpNoSuch", "sub": {"mode": "JRWS"}}}))
+        .await;
+    assert_eq!(
+        (ctrl["ctrl"]["code"].clone(), ctrl["ctrl"]["text"].clone()),
+        (none["ctrl"]["code"].clone(), none["ctrl"]["text"].clone()),
+        "{ctrl} / {none}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn offline_recipients_get_exactly_one_push_task_without_content() {
     let mut stack = Stack::prepared(None).await;

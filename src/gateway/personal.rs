@@ -249,7 +249,13 @@ pub async fn put_in_force(
         match &setting {
             Setting::Block { other, blocked } => {
                 crate::relations::set_member(
-                    pool, &mut redis, tenant, Set::Blocks, uid, *other, *blocked,
+                    pool,
+                    &mut redis,
+                    tenant,
+                    Set::Blocks,
+                    uid,
+                    *other,
+                    *blocked,
                 )
                 .await
             }

@@ -23,8 +23,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::events::{
-    BadgeRefresh, FriendRef, FriendRequestAccepted, FriendRequestCreated,
-    PushSettingsChanged, SystemNotification, UserEvent, UserEventBody,
+    BadgeRefresh, FriendRef, FriendRequestAccepted, FriendRequestCreated, PushSettingsChanged,
+    SystemNotification, UserEvent, UserEventBody,
 };
 use crate::kafka::topics::TopicKind;
 use crate::relations::{contains, Set};

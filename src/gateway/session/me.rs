@@ -185,7 +185,8 @@ impl Session {
                 .await;
             return Ok(());
         }
-        let mut entries = chats::me_sub_entries(&self.gateway, &who.tenant, who.uid, &list, &personal).await;
+        let mut entries =
+            chats::me_sub_entries(&self.gateway, &who.tenant, who.uid, &list, &personal).await;
         entries.extend(invitations.iter().map(chats::invitation_entry));
         entries.extend(
             blocked

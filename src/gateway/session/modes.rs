@@ -18,7 +18,13 @@ impl Session {
     pub(super) async fn set_personal_mode(&mut self, id: Option<&str>, topic: &str, want: &str) {
         let shown = self.shown(topic);
         let reply = match self.apply_personal_mode(topic, want).await {
-            Ok(acs) => ctrl(id, Some(&shown), 200, "ok", Some(json!({"acs": acs.json()}))),
+            Ok(acs) => ctrl(
+                id,
+                Some(&shown),
+                200,
+                "ok",
+                Some(json!({"acs": acs.json()})),
+            ),
             Err(Refusal(code, text)) => ctrl(id, Some(&shown), code, &text, None),
         };
         self.reply(reply).await;
