@@ -117,6 +117,18 @@ pub async fn enforce(
     e: &SessionControlEvent,
     local: Option<&Hub>,
 ) -> Result<UserControl, EnforceError> {
+    enforce_sparing(pool, redis, e, local, "").await
+}
+
+/// [`enforce`], leaving session `spare_sid` open (the session whose user
+/// asked for the change, answered before it closes itself).
+pub async fn enforce_sparing(
+    pool: &MySqlPool,
+    redis: &mut Redis,
+    e: &SessionControlEvent,
+    local: Option<&Hub>,
+    spare_sid: &str,
+) -> Result<UserControl, EnforceError> {
     let plan = enforcement(e);
     let state = apply(pool, e.uid, &plan.change).await?;
     cache(redis, &e.tenant_id, e.uid, &state).await?;
@@ -129,7 +141,7 @@ pub async fn enforce(
             _ => None,
         };
         let close = Outbound::Close(std::sync::Arc::from(plan.reason));
-        for session in hub.user_sessions(&e.tenant_id, e.uid, device, "") {
+        for session in hub.user_sessions(&e.tenant_id, e.uid, device, spare_sid) {
             session.offer(close.clone());
         }
     }
@@ -139,7 +151,7 @@ pub async fn enforce(
         kind: Kind::Close,
         target_type: plan.target_type,
         target: plan.target,
-        skip_sid: String::new(),
+        skip_sid: spare_sid.to_string(),
         dedup_key: String::new(),
         occurred_at: e.occurred_at,
         payload: plan.reason.to_string(),

@@ -326,3 +326,78 @@ async fn revoking_one_password_login_leaves_the_other() {
     let token = two["params"]["token"].as_str().unwrap().to_string();
     assert_eq!(again.login(&token).await["code"], json!(200));
 }
+
+/// Issue 40: the web app's account screens. A person who just signed in
+/// with their password changes it with `{acc}` sending only the new one
+/// (and no login, as the app does after a token login): answered 200,
+/// then this session and every other one are signed out; the new password
+/// logs in, the old one no longer. A session signed in by token must give
+/// the current password (`tmpscheme="basic"`), checked like a login.
+/// Sign-up and reset by email are refused with a text that says what to
+/// do, and someone else's login cannot be put in the secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_apps_password_change_signs_everyone_out() {
+    let mut stack = basic_stack(|_| {}).await;
+    let tenant = stack.tenant().to_string();
+    let config_file = stack.config_file("basic");
+    let (ok, out) = users_add(&config_file, &tenant, UID, PASSWORD).await;
+    assert!(ok, "{out}");
+    let addr = stack.start_gateway("node-a").await;
+
+    // Before any login: sign-up and the two reset steps.
+    let mut stranger = Client::connect(addr, "stranger").await;
+    let signup = stranger
+        .request(json!({"acc": {"user": "new", "scheme": "basic",
+            "secret": basic("mallory", "pass word 1"), "login": true,
+            "desc": {"public": {"fn": "Mallory"}}}}))
+        .await;
+    assert_eq!(signup["code"], json!(403), "{signup}");
+    assert!(signup["text"].as_str().unwrap().contains("administrator"), "{signup}");
+    let reset = stranger
+        .request(json!({"login": {"scheme": "reset", "secret": basic("basic:email", "carol@example.com")}}))
+        .await;
+    assert_eq!(reset["code"], json!(403), "{reset}");
+    let code = stranger
+        .request(json!({"acc": {"scheme": "basic", "secret": basic("", "new one 1234"),
+            "tmpscheme": "code", "tmpsecret": basic("123456:email", "carol@example.com")}}))
+        .await;
+    assert_eq!(code["code"], json!(403), "{code}");
+    assert!(code["text"].as_str().unwrap().contains("reset"), "{code}");
+
+    // A session by token (a reload): the current password is asked for.
+    let mut first = Client::connect(addr, "first").await;
+    let login = first
+        .request(json!({"login": {"scheme": "basic", "secret": basic(LOGIN, PASSWORD)}}))
+        .await;
+    let token = login["params"]["token"].as_str().unwrap().to_string();
+    let mut by_token = Client::connect(addr, "by-token").await;
+    assert_eq!(by_token.login(&token).await["code"], json!(200));
+    let bare = by_token
+        .request(json!({"acc": {"scheme": "basic", "secret": basic("", "new one 1234")}}))
+        .await;
+    assert_eq!(bare["code"], json!(403), "{bare}");
+    assert!(bare["text"].as_str().unwrap().contains("sign in again"), "{bare}");
+    let wrong = by_token
+        .request(json!({"acc": {"scheme": "basic", "secret": basic("", "new one 1234"),
+            "tmpscheme": "basic", "tmpsecret": basic("", "not the password")}}))
+        .await;
+    assert_eq!(wrong["code"], json!(403), "{wrong}");
+    // Someone else's login in the secret is not a rename.
+    let rename = first
+        .request(json!({"acc": {"scheme": "basic", "secret": basic("heidi", "new one 1234")}}))
+        .await;
+    assert_eq!(rename["code"], json!(403), "{rename}");
+
+    // The fresh password session changes it with the new one alone.
+    const NEW: &str = "the new passphrase, 2026";
+    let changed = first
+        .request(json!({"acc": {"scheme": "basic", "secret": basic("", NEW)}}))
+        .await;
+    assert_eq!(changed["code"], json!(200), "{changed}");
+    first.expect_closed(realtime_support::DELIVERY).await;
+    by_token.expect_closed(realtime_support::DELIVERY).await;
+    let mut again = Client::connect(addr, "old token").await;
+    assert_eq!(again.login(&token).await["code"], json!(401));
+    assert_eq!(basic_login(addr, LOGIN, PASSWORD).await["code"], json!(401));
+    assert_eq!(basic_login(addr, LOGIN, NEW).await["code"], json!(200));
+}

@@ -228,15 +228,9 @@ pub struct PasswordBody {
 }
 
 /// `PUT /v1/me/password` `{old_password, new_password}`: the caller changes
-/// their own password login (Argon2id). The old password is checked like a
-/// login: the attempt is counted against the login's name and the client
-/// address before it is verified ([`super::limits::LoginSubjects`]), so a
-/// stolen token guesses no faster here than at `{login}`, and a locked-out
-/// name gets `429`; the caller's `password_changes` bucket bounds the
-/// hashing. On success every session of the user is signed out (a
-/// `PasswordReset` session-control event) and the answer carries a new
-/// token for the calling device, under the new auth version. A login of
-/// the configuration's development users cannot be changed here (`409`).
+/// their own password login ([`super::password::change`], the old password
+/// checked like a login). The answer carries a new token for the calling
+/// device, under the new auth version.
 pub async fn change_password(
     State(gw): State<Arc<Gateway>>,
     info: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
@@ -246,109 +240,17 @@ pub async fn change_password(
     let claims = authenticate(&gw, &headers).await?;
     let body: PasswordBody =
         serde_json::from_slice(&body).map_err(|e| error(400, format!("malformed: {e}")))?;
-    crate::users::check_password(&body.new_password)
-        .map_err(|e| error(400, format!("malformed: new_password: {e}")))?;
-    if body.old_password.len() > crate::users::MAX_PASSWORD_BYTES {
-        return Err(error(400, "malformed: old_password is too long"));
-    }
-    super::http::rate(&gw, &claims, super::limits::Action::PasswordChange).await?;
-    if gw
-        .config
-        .auth
-        .dev_users
-        .iter()
-        .any(|u| u.tenant == claims.ten && u.uid == claims.uid)
-    {
-        return Err(error(
-            409,
-            "this login is defined in the configuration; change it there",
-        ));
-    }
-    let pool = gw
-        .pools
-        .get(&claims.ten)
-        .map_err(|_| error(401, "authentication failed"))?;
-    let Some((login, stored)) = crate::users::login_of(pool, claims.uid)
-        .await
-        .map_err(super::refusal::unavailable)?
-    else {
-        return Err(error(404, "no password login for this user"));
-    };
     let ip = super::server::peer_of(info.map(|axum::Extension(i)| i));
-    let subjects = super::limits::LoginSubjects::new(Some(&login), ip, &gw.config.limits);
-    let mut redis = gw.redis.clone();
-    subjects
-        .reserve(&mut redis, &gw.config.limits)
-        .await
-        .map_err(super::refusal::limited)?;
-    let (old, hash) = (body.old_password.clone(), stored.clone());
-    let right = tokio::task::spawn_blocking(move || crate::users::verify_password(&old, &hash))
-        .await
-        .unwrap_or(false);
-    if !right {
-        // The reserved attempt stays counted as a failed login.
-        return Err(ApiError(
-            StatusCode::FORBIDDEN,
-            "the old password is wrong".into(),
-            Some(json!({"code": "WRONG_PASSWORD"})),
-        ));
-    }
-    subjects.succeeded(&mut redis).await;
-    let new_hash = crate::users::hash_password_async(&body.new_password)
-        .await
-        .map_err(super::refusal::unavailable)?;
-    if !crate::users::replace_password_hash(pool, claims.uid, &stored, &new_hash)
-        .await
-        .map_err(super::refusal::unavailable)?
-    {
-        return Err(error(
-            409,
-            "the password changed meanwhile; try again with the current one",
-        ));
-    }
-    // Every token issued so far is refused from now on; the caller gets one
-    // under the new auth version (its device keeps its generation).
-    let current = crate::session_control::load(pool, claims.uid)
-        .await
-        .map_err(super::refusal::unavailable)?;
-    let auth_version = crate::session_control::next_auth_version(pool, claims.uid)
-        .await
-        .map_err(super::refusal::unavailable)?;
-    let event = crate::events::SessionControlEvent {
-        event_id: crate::events::new_event_id(),
-        tenant_id: claims.ten.clone(),
+    let who = super::password::Who {
+        tenant: &claims.ten,
         uid: claims.uid,
-        occurred_at: crate::events::now_ms(),
-        actor_uid: claims.uid,
-        reason: "password changed by the user".into(),
-        body: crate::events::SessionControlBody::PasswordReset(crate::events::AuthVersion {
-            auth_version,
-        }),
+        device: &claims.dev,
+        sid: "",
     };
-    gw.sender
-        .producer()
-        .send(
-            crate::kafka::topics::TopicKind::SessionControl,
-            &format!("{}:{}", claims.ten, claims.uid),
-            &event,
-            None,
-        )
-        .await
-        .map_err(super::refusal::unavailable)?;
-    // Every older token refused from the answer on (a stolen one included),
-    // whether or not the control projection runs; the sign-out only moves
-    // the auth version forward, so the projection's later write agrees.
-    let mut redis = gw.redis.clone();
-    if let Err(e) = crate::session_control::enforce(pool, &mut redis, &event, Some(&gw.hub)).await {
-        tracing::warn!(error = %e, uid = claims.uid, "password change: signed out by the projection, not yet here");
-    }
-    let issued = gw.tokens.issue(
-        &claims.ten,
-        claims.uid,
-        &claims.dev,
-        auth_version,
-        current.generation(&claims.dev),
-    );
-    tracing::info!(tenant = %claims.ten, uid = claims.uid, "password changed by the user; sessions signed out");
+    let proof = super::password::Proof::OldPassword {
+        old: &body.old_password,
+        ip,
+    };
+    let issued = super::password::change(&gw, who, proof, &body.new_password).await?;
     Ok(Json(json!({"token": issued.token, "expires": issued.expires})).into_response())
 }

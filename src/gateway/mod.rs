@@ -16,6 +16,7 @@ pub mod limits;
 pub mod me_http;
 pub mod notifications;
 pub mod origin;
+pub mod password;
 pub mod personal;
 pub mod reads;
 pub mod references;

@@ -40,10 +40,22 @@ pub struct SetDesc {
     pub defacs: Option<Value>,
 }
 
-/// `{acc}`: account creation or change (imstream's accounts live elsewhere).
-#[derive(Debug, Deserialize)]
+/// `{acc}`: account creation (`user="new"`), or a change of one's own
+/// password (`scheme="basic"`, `secret` = base64 of `login:password`,
+/// proven by `tmpscheme`/`tmpsecret` or the session's fresh login).
+#[derive(Debug, Default, Deserialize)]
 pub struct MsgAcc {
     pub id: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub scheme: Option<String>,
+    #[serde(default)]
+    pub secret: Option<String>,
+    #[serde(default)]
+    pub tmpscheme: Option<String>,
+    #[serde(default)]
+    pub tmpsecret: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

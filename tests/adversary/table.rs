@@ -1061,6 +1061,19 @@ pub fn table() -> Vec<Entry> {
         Entry {
             ws: Some("set"),
             names: Names::Topic,
+            about: "mute, then block and unblock the chat ({set sub mode}): the caller's own",
+            always_own: true,
+            build: |a| {
+                ["JRWS", "RWA", "JRWPA"]
+                    .iter()
+                    .map(|mode| ws(json!({"set": {"topic": a.name.name, "sub": {"mode": mode}}})))
+                    .collect()
+            },
+            ..E
+        },
+        Entry {
+            ws: Some("set"),
+            names: Names::Topic,
             about: "add someone to the group ({set sub user})",
             build: |a| {
                 vec![ws(json!({"set": {"topic": a.name.name,

@@ -46,6 +46,12 @@ impl Session {
             return;
         }
         let gw = self.gateway.clone();
+        if login.scheme == "reset" {
+            // Tinode's "forgot password" asks for an emailed code.
+            self.reply(ctrl(id, None, 403, super::account::NO_RESET, None))
+                .await;
+            return;
+        }
         if !matches!(login.scheme.as_str(), "token" | "basic") {
             self.reply(ctrl(id, None, 401, "unknown authentication scheme", None))
                 .await;
@@ -223,6 +229,9 @@ impl Session {
             "expires": tinode::timestamp(issued.expires),
         });
         self.identity = Some(identity);
+        if login.scheme == "basic" {
+            self.password_login_at = Some(crate::events::now_ms());
+        }
         self.reply(ctrl(id, None, 200, "ok", Some(params))).await;
     }
 }

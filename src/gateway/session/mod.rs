@@ -7,6 +7,7 @@
 //! outbound queue drained by a writer task, so a slow client never blocks
 //! others.
 
+mod account;
 mod attach;
 mod delete;
 mod find;
@@ -114,6 +115,9 @@ struct Session {
     fnd_query: Option<String>,
     /// The client's address (failed logins are counted against it).
     peer: Option<std::net::IpAddr>,
+    /// When this session signed in with a password (epoch ms): `{acc}` may
+    /// change it without asking for it again for a while.
+    password_login_at: Option<i64>,
 }
 
 /// Sends of one session produced concurrently (their seqs are already fixed).
@@ -229,6 +233,7 @@ pub async fn serve(
         on_me: false,
         fnd_query: None,
         peer,
+        password_login_at: None,
     };
     let connected = tokio::time::Instant::now();
     let mut last_frame = connected;
@@ -513,6 +518,10 @@ impl Session {
             return self.login(login).await;
         }
         if self.identity.is_none() {
+            if let Some(acc) = msg.acc {
+                // Sign-up and password reset come before any login.
+                return self.account(acc).await;
+            }
             let id = message_id(&msg);
             let topic = message_topic(&msg);
             self.reply(ctrl(
@@ -559,16 +568,7 @@ impl Session {
         } else if let Some(set) = msg.set {
             self.set(set).await
         } else if let Some(acc) = msg.acc {
-            // Accounts are the product's own (tokens come from its login
-            // service); answered, so a client never waits for nothing.
-            self.reply(ctrl(
-                acc.id.as_deref(),
-                None,
-                501,
-                "accounts are not managed here",
-                None,
-            ))
-            .await
+            self.account(acc).await
         } else {
             let id = message_id(&msg);
             self.reply(ctrl(id.as_deref(), None, 400, "malformed", None))

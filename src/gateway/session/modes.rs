@@ -38,6 +38,10 @@ impl Session {
         let who = self.identity.clone().expect("logged in");
         let gw = self.gateway.clone();
         let peer = tinode::p2p_peer(topic, who.uid);
+        if tinode::is_p2p_topic(topic) && peer.is_none() {
+            // Someone else's one-to-one chat, by its stored name.
+            return Err(Refusal(404, "topic not found".into()));
+        }
         let base = match peer {
             Some(_) => crate::gateway::chats::P2P_MODE.to_string(),
             None => {
