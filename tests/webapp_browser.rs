@@ -84,12 +84,27 @@ async fn stack_with_webapp() -> Stack {
                 photo: (uid == ALICE).then(|| ALICE_PHOTO.into()),
             });
     }
+    // Dave is a person the operator added with `imstream users add` (a
+    // password login of the tenant, which he can change from the app).
+    stack.world.config.auth.basic.tenants = vec![tenant.clone()];
+    let config_file = stack.config_file("webapp");
+    let args = [
+        "users", "add", "--tenant", &tenant, "--uid", DAVE_UID, "--login", DAVE_LOGIN,
+    ];
+    let mut cmd = common::process::command(&config_file, &args);
+    cmd.env_remove("IMSTREAM_PASSWORD");
+    let ran = common::process::run_async(cmd, Some(&format!("{DAVE_PASSWORD}\n"))).await;
+    assert!(ran.ok, "imstream users add: {}", ran.printed());
     for p in imstream::pipeline::PIPELINES {
         stack.start_pipeline(p).await;
     }
     stack.start_gateway("web").await;
     stack
 }
+
+const DAVE_UID: &str = "1004";
+const DAVE_LOGIN: &str = "dave";
+const DAVE_PASSWORD: &str = "dave's first passphrase";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn people_chat_in_the_web_app_in_a_real_browser() {
@@ -251,6 +266,7 @@ async fn people_chat_in_the_web_app_in_a_real_browser() {
         .env("USER_A", "alice:alice-pass")
         .env("USER_B", "bob:bob-pass")
         .env("USER_C", "carol:carol-pass")
+        .env("USER_D", format!("{DAVE_LOGIN}:{DAVE_PASSWORD}"))
         .env("GROUP", GROUP)
         .env("GROUP_NAME", GROUP_NAME)
         .env("SEEDED", SEEDED.to_string())

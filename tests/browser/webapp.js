@@ -494,6 +494,42 @@ async function steps(browser) {
       // answered in a shape the app takes.
     }
 
+    if (CHAT_LIST && process.env.USER_D) {
+      // Dave, added by the operator, changes his password in the app
+      // (Settings → Security → Password): the app is signed out, the old
+      // password is refused at the login form and the new one lets him in.
+      const d = await person(browser, 'd');
+      people.push(d);
+      const creds = credentials('USER_D');
+      await logIn(d, creds);
+      const fresh = `${creds.password} renewed`;
+      await d.page.locator('#side-caption-panel a', { has: d.page.locator('i.material-icons', { hasText: /^settings$/ }) }).click();
+      await d.page.locator('a.flat-button', { hasText: /Security/ }).first().click();
+      // The password's in-place editor, under its label (shown as dots).
+      await d.page.locator('#sidepanel .in-place-edit').first().click();
+      const field = d.page.locator('#sidepanel input[type=password]').first();
+      await field.fill(fresh);
+      await field.press('Enter');
+      await d.page.waitForFunction(() => true);
+      const deadline = Date.now() + 10000;
+      const answered = () => [...d.requests.values()].some((r) => r.kind === 'acc' && r.answeredAt);
+      while (!answered() && Date.now() < deadline) await d.page.waitForTimeout(100);
+      if (!answered()) throw new Error('the password change was not answered');
+      if (!d.log.some((l) => l.startsWith('< {"ctrl":{"code":200') && l.includes('"text":"ok"') && !l.includes('"topic"'))) {
+        throw new Error('the password change was not accepted');
+      }
+      await screenshot(d, 'password-changed');
+      await d.page.goto(BASE + '/', { waitUntil: 'load' });
+      await d.page.locator('#inputLogin').waitFor(WAIT);
+      await d.page.locator('#inputLogin').fill(creds.login);
+      await d.page.locator('#login-form input[type=password]').fill(creds.password);
+      await d.page.locator('#login-form button[type=submit]').click();
+      await d.page.locator('.info-box.error').waitFor(WAIT);
+      await screenshot(d, 'old-password-refused');
+      await logIn(d, { login: creds.login, password: fresh });
+      await screenshot(d, 'new-password-in');
+    }
+
     // Every request got its answer within 5 s: wait until each is
     // answered or 5 s old, then judge.
     for (const who of people) {
