@@ -352,14 +352,19 @@ async fn the_web_apps_password_change_signs_everyone_out() {
             "desc": {"public": {"fn": "Mallory"}}}}))
         .await;
     assert_eq!(signup["code"], json!(403), "{signup}");
-    assert!(signup["text"].as_str().unwrap().contains("administrator"), "{signup}");
+    assert!(
+        signup["text"].as_str().unwrap().contains("administrator"),
+        "{signup}"
+    );
     let reset = stranger
         .request(json!({"login": {"scheme": "reset", "secret": basic("basic:email", "carol@example.com")}}))
         .await;
     assert_eq!(reset["code"], json!(403), "{reset}");
     let code = stranger
-        .request(json!({"acc": {"scheme": "basic", "secret": basic("", "new one 1234"),
-            "tmpscheme": "code", "tmpsecret": basic("123456:email", "carol@example.com")}}))
+        .request(
+            json!({"acc": {"scheme": "basic", "secret": basic("", "new one 1234"),
+            "tmpscheme": "code", "tmpsecret": basic("123456:email", "carol@example.com")}}),
+        )
         .await;
     assert_eq!(code["code"], json!(403), "{code}");
     assert!(code["text"].as_str().unwrap().contains("reset"), "{code}");
@@ -376,10 +381,15 @@ async fn the_web_apps_password_change_signs_everyone_out() {
         .request(json!({"acc": {"scheme": "basic", "secret": basic("", "new one 1234")}}))
         .await;
     assert_eq!(bare["code"], json!(403), "{bare}");
-    assert!(bare["text"].as_str().unwrap().contains("sign in again"), "{bare}");
+    assert!(
+        bare["text"].as_str().unwrap().contains("sign in again"),
+        "{bare}"
+    );
     let wrong = by_token
-        .request(json!({"acc": {"scheme": "basic", "secret": basic("", "new one 1234"),
-            "tmpscheme": "basic", "tmpsecret": basic("", "not the password")}}))
+        .request(
+            json!({"acc": {"scheme": "basic", "secret": basic("", "new one 1234"),
+            "tmpscheme": "basic", "tmpsecret": basic("", "not the password")}}),
+        )
         .await;
     assert_eq!(wrong["code"], json!(403), "{wrong}");
     // Someone else's login in the secret is not a rename.

@@ -317,6 +317,31 @@ async fn the_web_apps_block_and_mute_are_in_force_when_answered() {
         "{ctrl}"
     );
 
+    // B deletes the chat (the app's Delete): every message leaves B's
+    // view, A keeps hers.
+    let (_, ctrl) = b
+        .request(json!({"del": {"topic": usr(A), "what": "topic", "hard": true}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let mut left = Vec::new();
+    for _ in 0..100 {
+        (left, _) = b.get_data(&usr(A), json!({"since": 1})).await;
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(left.is_empty(), "B still sees {left:?}");
+    // (A was told of the unblock before: a `{pres}` precedes her page.)
+    let (frames, _) = a
+        .request(json!({"get": {"topic": usr(B), "what": "data", "data": {"since": 1}}}))
+        .await;
+    let kept = frames
+        .iter()
+        .filter(|f| f["data"]["topic"] == json!(usr(B)))
+        .count();
+    assert!(kept >= 2, "A lost her messages: {frames:?}");
+
     // A group: a member mutes it; blocking a group is refused with the
     // way out; a stranger's mode of it is "not found", as any other name.
     stack.create_group("grpModes", A, &[B]).await;

@@ -158,8 +158,10 @@ pub async fn change(
     // whether or not the control projection runs; the sign-out only moves
     // the auth version forward, so the projection's later write agrees.
     let mut redis = gw.redis.clone();
-    if let Err(e) = crate::session_control::enforce_sparing(pool, &mut redis, &event, Some(&gw.hub), who.sid)
-        .await {
+    if let Err(e) =
+        crate::session_control::enforce_sparing(pool, &mut redis, &event, Some(&gw.hub), who.sid)
+            .await
+    {
         tracing::warn!(error = %e, uid = who.uid, "password change: signed out by the projection, not yet here");
     }
     let issued = gw.tokens.issue(

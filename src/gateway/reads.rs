@@ -100,6 +100,49 @@ pub async fn query_data(
     Ok(out)
 }
 
+/// Clears every message of `topic` from `uid`'s view (deleting a
+/// one-to-one chat for oneself): [`clear_history`] of `[1, last]`, the
+/// last seq from Redis or, when Redis has lost it, the chat list's row.
+/// `None` when there is nothing to clear.
+pub async fn clear_all(
+    gw: &Gateway,
+    tenant: &str,
+    topic: &str,
+    uid: i64,
+    device: &str,
+    sid: &str,
+) -> Result<Option<i32>, Refusal> {
+    let mut redis = gw.redis.clone();
+    let cached: Option<i64> = redis::cmd("HGET")
+        .arg(TopicKeys::new(tenant, topic).seq())
+        .arg("last_seq")
+        .query_async(&mut redis)
+        .await
+        .map_err(Refusal::unavailable)?;
+    let last = match cached {
+        Some(last) => last,
+        None => {
+            let pool = gw.pools.get(tenant).map_err(Refusal::internal)?;
+            sqlx::query_scalar("SELECT last_seq FROM im_conversation_topics WHERE topic = ?")
+                .bind(topic)
+                .fetch_optional(pool)
+                .await
+                .map_err(Refusal::unavailable)?
+                .unwrap_or(0)
+        }
+    };
+    if last < 1 {
+        return Ok(None);
+    }
+    let all = [tinode::SeqRangeMsg {
+        low: 1,
+        hi: Some(last + 1),
+    }];
+    clear_history(gw, tenant, topic, uid, device, sid, &all)
+        .await
+        .map(Some)
+}
+
 /// Hides `ranges` (`[low, hi)`, `hi` missing = one message) from `uid`'s
 /// view: produces HistoryCleared; returns the new delete id.
 pub async fn clear_history(

@@ -441,6 +441,12 @@ async function steps(browser) {
       await bsChatWithA().click();
       await message(b, unblocked).waitFor(WAIT);
       await screenshot(b, 'after-unblock');
+
+      // Deleting a one-to-one chat (menu → Delete) clears it from the
+      // deleter's view (tests/p2p.rs), but the app throws when that peer's
+      // presence changes later in the same session (issue 40, open): not
+      // clicked here until the server stops telling a session about a chat
+      // it deleted.
     }
 
     if (CHAT_LIST) {

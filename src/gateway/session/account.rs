@@ -16,8 +16,7 @@ use crate::tinode::{self, ctrl, MsgAcc};
 use super::Session;
 
 /// The text a refused sign-up shows.
-pub const NO_SIGN_UP: &str =
-    "sign-up is not open here: ask your administrator for an account";
+pub const NO_SIGN_UP: &str = "sign-up is not open here: ask your administrator for an account";
 /// The text a refused reset shows.
 pub const NO_RESET: &str =
     "password reset by email is not offered here: ask your administrator to reset your password";
@@ -50,11 +49,7 @@ impl Session {
             return refuse(401, "authentication required");
         };
         let own = tinode::user_id(who.uid);
-        if acc
-            .user
-            .as_deref()
-            .is_some_and(|u| u != "me" && u != own)
-        {
+        if acc.user.as_deref().is_some_and(|u| u != "me" && u != own) {
             return refuse(403, "only your own account can be changed");
         }
         if acc.scheme.as_deref() != Some("basic") {
@@ -93,9 +88,7 @@ impl Session {
         let current = match (acc.tmpscheme.as_deref(), acc.tmpsecret.as_deref()) {
             (Some("basic"), Some(secret)) => match decode_basic(secret) {
                 Some((_, old)) => Some(old),
-                None => {
-                    return refuse(400, "malformed: tmpsecret is base64 of login:password")
-                }
+                None => return refuse(400, "malformed: tmpsecret is base64 of login:password"),
             },
             (Some(_), _) => return refuse(400, "malformed: tmpscheme is \"basic\""),
             (None, _) => None,
@@ -104,10 +97,7 @@ impl Session {
             .password_login_at
             .is_some_and(|at| crate::events::now_ms() - at <= password::FRESH_LOGIN_MS);
         let proof = match &current {
-            Some(old) => Proof::OldPassword {
-                old,
-                ip: self.peer,
-            },
+            Some(old) => Proof::OldPassword { old, ip: self.peer },
             None if fresh => Proof::FreshLogin,
             None => {
                 return refuse(

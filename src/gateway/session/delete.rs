@@ -1,6 +1,7 @@
 //! `{del}`: `what="msg"` clears one's own view, recalls, or deletes for
 //! everyone; `what="topic"` on a group declines an invitation, dissolves
-//! (owner) or leaves; `what="sub"` removes a member.
+//! (owner) or leaves, on a one-to-one chat clears it from one's own view;
+//! `what="sub"` removes a member.
 
 use serde_json::json;
 
@@ -44,6 +45,49 @@ impl Session {
                 Err(r) if r.0 == 404 || r.0 == 409 => self.delete_group(id, topic).await,
                 Err(r) => ctrl(id, Some(&self.shown(topic)), r.0, &r.1, None),
             };
+            self.reply(reply).await;
+            return;
+        }
+        if del.what == "topic" && tinode::is_p2p_topic(topic) {
+            // "Delete" of a one-to-one chat: its messages are cleared from
+            // this user's view (the peer keeps theirs); the app drops the
+            // chat from its list.
+            let who = self.identity.clone().expect("logged in");
+            let shown = self.shown(topic);
+            if let Err(Refusal(code, text)) =
+                reads::ensure_member(&self.gateway, &who.tenant, topic, who.uid).await
+            {
+                self.reply(ctrl(id, Some(&shown), code, &text, None)).await;
+                return;
+            }
+            if !self
+                .rate(id, topic, crate::gateway::limits::Action::Clear)
+                .await
+            {
+                return;
+            }
+            let cleared = reads::clear_all(
+                &self.gateway,
+                &who.tenant,
+                topic,
+                who.uid,
+                &who.device,
+                &self.sid,
+            )
+            .await;
+            let reply = match cleared {
+                Ok(Some(del_id)) => ctrl(id, Some(&shown), 200, "ok", Some(json!({"del": del_id}))),
+                Ok(None) => ctrl(id, Some(&shown), 200, "ok", None),
+                Err(Refusal(code, text)) => {
+                    self.reply(ctrl(id, Some(&shown), code, &text, None)).await;
+                    return;
+                }
+            };
+            if self.attached.remove(topic) {
+                if let Some(handle) = self.handle.clone() {
+                    self.detach(&handle, topic).await;
+                }
+            }
             self.reply(reply).await;
             return;
         }
