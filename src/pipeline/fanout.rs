@@ -267,9 +267,19 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
         GroupEventBody::MemberJoined(j) => {
             let role = Role::parse(&j.role);
             let mode = frames::access_mode(Some(role), false);
+            // Added by someone else, the group is new to the member's
+            // clients: told as a new chat, which they ask the chat list
+            // about (Tinode's web app throws on an `acs` change of a chat
+            // it does not know, issue 40). Joined by themselves (an
+            // accepted invitation), their clients know it: its new mode.
+            let to_member = if event.actor_uid == j.uid {
+                frames::pres_me_acs_frame(topic, &mode, Some(role.as_str()))
+            } else {
+                frames::pres_me_new_chat_frame(topic, &actor)
+            };
             vec![
                 to_topic(frames::pres_acs_frame(topic, j.uid, &mode, Some(role.as_str()))),
-                to_user(j.uid, frames::pres_me_acs_frame(topic, &mode, Some(role.as_str()))),
+                to_user(j.uid, to_member),
             ]
         }
         // The eviction comes from the members pipeline, once membership
@@ -314,9 +324,10 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
         // Reports are for the tenant's moderators only: never delivered.
         // An invitation shows in the invitee's chat list (Tinode's `given`
         // without `want`); its answer changes their access again.
+        // Told as a new chat too; the list gives the invitation's mode.
         GroupEventBody::MemberInvited(i) => vec![to_user(
             i.uid,
-            frames::pres_me_invite_frame(topic, &tinode::user_id(i.invited_by)),
+            frames::pres_me_new_chat_frame(topic, &tinode::user_id(i.invited_by)),
         )],
         GroupEventBody::MemberInviteDeclined(d) => vec![to_user(
             d.uid,

@@ -68,6 +68,14 @@ pub fn pres_me_msg_frame(src: &str, seq: i64, from: i64) -> String {
         .to_string()
 }
 
+/// `{pres topic="me" what="msg"}` with no seq, about a chat the user's
+/// clients may not know yet (added to a group, invited): Tinode clients
+/// fetch its entry of the chat list (`{get me sub topic}`), as for the
+/// first message of a new chat.
+pub fn pres_me_new_chat_frame(src: &str, actor: &str) -> String {
+    json!({"pres": {"topic": "me", "src": src, "what": "msg", "act": actor}}).to_string()
+}
+
 /// `{"pres": {"topic": "me", "src": topic, "what": what}}` as text.
 pub fn pres_me_frame(topic: &str, what: &str) -> String {
     json!({"pres": {"topic": "me", "src": topic, "what": what}}).to_string()
@@ -118,15 +126,6 @@ pub fn pres_acs_frame(topic: &str, uid: i64, mode: &str, role: Option<&str>) -> 
     json!({ "pres": pres }).to_string()
 }
 
-/// `{pres topic="me" what="acs"}` telling a user their mode in `topic` changed.
-/// `{pres topic="me" what="acs"}` of an invitation to `topic`: access
-/// given but not wanted yet (Tinode's web app shows Accept / Ignore).
-pub fn pres_me_invite_frame(topic: &str, actor: &str) -> String {
-    json!({"pres": {"topic": "me", "src": topic, "what": "acs", "act": actor,
-        "dacs": {"want": INVITED_WANT, "given": INVITED_GIVEN}}})
-    .to_string()
-}
-
 /// What an invitation gives (a member's access once wanted).
 pub const INVITED_GIVEN: &str = "JRWPS";
 /// What an invited user wants until they answer, as Tinode keeps it: join
@@ -134,6 +133,7 @@ pub const INVITED_GIVEN: &str = "JRWPS";
 /// app lists the group and offers Accept / Ignore / Block.
 pub const INVITED_WANT: &str = "JP";
 
+/// `{pres topic="me" what="acs"}` telling a user their mode in `topic` changed.
 pub fn pres_me_acs_frame(topic: &str, mode: &str, role: Option<&str>) -> String {
     let mut pres = json!({"topic": "me", "src": topic, "what": "acs",
         "dacs": {"want": mode, "given": mode}});

@@ -474,6 +474,25 @@ async function steps(browser) {
       await again.click();
       await message(a, first).waitFor(WAIT);
       await screenshot(a, 'group-after-reload');
+
+      // A adds B from the group's Info → Add members: the group appears
+      // in B's list (no sign-in again) and B reads it. Then A removes him
+      // (his entry's menu → Remove): he can no longer write there.
+      const nameB = process.env.NAME_B;
+      await a.page.locator('#topic-caption-panel a', { has: a.page.locator('i.material-icons', { hasText: /^more_vert$/ }) }).click();
+      await a.page.locator('.menu li', { hasText: /^Info$/ }).click();
+      await a.page.locator('#info-view a.flat-button', { hasText: /Add members/i }).click();
+      await a.page.locator('#group-manager .contact-box li', { hasText: nameB }).first().click();
+      await screenshot(a, 'adding-member');
+      await a.page.locator('#group-manager button.primary').click();
+      await noErrorBox(a, 'adding a member');
+      const picnicAtB = b.page.locator('.contact-box li', { hasText: picnic }).first();
+      await picnicAtB.waitFor(WAIT);
+      await screenshot(b, 'added-to-group');
+      await picnicAtB.click();
+      await message(b, first).waitFor(WAIT);
+      await noErrorBox(b, 'opening a group he was added to');
+      await screenshot(b, 'reads-added-group');
       // A changes her picture (settings → Edit → avatar → crop → OK): after
       // signing in again B sees it, kept by the server as a data: URI.
       const png = Buffer.from(
