@@ -477,7 +477,7 @@ async function steps(browser) {
 
       // A adds B from the group's Info → Add members: the group appears
       // in B's list (no sign-in again) and B reads it. Then A removes him
-      // (his entry's menu → Remove): he can no longer write there.
+      // (his entry's menu → Remove): it leaves his list.
       const nameB = process.env.NAME_B;
       await a.page.locator('#topic-caption-panel a', { has: a.page.locator('i.material-icons', { hasText: /^more_vert$/ }) }).click();
       await a.page.locator('.menu li', { hasText: /^Info$/ }).click();
@@ -493,6 +493,17 @@ async function steps(browser) {
       await message(b, first).waitFor(WAIT);
       await noErrorBox(b, 'opening a group he was added to');
       await screenshot(b, 'reads-added-group');
+      await a.page.locator('#topic-caption-panel a', { has: a.page.locator('i.material-icons', { hasText: /^more_vert$/ }) }).click();
+      await a.page.locator('.menu li', { hasText: /^Info$/ }).click();
+      const member = a.page.locator('#info-view .contact-box li', { hasText: nameB }).first();
+      await chatMenu(a, member, /^Remove$/);
+      await member.waitFor({ state: 'detached', ...WAIT });
+      await noErrorBox(a, 'removing a member');
+      await screenshot(a, 'member-removed');
+      // B is told at once: the group leaves his list.
+      await picnicAtB.waitFor({ state: 'detached', ...WAIT });
+      await noErrorBox(b, 'being removed from a group');
+      await screenshot(b, 'removed-from-group');
       // A changes her picture (settings → Edit → avatar → crop → OK): after
       // signing in again B sees it, kept by the server as a data: URI.
       const png = Buffer.from(
