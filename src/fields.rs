@@ -16,6 +16,9 @@ pub const PHOTO_CHARS: usize = 8192;
 pub const NOTE_CHARS: usize = 512;
 /// A group's description (`im_groups.description VARCHAR(1024)`).
 pub const DESCRIPTION_CHARS: usize = 1024;
+/// A user's `private` of one chat, as JSON text
+/// (`im_chat_settings.private VARCHAR(2048)`).
+pub const CHAT_PRIVATE_CHARS: usize = 2048;
 /// A report's reason and an operator's resolution note (`VARCHAR(500)`).
 pub const REASON_CHARS: usize = 500;
 /// A client message id (`client_msg_id`), in bytes.
@@ -107,6 +110,7 @@ mod tests {
             include_str!("../migrations/tenant/0008_conversations_and_profiles.sql"),
             include_str!("../migrations/tenant/0019_message_references.sql"),
             include_str!("../migrations/tenant/0062_inline_photos.sql"),
+            include_str!("../migrations/tenant/0063_chat_settings.sql"),
         ]
         .concat();
         for (column, n) in [
@@ -116,6 +120,7 @@ mod tests {
             ("note VARCHAR", NOTE_CHARS),
             ("description VARCHAR", DESCRIPTION_CHARS),
             ("reason VARCHAR", REASON_CHARS),
+            ("private VARCHAR", CHAT_PRIVATE_CHARS),
         ] {
             assert!(
                 sql.contains(&format!("{column}({n})")),

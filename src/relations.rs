@@ -99,6 +99,34 @@ pub async fn set_topic_muted(
     Ok(())
 }
 
+/// Writes `uid`'s settings of one chat as a whole (none left: the row
+/// goes). Idempotent: the last event's settings stand.
+pub async fn set_chat_settings(
+    pool: &MySqlPool,
+    uid: i64,
+    s: &crate::events::ChatSettings,
+) -> Result<(), RelationError> {
+    if s.hidden_until_seq == 0 && s.private.is_none() {
+        sqlx::query("DELETE FROM im_chat_settings WHERE uid = ? AND topic = ?")
+            .bind(uid)
+            .bind(&s.topic)
+            .execute(pool)
+            .await?;
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO im_chat_settings (uid, topic, hidden_until_seq, private) VALUES (?, ?, ?, ?) \
+         ON DUPLICATE KEY UPDATE hidden_until_seq = VALUES(hidden_until_seq), private = VALUES(private)",
+    )
+    .bind(uid)
+    .bind(&s.topic)
+    .bind(s.hidden_until_seq)
+    .bind(&s.private)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
 /// Whether `other` is in `uid`'s `set` (friends of, blocked by `uid`).
 pub async fn contains(
     pool: &MySqlPool,

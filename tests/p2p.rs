@@ -317,8 +317,44 @@ async fn the_web_apps_block_and_mute_are_in_force_when_answered() {
         "{ctrl}"
     );
 
+    // B archives the chat (the app's Archive: `private.arch`), kept in
+    // B's list entry; Restore (the delete marker) takes it away again.
+    let (_, ctrl) = b
+        .request(json!({"set": {"topic": usr(A), "desc": {"private": {"arch": true}}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let entry = |meta: &Value| {
+        meta["meta"]["sub"]
+            .as_array()
+            .and_then(|subs| subs.iter().find(|s| s["topic"] == json!(usr(A))).cloned())
+    };
+    let (_, meta) = b
+        .request(json!({"get": {"topic": "me", "what": "sub"}}))
+        .await;
+    assert_eq!(
+        entry(&meta).expect("listed")["private"],
+        json!({"arch": true}),
+        "{meta}"
+    );
+    let (_, ctrl) = b
+        .request(json!({"set": {"topic": usr(A), "desc": {"private": {"arch": "\u{2421}"}}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let (_, meta) = b
+        .request(json!({"get": {"topic": "me", "what": "sub"}}))
+        .await;
+    assert!(
+        entry(&meta).expect("listed").get("private").is_none(),
+        "{meta}"
+    );
+    let big = "x".repeat(imstream::fields::CHAT_PRIVATE_CHARS);
+    let (_, ctrl) = b
+        .request(json!({"set": {"topic": usr(A), "desc": {"private": {"comment": big}}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(413), "{ctrl}");
+
     // B deletes the chat (the app's Delete): every message leaves B's
-    // view, A keeps hers.
+    // view, A keeps hers, and it leaves B's list until A writes again.
     let (_, ctrl) = b
         .request(json!({"del": {"topic": usr(A), "what": "topic", "hard": true}}))
         .await;
@@ -341,6 +377,21 @@ async fn the_web_apps_block_and_mute_are_in_force_when_answered() {
         .filter(|f| f["data"]["topic"] == json!(usr(B)))
         .count();
     assert!(kept >= 2, "A lost her messages: {frames:?}");
+    assert!(
+        listed_acs(&mut b, &usr(A)).await.is_none(),
+        "the deleted chat is listed"
+    );
+    let (status, body) = send_p2p(&stack, gw, A, B, "fourth", "still friends?").await;
+    assert_eq!(status, 202, "{body}");
+    let mut back = None;
+    for _ in 0..100 {
+        back = listed_acs(&mut b, &usr(A)).await;
+        if back.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(back.is_some(), "a new message did not bring the chat back");
 
     // A group: a member mutes it; blocking a group is refused with the
     // way out; a stranger's mode of it is "not found", as any other name.

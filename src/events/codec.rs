@@ -345,6 +345,7 @@ mod tests {
             "FavoriteAdded",
             "FavoriteRemoved",
             "NotificationsRead",
+            "ChatSettingsChanged",
         ]);
         assert_branches_match::<ReceiptEvent>(&["ReadReceipt", "RecvReceipt"]);
         assert_branches_match::<SessionControlEvent>(&[

@@ -571,6 +571,7 @@ pub enum UserEventBody {
     FavoriteAdded(FavoriteRef),
     FavoriteRemoved(FavoriteRef),
     NotificationsRead(NotificationsRead),
+    ChatSettingsChanged(ChatSettings),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -647,6 +648,17 @@ pub struct FavoriteRef {
     pub seq: i64,
 }
 
+/// A user's own settings of one chat, whole: hidden from their list up to
+/// a seq (0: shown), and Tinode's `private` (JSON object text).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatSettings {
+    pub topic: String,
+    #[serde(default)]
+    pub hidden_until_seq: i64,
+    #[serde(default)]
+    pub private: Option<String>,
+}
+
 impl UserEventBody {
     pub fn name(&self) -> &'static str {
         match self {
@@ -663,6 +675,7 @@ impl UserEventBody {
             UserEventBody::FavoriteAdded(_) => "FavoriteAdded",
             UserEventBody::FavoriteRemoved(_) => "FavoriteRemoved",
             UserEventBody::NotificationsRead(_) => "NotificationsRead",
+            UserEventBody::ChatSettingsChanged(_) => "ChatSettingsChanged",
         }
     }
 }

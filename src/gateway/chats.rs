@@ -141,6 +141,13 @@ pub async fn conversations_of(
     let mut list = conversations::hot::list(pool, &redis, deletes, tenant, uid, query)
         .await
         .map_err(unavailable)?;
+    // One-to-one chats the user deleted, until a later message.
+    let hidden = super::personal::hidden_chats(pool, uid)
+        .await
+        .map_err(unavailable)?;
+    if !hidden.is_empty() {
+        list.retain(|c| hidden.get(&c.topic).is_none_or(|until| c.last_seq > *until));
+    }
     // A peer who blocked the user shows no note (nor presence, see
     // `online_flags`).
     let shown = peers_shown(gw, tenant, uid, &list).await?;
@@ -356,6 +363,9 @@ pub struct MeSub<'a> {
     online: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     public: Option<Public<'a>>,
+    /// The user's own `private` of the chat (the web app's archive flag).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    private: Option<Value>,
 }
 
 use super::personal::{Acs, Personal};
@@ -407,6 +417,7 @@ pub fn me_sub_entry<'a>(
         clear: c.clear,
         online,
         public: (!c.profile.is_empty()).then_some(Public(&c.profile)),
+        private: personal.private(&c.topic),
     }
 }
 
@@ -475,6 +486,7 @@ pub fn invitation_entry(i: &Invitation) -> MeSub<'_> {
         clear: 0,
         online: false,
         public: (!i.profile.is_empty()).then_some(Public(&i.profile)),
+        private: None,
     }
 }
 
@@ -564,6 +576,7 @@ pub fn blocked_entry<'a>(b: &'a BlockedEntry, me: i64, personal: &Personal) -> M
         clear: 0,
         online: false,
         public: (!b.profile.is_empty()).then_some(Public(&b.profile)),
+        private: personal.private(&b.topic),
     }
 }
 
@@ -879,9 +892,10 @@ pub const PRESENCE_PEERS_MAX: i64 = 200;
 /// Tells the user's one-to-one peers (their chat lists) that the user came
 /// online (`what="on"`) or went offline (`"off"`): only in conversations
 /// the user took part in or with friends (see
-/// [`conversations::may_see_private`]), never a peer the user blocked.
-/// Best effort: presence
-/// is a hint, a lost one is corrected by the next list read.
+/// [`conversations::may_see_private`]), never a peer the user blocked nor
+/// one who deleted the chat (Tinode's web app throws on the presence of a
+/// chat it no longer has). Best effort: presence is a hint, a lost one is
+/// corrected by the next list read.
 pub async fn announce_to_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str) {
     let Ok(pool) = pool(gw, tenant) else { return };
     let peers: Vec<i64> = match sqlx::query_scalar(
@@ -890,6 +904,9 @@ pub async fn announce_to_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str)
          WHERE c.uid = ? AND c.kind = 'p2p' \
            AND (c.engaged = 1 OR EXISTS (SELECT 1 FROM im_friends f WHERE f.uid = ? AND f.friend_uid = c.peer_uid)) \
            AND NOT EXISTS (SELECT 1 FROM im_blocks b WHERE b.uid = ? AND b.blocked_uid = c.peer_uid) \
+           AND NOT EXISTS (SELECT 1 FROM im_chat_settings h WHERE h.uid = c.peer_uid \
+             AND h.topic = c.topic AND h.hidden_until_seq >= COALESCE(t.last_seq, 0) \
+             AND h.hidden_until_seq > 0) \
          ORDER BY t.touched_ms DESC LIMIT ?",
     )
     .bind(uid)

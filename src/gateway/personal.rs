@@ -7,13 +7,13 @@
 //! routes produce (`UserBlocked`/`UserUnblocked`, `PushSettingsChanged`),
 //! put in force before the answer ([`put_in_force`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use serde_json::json;
 use sqlx::mysql::MySqlPool;
 
-use crate::events::{BlockRef, PushSettingsChanged, UserEvent, UserEventBody};
+use crate::events::{BlockRef, ChatSettings, PushSettingsChanged, UserEvent, UserEventBody};
 use crate::kafka::topics::TopicKind;
 use crate::relations::Set;
 use crate::tinode;
@@ -76,15 +76,18 @@ fn without(mode: &str, letter: char, drop: bool) -> String {
     }
 }
 
-/// The user's own settings that shape their access modes: whom they
+/// The user's own settings that shape how they see their chats: whom they
 /// blocked, who of the peers asked about blocked them, which chats they
-/// muted. Read from MySQL, the ground truth the write-through and the
-/// relations projection keep.
+/// muted, and each chat's own settings (hidden, `private`). Read from
+/// MySQL, the ground truth the write-through and the relations projection
+/// keep.
 #[derive(Debug, Clone, Default)]
 pub struct Personal {
     pub blocked: HashSet<i64>,
     pub blocked_by: HashSet<i64>,
     pub muted: HashSet<String>,
+    /// By stored topic name.
+    pub chats: HashMap<String, ChatSettings>,
 }
 
 impl Personal {
@@ -118,6 +121,7 @@ impl Personal {
             blocked: blocked.into_iter().collect(),
             blocked_by,
             muted: muted.into_iter().map(|t| t.into_string()).collect(),
+            chats: chat_settings(pool, uid, None).await?,
         })
     }
 
@@ -148,7 +152,22 @@ impl Personal {
         if muted == 1 {
             p.muted.insert(topic.to_string());
         }
+        p.chats = chat_settings(pool, uid, Some(topic)).await?;
         Ok(p)
+    }
+
+    /// The user's settings of one chat (defaults when none).
+    pub fn chat(&self, topic: &str) -> ChatSettings {
+        self.chats.get(topic).cloned().unwrap_or(ChatSettings {
+            topic: topic.to_string(),
+            ..Default::default()
+        })
+    }
+
+    /// The chat's `private` as Tinode shows it, if any.
+    pub fn private(&self, topic: &str) -> Option<serde_json::Value> {
+        let text = self.chats.get(topic)?.private.as_deref()?;
+        serde_json::from_str(text).ok()
     }
 
     /// The user's `acs` in `topic` (stored name), starting from the mode
@@ -166,6 +185,51 @@ impl Personal {
     }
 }
 
+/// `uid`'s settings of every chat (or of one), by topic.
+async fn chat_settings(
+    pool: &MySqlPool,
+    uid: i64,
+    topic: Option<&str>,
+) -> sqlx::Result<HashMap<String, ChatSettings>> {
+    let rows: Vec<(crate::exact::Exact, i64, Option<String>)> = sqlx::query_as(
+        "SELECT topic, hidden_until_seq, private FROM im_chat_settings \
+         WHERE uid = ? AND (? IS NULL OR topic = ?)",
+    )
+    .bind(uid)
+    .bind(topic)
+    .bind(topic)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(topic, hidden_until_seq, private)| {
+            let topic = topic.into_string();
+            let settings = ChatSettings {
+                topic: topic.clone(),
+                hidden_until_seq,
+                private,
+            };
+            (topic, settings)
+        })
+        .collect())
+}
+
+/// Which of `uid`'s one-to-one chats are hidden, up to which seq (a chat
+/// the user deleted, until a later message).
+pub async fn hidden_chats(pool: &MySqlPool, uid: i64) -> sqlx::Result<HashMap<String, i64>> {
+    let rows: Vec<(crate::exact::Exact, i64)> = sqlx::query_as(
+        "SELECT topic, hidden_until_seq FROM im_chat_settings \
+         WHERE uid = ? AND hidden_until_seq > 0",
+    )
+    .bind(uid)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(t, s)| (t.into_string(), s))
+        .collect())
+}
+
 /// A user's setting, put in force by [`put_in_force`].
 #[derive(Debug, Clone)]
 pub enum Setting {
@@ -173,10 +237,65 @@ pub enum Setting {
     Block { other: i64, blocked: bool },
     /// Mute (or unmute) a chat (`topic` as stored).
     Mute { topic: String, muted: bool },
+    /// A change of one chat's own settings (`topic` as stored), applied
+    /// to what is stored under the user's lock.
+    Chat { topic: String, change: ChatChange },
+}
+
+/// A change of a chat's own settings.
+#[derive(Debug, Clone)]
+pub enum ChatChange {
+    /// Hidden from the list up to this seq (a later message shows it).
+    Hide { until_seq: i64 },
+    /// Tinode's `private`, merged: each key set, or removed by the delete
+    /// marker (`␡`).
+    Private(serde_json::Map<String, serde_json::Value>),
+}
+
+impl ChatChange {
+    /// `current` with this change applied; a `private` past
+    /// [`crate::fields::CHAT_PRIVATE_CHARS`] is refused (`413`).
+    pub fn apply(&self, mut current: ChatSettings) -> Result<ChatSettings, Refusal> {
+        match self {
+            ChatChange::Hide { until_seq } => {
+                current.hidden_until_seq = current.hidden_until_seq.max(*until_seq);
+            }
+            ChatChange::Private(patch) => {
+                let mut private: serde_json::Map<String, serde_json::Value> = current
+                    .private
+                    .as_deref()
+                    .and_then(|t| serde_json::from_str(t).ok())
+                    .unwrap_or_default();
+                for (key, value) in patch {
+                    if value.as_str() == Some(tinode::DEL_CHAR) || value.is_null() {
+                        private.remove(key);
+                    } else {
+                        private.insert(key.clone(), value.clone());
+                    }
+                }
+                current.private = if private.is_empty() {
+                    None
+                } else {
+                    let text = serde_json::Value::Object(private).to_string();
+                    if text.chars().count() > crate::fields::CHAT_PRIVATE_CHARS {
+                        return Err(Refusal(
+                            413,
+                            format!(
+                                "private is too large (at most {} characters as JSON)",
+                                crate::fields::CHAT_PRIVATE_CHARS
+                            ),
+                        ));
+                    }
+                    Some(text)
+                };
+            }
+        }
+        Ok(current)
+    }
 }
 
 impl Setting {
-    fn body(&self) -> UserEventBody {
+    fn body(&self, chat: Option<&ChatSettings>) -> UserEventBody {
         match self {
             Setting::Block {
                 other,
@@ -197,6 +316,9 @@ impl Setting {
                     topic_muted: *muted,
                 })
             }
+            Setting::Chat { .. } => {
+                UserEventBody::ChatSettingsChanged(chat.cloned().unwrap_or_default())
+            }
         }
     }
 }
@@ -205,7 +327,8 @@ impl Setting {
 /// write-through take milliseconds; the producer gives up well before).
 const SETTINGS_LOCK_MS: u64 = 30_000;
 
-/// A block, unblock, mute or unmute, in effect before the call answers
+/// A block, unblock, mute, unmute or chat setting, in effect before the
+/// call answers
 /// (issue 39: a send right after an acknowledged block was delivered while
 /// the relations pipeline had not projected it yet): its event goes to the
 /// log, then it is written to MySQL and Redis as the projection writes it
@@ -240,7 +363,22 @@ pub async fn put_in_force(
         )
     })?;
     let done = async {
-        let event = UserEvent::new(tenant, uid, uid, setting.body());
+        // A chat's settings change from what is stored now, read under
+        // the lock: two changes of the user never lose one another.
+        let chat = match &setting {
+            Setting::Chat { topic, change } => {
+                let stored = chat_settings(pool, uid, Some(topic))
+                    .await
+                    .map_err(Refusal::unavailable)?;
+                let current = stored.get(topic.as_str()).cloned().unwrap_or(ChatSettings {
+                    topic: topic.clone(),
+                    ..Default::default()
+                });
+                Some(change.apply(current)?)
+            }
+            _ => None,
+        };
+        let event = UserEvent::new(tenant, uid, uid, setting.body(chat.as_ref()));
         gw.sender
             .producer()
             .send(TopicKind::UserEvents, &event.key(), &event, None)
@@ -262,6 +400,10 @@ pub async fn put_in_force(
             Setting::Mute { topic, muted } => {
                 crate::relations::set_topic_muted(pool, &mut redis, tenant, uid, topic, *muted)
                     .await
+            }
+            Setting::Chat { .. } => {
+                let chat = chat.as_ref().expect("resolved above");
+                crate::relations::set_chat_settings(pool, uid, chat).await
             }
         }
         .map_err(Refusal::unavailable)?;

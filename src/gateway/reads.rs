@@ -103,7 +103,8 @@ pub async fn query_data(
 /// Clears every message of `topic` from `uid`'s view (deleting a
 /// one-to-one chat for oneself): [`clear_history`] of `[1, last]`, the
 /// last seq from Redis or, when Redis has lost it, the chat list's row.
-/// `None` when there is nothing to clear.
+/// The delete id and the last seq cleared; `None` when there is nothing
+/// to clear.
 pub async fn clear_all(
     gw: &Gateway,
     tenant: &str,
@@ -111,7 +112,7 @@ pub async fn clear_all(
     uid: i64,
     device: &str,
     sid: &str,
-) -> Result<Option<i32>, Refusal> {
+) -> Result<Option<(i32, i64)>, Refusal> {
     let mut redis = gw.redis.clone();
     let cached: Option<i64> = redis::cmd("HGET")
         .arg(TopicKeys::new(tenant, topic).seq())
@@ -140,7 +141,7 @@ pub async fn clear_all(
     }];
     clear_history(gw, tenant, topic, uid, device, sid, &all)
         .await
-        .map(Some)
+        .map(|del_id| Some((del_id, last)))
 }
 
 /// Hides `ranges` (`[low, hi)`, `hi` missing = one message) from `uid`'s
@@ -317,18 +318,25 @@ pub async fn describe(gw: &Gateway, tenant: &str, topic: &str, uid: i64) -> Resu
             )
         }
     };
+    // The reader's own settings: their access, their `private`.
+    let personal = super::personal::Personal::load_for(pool, uid, topic)
+        .await
+        .map_err(Refusal::unavailable)?;
     let mut desc = json!({
         "created": tinode::timestamp_ms(created),
         "updated": tinode::timestamp_ms(updated),
         "touched": tinode::timestamp_ms(updated),
         "defacs": {"auth": "JRWPS", "anon": "N"},
-        "acs": super::chats::topic_acs(gw, tenant, uid, topic, &mode).await?.json(),
+        "acs": personal.acs(topic, uid, &mode).json(),
         "seq": last.unwrap_or(0),
         "read": read,
         "recv": recv,
     });
     if !profile.is_empty() {
         desc["public"] = profile.public();
+    }
+    if let Some(private) = personal.private(topic) {
+        desc["private"] = private;
     }
     Ok(desc)
 }

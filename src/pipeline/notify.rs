@@ -78,6 +78,12 @@ fn describe(e: &UserEvent) -> (String, &'static str, Value) {
             "favorite.removed",
             json!({"topic": tinode::client_topic(&f.topic, e.uid), "seq": f.seq}),
         ),
+        // The user's other devices read the chat's entry again.
+        UserEventBody::ChatSettingsChanged(c) => (
+            tinode::client_topic(&c.topic, e.uid),
+            "chat.settings",
+            json!({}),
+        ),
         UserEventBody::PushSettingsChanged(p) => (
             "sys".into(),
             "push.settings",

@@ -155,6 +155,11 @@ impl RelationsHandler {
                     .await
                     .map_err(db)?;
             }
+            UserEventBody::ChatSettingsChanged(c) => {
+                relations::set_chat_settings(pool, e.uid, c)
+                    .await
+                    .map_err(|err| (relation_failure(&err), err.to_string()))?;
+            }
             UserEventBody::NotificationsRead(r) => {
                 notifications::mark_read(pool, e.uid, &r.ids, r.up_to, e.occurred_at)
                     .await

@@ -442,11 +442,50 @@ async function steps(browser) {
       await message(b, unblocked).waitFor(WAIT);
       await screenshot(b, 'after-unblock');
 
-      // Deleting a one-to-one chat (menu → Delete) clears it from the
-      // deleter's view (tests/p2p.rs), but the app throws when that peer's
-      // presence changes later in the same session (issue 40, open): not
-      // clicked here until the server stops telling a session about a chat
-      // it deleted.
+      // B archives the chat (menu → Archive): it leaves the main list for
+      // "Archived", still after B signs in again; Restore brings it back.
+      await chatMenu(b, bsChatWithA(), /^Archive$/);
+      await bsChatWithA().waitFor({ state: 'detached', ...WAIT });
+      await noErrorBox(b, 'archiving');
+      await logIn(b, credentials('USER_B'));
+      const archived = b.page.locator('.contact-box li', { hasText: /Archived/ }).first();
+      await archived.waitFor(WAIT);
+      if (await bsChatWithA().count()) throw new Error('an archived chat is in the main list after signing in again');
+      await archived.click();
+      await bsChatWithA().waitFor(WAIT);
+      await screenshot(b, 'archived');
+      await chatMenu(b, bsChatWithA(), /^Restore$/);
+      await noErrorBox(b, 'restoring');
+      await logIn(b, credentials('USER_B'));
+      await bsChatWithA().waitFor(WAIT);
+      await screenshot(b, 'restored');
+
+      // B deletes the chat (menu → Delete → confirm): it leaves B's list,
+      // also after signing in again, while A keeps her messages; A's next
+      // message brings it back to B, without what was deleted.
+      const before = `before the delete ${Date.now()}`;
+      await a.page.locator('#send-message-input').fill(before);
+      await a.page.locator('#send-message-input').press('Enter');
+      await message(a, before).waitFor(WAIT);
+      await chatMenu(b, bsChatWithA(), /^Delete$/);
+      await confirm(b);
+      await bsChatWithA().waitFor({ state: 'detached', ...WAIT });
+      await noErrorBox(b, 'deleting a chat');
+      await screenshot(b, 'p2p-deleted');
+      await logIn(a, credentials('USER_A'));
+      await logIn(b, credentials('USER_B'));
+      await b.page.locator('.contact-box li', { hasText: GROUP_NAME }).first().waitFor(WAIT);
+      if (await bsChatWithA().count()) throw new Error('a deleted chat is listed again after signing in');
+      await a.page.locator('.contact-box li', { hasText: nameB }).first().click();
+      await message(a, before).waitFor(WAIT);
+      const after = `after the delete ${Date.now()}`;
+      await a.page.locator('#send-message-input').fill(after);
+      await a.page.locator('#send-message-input').press('Enter');
+      await bsChatWithA().waitFor(WAIT);
+      await bsChatWithA().click();
+      await message(b, after).waitFor(WAIT);
+      if (await message(b, before).count()) throw new Error('a deleted message is shown again');
+      await screenshot(b, 'p2p-back-after-delete');
     }
 
     if (CHAT_LIST) {

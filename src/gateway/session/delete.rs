@@ -1,12 +1,14 @@
 //! `{del}`: `what="msg"` clears one's own view, recalls, or deletes for
 //! everyone; `what="topic"` on a group declines an invitation, dissolves
-//! (owner) or leaves, on a one-to-one chat clears it from one's own view;
+//! (owner) or leaves, on a one-to-one chat clears and hides it for
+//! oneself;
 //! `what="sub"` removes a member.
 
 use serde_json::json;
 
 use crate::events::SeqRange;
 use crate::gateway::edits;
+use crate::gateway::personal;
 use crate::gateway::reads;
 use crate::gateway::refusal::Refusal;
 use crate::tinode::{self, ctrl};
@@ -50,8 +52,8 @@ impl Session {
         }
         if del.what == "topic" && tinode::is_p2p_topic(topic) {
             // "Delete" of a one-to-one chat: its messages are cleared from
-            // this user's view (the peer keeps theirs); the app drops the
-            // chat from its list.
+            // this user's view (the peer keeps theirs) and it leaves their
+            // list until a later message.
             let who = self.identity.clone().expect("logged in");
             let shown = self.shown(topic);
             if let Err(Refusal(code, text)) =
@@ -75,7 +77,23 @@ impl Session {
                 &self.sid,
             )
             .await;
-            let reply = match cleared {
+            // Then hidden from the list until a later message (Tinode's
+            // delete of a one-to-one subscription, for this user only).
+            let hidden = match cleared {
+                Ok(Some((del_id, last))) => {
+                    let change = personal::ChatChange::Hide { until_seq: last };
+                    let setting = personal::Setting::Chat {
+                        topic: topic.to_string(),
+                        change,
+                    };
+                    personal::put_in_force(&self.gateway, &who.tenant, who.uid, setting)
+                        .await
+                        .map(|_| Some(del_id))
+                }
+                Ok(None) => Ok(None),
+                Err(r) => Err(r),
+            };
+            let reply = match hidden {
                 Ok(Some(del_id)) => ctrl(id, Some(&shown), 200, "ok", Some(json!({"del": del_id}))),
                 Ok(None) => ctrl(id, Some(&shown), 200, "ok", None),
                 Err(Refusal(code, text)) => {

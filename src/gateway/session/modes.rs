@@ -1,9 +1,11 @@
-//! `{set sub={mode}}` of the caller's own subscription, as Tinode's web
-//! app sends it for Block / Unblock (want without, then with `J` and `P`)
-//! and Mute / Unmute (want without, then with `P`), in a one-to-one chat
-//! or a group the caller is in ([`crate::gateway::personal`]). Answered
-//! with the `acs` now in force, which the app keeps; the caller's other
-//! sessions and, for a block, the peer are told with `{pres what="acs"}`.
+//! The caller's own settings of a chat ([`crate::gateway::personal`]):
+//! `{set sub={mode}}` of their subscription, as Tinode's web app sends it
+//! for Block / Unblock (want without, then with `J` and `P`) and Mute /
+//! Unmute (want without, then with `P`), in a one-to-one chat or a group
+//! the caller is in, answered with the `acs` now in force, which the app
+//! keeps (the caller's other sessions and, for a block, the peer are told
+//! with `{pres what="acs"}`); and `{set desc={private}}`, their own
+//! `private` of the chat, merged (the app's Archive / Restore).
 
 use serde_json::json;
 
@@ -107,6 +109,63 @@ impl Session {
         self.announce_to_user(&who.tenant, who.uid, pres.to_string())
             .await;
         Ok(acs)
+    }
+
+    /// `{set desc={private}}`: the keys of `private` set, or removed by the
+    /// delete marker, in the caller's own settings of the chat.
+    pub(super) async fn set_private(
+        &mut self,
+        id: Option<&str>,
+        topic: &str,
+        private: &serde_json::Value,
+    ) {
+        let shown = self.shown(topic);
+        let reply = match self.apply_private(topic, private).await {
+            Ok(()) => ctrl(id, Some(&shown), 200, "ok", None),
+            Err(Refusal(code, text)) => ctrl(id, Some(&shown), code, &text, None),
+        };
+        self.reply(reply).await;
+    }
+
+    async fn apply_private(
+        &mut self,
+        topic: &str,
+        private: &serde_json::Value,
+    ) -> Result<(), Refusal> {
+        let who = self.identity.clone().expect("logged in");
+        let gw = self.gateway.clone();
+        let Some(patch) = private.as_object() else {
+            return Err(Refusal(400, "malformed: private is an object".into()));
+        };
+        // Refused before anything is read when it could never be kept.
+        let limit = crate::fields::CHAT_PRIVATE_CHARS;
+        if private.to_string().chars().count() > limit {
+            return Err(Refusal(
+                413,
+                format!("private is too large (at most {limit} characters as JSON)"),
+            ));
+        }
+        let mine = match tinode::p2p_peer(topic, who.uid) {
+            Some(_) => true,
+            None if tinode::is_group_topic(topic) => matches!(
+                gw.governance
+                    .standing(&who.tenant, topic, who.uid)
+                    .await
+                    .map_err(|crate::governance::Refused(code, text)| Refusal(code, text))?,
+                crate::groups::Standing::Member { .. }
+            ),
+            None => false,
+        };
+        if !mine {
+            return Err(Refusal(404, "topic not found".into()));
+        }
+        let setting = Setting::Chat {
+            topic: topic.to_string(),
+            change: personal::ChatChange::Private(patch.clone()),
+        };
+        personal::put_in_force(&gw, &who.tenant, who.uid, setting)
+            .await
+            .map(|_| ())
     }
 
     /// `{pres topic="me" what="acs"}` to the peer a block changed, when the

@@ -1,10 +1,11 @@
 //! `{set}`: the user's own profile (`topic="me"`, `desc.public`), a
 //! group's (`desc.public`, owner or admin), adding a user to a group
 //! (`sub.user`), answering an invitation and blocking or muting a chat
-//! (one's own `sub.mode`, [`super::modes`]). Everything else a Tinode
-//! client may set (`private`, others' `sub` modes, `tags`, `aux`, `cred`)
-//! is answered 501 with the request id, so a client never waits for
-//! nothing.
+//! (one's own `sub.mode`) and keeping one's own `private` of a chat (the
+//! app's archive flag), both in [`super::modes`]. Everything else a Tinode
+//! client may set (`private` of `me`, others' `sub` modes, `tags`, `aux`,
+//! `cred`) is answered 501 with the request id, so a client never waits
+//! for nothing.
 
 use crate::gateway::chats;
 use crate::gateway::limits::Action;
@@ -41,6 +42,14 @@ impl Session {
                     }
                     return self.set_personal_mode(id, &set.topic, &mode).await;
                 }
+            }
+        }
+        if let Some(private) = own_private(&set) {
+            if tinode::is_conversation_topic(&set.topic) {
+                if !self.rate(id, &set.topic, Action::Change).await {
+                    return;
+                }
+                return self.set_private(id, &set.topic, private).await;
             }
         }
         let unsupported = set.sub.is_some()
@@ -238,4 +247,17 @@ fn own_mode(sub: Option<&serde_json::Value>) -> Option<String> {
         return None;
     }
     sub.get("mode")?.as_str().map(str::to_string)
+}
+
+/// `{set desc={private}}` alone: the caller's own `private` of the chat.
+fn own_private(set: &MsgSet) -> Option<&serde_json::Value> {
+    let desc = set.desc.as_ref()?;
+    let only = set.sub.is_none()
+        && set.tags.is_none()
+        && set.aux.is_none()
+        && set.cred.is_none()
+        && desc.public.is_none()
+        && desc.trusted.is_none()
+        && desc.defacs.is_none();
+    desc.private.as_ref().filter(|_| only)
 }
