@@ -99,6 +99,11 @@ impl TopicKeys {
     pub fn reseed_lock(&self) -> String {
         format!("{}:seq:reseed_lock", self.base)
     }
+    /// STRING lock: one change of the chat's pins at a time, from its
+    /// produce to its write-through, so the writes happen in log order.
+    pub fn pins_lock(&self) -> String {
+        format!("{}:pins_lock", self.base)
+    }
     /// ZSET of hot message seqs (score = seq).
     pub fn hot_seqs(&self) -> String {
         format!("{}:hot_msg_seqs", self.base)
@@ -161,7 +166,7 @@ impl UserKeys {
     pub fn profile(&self) -> String {
         format!("{}:profile", self.base)
     }
-    /// STRING lock: one block, unblock, mute or unmute of the user at a
+    /// STRING lock: one block, unblock, mute, unmute or chat setting of the user at a
     /// time, from its produce to its write-through, so the writes happen in
     /// log order.
     pub fn blocks_lock(&self) -> String {

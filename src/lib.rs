@@ -138,6 +138,7 @@ pub mod legacy;
 pub mod metrics;
 pub mod names;
 pub mod notifications;
+pub mod pins;
 pub mod pipeline;
 pub mod realtime;
 pub mod recovery;

@@ -420,6 +420,49 @@ async fn the_web_apps_block_and_mute_are_in_force_when_answered() {
         (none["ctrl"]["code"].clone(), none["ctrl"]["text"].clone()),
         "{ctrl} / {none}"
     );
+
+    // Pins (the app's Pin, `{set aux={pins}}`): the owner pins a message,
+    // a member reads it with `{get aux}` and may not pin; a seq that does
+    // not exist is refused; the delete marker unpins.
+    let mut owner = common::Ws::connect(gw, &stack.token(A, "pins")).await;
+    let (_, ctrl) = owner.request(json!({"sub": {"topic": "grpModes"}})).await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let (_, ctrl) = owner
+        .request(json!({"pub": {"topic": "grpModes", "content": "pin me"}}))
+        .await;
+    let seq = ctrl["ctrl"]["params"]["seq"].as_i64().expect("a seq");
+    let (_, ctrl) = b
+        .request(json!({"set": {"topic": "grpModes", "aux": {"pins": [seq]}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(403), "{ctrl}");
+    let (_, ctrl) = owner
+        .request(json!({"set": {"topic": "grpModes", "aux": {"pins": [seq + 1]}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(400), "{ctrl}");
+    let (_, ctrl) = owner
+        .request(json!({"set": {"topic": "grpModes", "aux": {"pins": [seq]}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let (_, aux) = b
+        .request(json!({"get": {"topic": "grpModes", "what": "aux"}}))
+        .await;
+    assert_eq!(aux["meta"]["aux"]["pins"], json!([seq]), "{aux}");
+    let (_, aux) = c
+        .request(json!({"get": {"topic": "grpModes", "what": "aux"}}))
+        .await;
+    assert_ne!(
+        aux["meta"]["aux"]["pins"],
+        json!([seq]),
+        "a stranger read the pins: {aux}"
+    );
+    let (_, ctrl) = owner
+        .request(json!({"set": {"topic": "grpModes", "aux": {"pins": "\u{2421}"}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let (_, aux) = b
+        .request(json!({"get": {"topic": "grpModes", "what": "aux"}}))
+        .await;
+    assert_eq!(aux["meta"]["aux"]["pins"], json!("\u{2421}"), "{aux}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

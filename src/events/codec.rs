@@ -330,6 +330,7 @@ mod tests {
             "MemberInvited",
             "MemberInviteDeclined",
             "FileAuditUpdated",
+            "PinsChanged",
         ]);
         assert_branches_match::<UserEvent>(&[
             "FriendRequestCreated",

@@ -57,6 +57,7 @@ pub enum GroupEventBody {
     MemberInvited(MemberInvited),
     MemberInviteDeclined(MemberInviteDeclined),
     FileAuditUpdated(FileAuditUpdated),
+    PinsChanged(Pins),
 }
 
 impl GroupEventBody {
@@ -80,6 +81,7 @@ impl GroupEventBody {
             GroupEventBody::MemberInvited(_) => "MemberInvited",
             GroupEventBody::MemberInviteDeclined(_) => "MemberInviteDeclined",
             GroupEventBody::FileAuditUpdated(_) => "FileAuditUpdated",
+            GroupEventBody::PinsChanged(_) => "PinsChanged",
         }
     }
 }
@@ -305,6 +307,13 @@ pub struct MessageReportResolved {
 pub struct FileAuditUpdated {
     pub seq: i64,
     pub status: String,
+}
+
+/// A chat's pinned messages (Tinode's `aux.pins`), whole; empty: none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pins {
+    #[serde(default)]
+    pub pins: Vec<i64>,
 }
 
 // ---------------------------------------------------------------- receipts

@@ -18,6 +18,7 @@ pub mod notifications;
 pub mod origin;
 pub mod password;
 pub mod personal;
+pub mod pins;
 pub mod reads;
 pub mod references;
 pub mod refusal;

@@ -100,9 +100,35 @@ pub async fn query_data(
     Ok(out)
 }
 
+/// The chat's last seq: from Redis or, when Redis has lost it, the chat
+/// list's row (0: no message yet).
+pub async fn last_seq(gw: &Gateway, tenant: &str, topic: &str) -> Result<i64, Refusal> {
+    let mut redis = gw.redis.clone();
+    let cached: Option<i64> = redis::cmd("HGET")
+        .arg(TopicKeys::new(tenant, topic).seq())
+        .arg("last_seq")
+        .query_async(&mut redis)
+        .await
+        .map_err(Refusal::unavailable)?;
+    match cached {
+        Some(last) => Ok(last),
+        None => {
+            let pool = gw.pools.get(tenant).map_err(Refusal::internal)?;
+            Ok(
+                sqlx::query_scalar("SELECT last_seq FROM im_conversation_topics WHERE topic = ?")
+                    .bind(topic)
+                    .fetch_optional(pool)
+                    .await
+                    .map_err(Refusal::unavailable)?
+                    .unwrap_or(0),
+            )
+        }
+    }
+}
+
 /// Clears every message of `topic` from `uid`'s view (deleting a
-/// one-to-one chat for oneself): [`clear_history`] of `[1, last]`, the
-/// last seq from Redis or, when Redis has lost it, the chat list's row.
+/// one-to-one chat for oneself): [`clear_history`] of `[1, last]`
+/// ([`last_seq`]).
 /// The delete id and the last seq cleared; `None` when there is nothing
 /// to clear.
 pub async fn clear_all(
@@ -113,25 +139,7 @@ pub async fn clear_all(
     device: &str,
     sid: &str,
 ) -> Result<Option<(i32, i64)>, Refusal> {
-    let mut redis = gw.redis.clone();
-    let cached: Option<i64> = redis::cmd("HGET")
-        .arg(TopicKeys::new(tenant, topic).seq())
-        .arg("last_seq")
-        .query_async(&mut redis)
-        .await
-        .map_err(Refusal::unavailable)?;
-    let last = match cached {
-        Some(last) => last,
-        None => {
-            let pool = gw.pools.get(tenant).map_err(Refusal::internal)?;
-            sqlx::query_scalar("SELECT last_seq FROM im_conversation_topics WHERE topic = ?")
-                .bind(topic)
-                .fetch_optional(pool)
-                .await
-                .map_err(Refusal::unavailable)?
-                .unwrap_or(0)
-        }
-    };
+    let last = last_seq(gw, tenant, topic).await?;
     if last < 1 {
         return Ok(None);
     }

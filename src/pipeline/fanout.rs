@@ -198,6 +198,7 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
                 let ranges: Vec<(i64, i64)> = d.ranges.iter().map(|r| (r.low, r.hi)).collect();
                 Some(frames::pres_del_frame(shown, &actor, d.del_id, &ranges))
             }
+            GroupEventBody::PinsChanged(_) => Some(frames::pres_frame(shown, shown, "aux")),
             _ => None,
         };
         let mut out = Vec::new();
@@ -339,6 +340,8 @@ fn envelopes(event: &GroupEvent) -> Vec<(Envelope, Reach)> {
         | GroupEventBody::MessageReported(_)
         | GroupEventBody::MessageReportResolved(_)
         | GroupEventBody::FileAuditUpdated(_) => Vec::new(),
+        // Members' sessions ask for the chat's `aux` again.
+        GroupEventBody::PinsChanged(_) => vec![to_topic(frames::pres_frame(topic, topic, "aux"))],
     }
 }
 

@@ -211,6 +211,22 @@ impl Handler for StoreHandler {
         // and edits, recalls and deletes, in log order, after this batch's
         // messages are stored (a message precedes its edits in the log).
         for (i, event) in &events {
+            if let GroupEventBody::PinsChanged(p) = &event.body {
+                // A chat's pins, whole, in log order.
+                if !gate.admit(*i) {
+                    continue;
+                }
+                let written = match self.pools.get(&event.tenant_id) {
+                    Ok(pool) => crate::pins::write(pool, &event.topic, &p.pins)
+                        .await
+                        .map_err(|e| RecordFailure::new(*i, db_failure(&e), format!("mysql: {e}"))),
+                    Err(e) => Err(RecordFailure::poison(*i, e.to_string())),
+                };
+                if let Err(f) = written {
+                    gate.fail(f);
+                }
+                continue;
+            }
             let clear = match &event.body {
                 GroupEventBody::HistoryCleared(h) => Some(h),
                 _ if revisions::is_revision(event) => None,

@@ -286,6 +286,25 @@ async function steps(browser) {
       await message(a, edited).waitFor({ state: 'detached', ...WAIT });
       await message(b, edited).waitFor({ state: 'detached', ...WAIT });
       await screenshot(b, 'deleted-for-all');
+
+      // A (the owner) pins a message (its menu → Pin): both see it in the
+      // pinned bar; B, a member, after signing in again too. Unpin clears
+      // it for both.
+      const pinned = `seeded ${SEEDED}`;
+      await messageMenu(a, pinned, /^Pin$/);
+      await noErrorBox(a, 'pinning');
+      for (const who of [a, b]) {
+        await who.page.locator('#pinned-wrapper .pinned', { hasText: pinned }).waitFor(WAIT);
+      }
+      await screenshot(b, 'pinned');
+      await logIn(b, credentials('USER_B'));
+      await openGroup(b);
+      await b.page.locator('#pinned-wrapper .pinned', { hasText: pinned }).waitFor(WAIT);
+      await messageMenu(a, pinned, /^Unpin$/);
+      for (const who of [a, b]) {
+        await who.page.locator('#pinned-wrapper').waitFor({ state: 'detached', ...WAIT });
+      }
+      await screenshot(b, 'unpinned');
     }
 
     if (CHAT_LIST && process.env.USER_C) {

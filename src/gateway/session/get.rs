@@ -8,7 +8,7 @@ use crate::tinode::{self, ctrl};
 
 use super::Session;
 
-/// The parts of a conversation `{get}` answers (`aux`, `tags` and `cred`
+/// The parts of a conversation `{get}` answers (`tags` and `cred`
 /// with an empty answer each).
 const KNOWN_PARTS: &[&str] = &["desc", "sub", "data", "del", "aux", "tags", "cred"];
 
@@ -217,8 +217,33 @@ impl Session {
                 }
             }
         }
+        if what.contains(&"aux") {
+            let pins = match self.gateway.pools.get(&who.tenant) {
+                Ok(pool) => crate::pins::read(pool, topic)
+                    .await
+                    .map_err(Refusal::unavailable),
+                Err(e) => Err(Refusal::internal(e)),
+            };
+            match pins {
+                // None pinned: the delete marker, so a client that had
+                // pins drops them (Tinode's clients merge `aux`).
+                Ok(pins) => {
+                    let pins = if pins.is_empty() {
+                        json!(tinode::DEL_CHAR)
+                    } else {
+                        json!(pins)
+                    };
+                    self.reply_meta(id, &self.shown(topic), json!({"aux": {"pins": pins}}))
+                        .await
+                }
+                Err(Refusal(code, text)) => {
+                    self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                        .await
+                }
+            }
+        }
         // Parts imstream keeps nothing for: an empty answer each.
-        for part in ["aux", "tags", "cred"] {
+        for part in ["tags", "cred"] {
             if what.contains(&part) {
                 self.reply(ctrl(
                     id,

@@ -2,8 +2,9 @@
 //! group's (`desc.public`, owner or admin), adding a user to a group
 //! (`sub.user`), answering an invitation and blocking or muting a chat
 //! (one's own `sub.mode`) and keeping one's own `private` of a chat (the
-//! app's archive flag), both in [`super::modes`]. Everything else a Tinode
-//! client may set (`private` of `me`, others' `sub` modes, `tags`, `aux`,
+//! app's archive flag), both in [`super::modes`], and a chat's pinned
+//! messages (`aux.pins`, [`crate::gateway::pins`]). Everything else a
+//! Tinode client may set (`private` of `me`, others' `sub` modes, `tags`,
 //! `cred`) is answered 501 with the request id, so a client never waits
 //! for nothing.
 
@@ -42,6 +43,23 @@ impl Session {
                     }
                     return self.set_personal_mode(id, &set.topic, &mode).await;
                 }
+            }
+        }
+        if let Some(aux) = only_aux(&set) {
+            if tinode::is_conversation_topic(&set.topic) {
+                if !self.rate(id, &set.topic, Action::Change).await {
+                    return;
+                }
+                let who = self.identity.clone().expect("logged in");
+                let caller = self.caller(&who);
+                let reply = match crate::gateway::pins::set(&self.gateway, &caller, &set.topic, aux)
+                    .await
+                {
+                    Ok(()) => ctrl(id, Some(&shown), 200, "ok", None),
+                    Err(Refusal(code, text)) => ctrl(id, Some(&shown), code, &text, None),
+                };
+                self.reply(reply).await;
+                return;
             }
         }
         if let Some(private) = own_private(&set) {
@@ -260,4 +278,10 @@ fn own_private(set: &MsgSet) -> Option<&serde_json::Value> {
         && desc.trusted.is_none()
         && desc.defacs.is_none();
     desc.private.as_ref().filter(|_| only)
+}
+
+/// `{set aux}` alone: the chat's pins ([`crate::gateway::pins`]).
+fn only_aux(set: &MsgSet) -> Option<&serde_json::Value> {
+    let only = set.sub.is_none() && set.tags.is_none() && set.cred.is_none() && set.desc.is_none();
+    set.aux.as_ref().filter(|_| only)
 }
