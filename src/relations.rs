@@ -99,29 +99,26 @@ pub async fn set_topic_muted(
     Ok(())
 }
 
-/// Writes `uid`'s settings of one chat as a whole (none left: the row
-/// goes). Idempotent: the last event's settings stand.
+/// Writes `uid`'s settings of one chat as a whole, unless the stored row
+/// is of a newer version (a replayed event after the gateway's own write).
+/// Idempotent: the highest version stands.
 pub async fn set_chat_settings(
     pool: &MySqlPool,
     uid: i64,
     s: &crate::events::ChatSettings,
 ) -> Result<(), RelationError> {
-    if s.hidden_until_seq == 0 && s.private.is_none() {
-        sqlx::query("DELETE FROM im_chat_settings WHERE uid = ? AND topic = ?")
-            .bind(uid)
-            .bind(&s.topic)
-            .execute(pool)
-            .await?;
-        return Ok(());
-    }
     sqlx::query(
-        "INSERT INTO im_chat_settings (uid, topic, hidden_until_seq, private) VALUES (?, ?, ?, ?) \
-         ON DUPLICATE KEY UPDATE hidden_until_seq = VALUES(hidden_until_seq), private = VALUES(private)",
+        "INSERT INTO im_chat_settings (uid, topic, hidden_until_seq, private, version) \
+         VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE \
+         hidden_until_seq = IF(VALUES(version) >= version, VALUES(hidden_until_seq), hidden_until_seq), \
+         private = IF(VALUES(version) >= version, VALUES(private), private), \
+         version = GREATEST(version, VALUES(version))",
     )
     .bind(uid)
     .bind(&s.topic)
     .bind(s.hidden_until_seq)
     .bind(&s.private)
+    .bind(s.version)
     .execute(pool)
     .await?;
     Ok(())

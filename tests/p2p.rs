@@ -463,6 +463,83 @@ async fn the_web_apps_block_and_mute_are_in_force_when_answered() {
         .request(json!({"get": {"topic": "grpModes", "what": "aux"}}))
         .await;
     assert_eq!(aux["meta"]["aux"]["pins"], json!("\u{2421}"), "{aux}");
+
+    // A deleted chat that is B's newest never ends B's paging early: a
+    // page of one that is all hidden still names the next page.
+    let (status, body) = send_p2p(&stack, gw, A, B, "fifth", "newest").await;
+    assert_eq!(status, 202, "{body}");
+    let mut found = None;
+    for _ in 0..100 {
+        found = listed_acs(&mut b, &usr(A)).await;
+        if found.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(found.is_some(), "A's newest message did not list the chat");
+    let (_, ctrl) = b
+        .request(json!({"del": {"topic": usr(A), "what": "topic", "hard": true}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let (mut topics, mut cursor) = (Vec::new(), None::<String>);
+    for _ in 0..10 {
+        let path = match &cursor {
+            None => "/v1/me/conversations?limit=1".to_string(),
+            Some(c) => format!("/v1/me/conversations?limit=1&cursor={c}"),
+        };
+        let (status, page) = call(&stack, gw, B, "GET", &path, json!(null)).await;
+        assert_eq!(status, 200, "{page}");
+        for c in page["conversations"].as_array().unwrap() {
+            topics.push(c["topic"].as_str().unwrap().to_string());
+        }
+        match page["next"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert!(
+        topics.contains(&"grpModes".to_string()),
+        "paging stopped early: {topics:?}"
+    );
+    assert!(
+        !topics.contains(&usr(A)),
+        "the deleted chat is listed: {topics:?}"
+    );
+
+    // Blocked users with no chat are listed without their note (only
+    // someone who shares a chat sees it).
+    stack.start_pipeline("relations").await;
+    let (status, _) = call(
+        &stack,
+        gw,
+        C,
+        "PUT",
+        "/v1/me/profile",
+        json!({"note": "private note of C"}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    common::wait_for("C's note projected", Duration::from_secs(30), || async {
+        let note: Option<Option<String>> =
+            sqlx::query_scalar("SELECT note FROM im_user_profiles WHERE uid = ?")
+                .bind(C)
+                .fetch_optional(&stack.pool())
+                .await
+                .map_err(|e| e.to_string())?;
+        match note.flatten() {
+            Some(_) => Ok(()),
+            None => Err("not yet".to_string()),
+        }
+    })
+    .await;
+    let (_, meta) = b
+        .request(json!({"get": {"topic": "me", "what": "sub"}}))
+        .await;
+    let entry = meta["meta"]["sub"]
+        .as_array()
+        .and_then(|subs| subs.iter().find(|s| s["topic"] == json!(usr(C))).cloned())
+        .expect("C listed as blocked");
+    assert!(entry["public"].get("note").is_none(), "{entry}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

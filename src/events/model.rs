@@ -666,6 +666,9 @@ pub struct ChatSettings {
     pub hidden_until_seq: i64,
     #[serde(default)]
     pub private: Option<String>,
+    /// One more than the settings it replaces (a newer stored row stays).
+    #[serde(default)]
+    pub version: i64,
 }
 
 impl UserEventBody {

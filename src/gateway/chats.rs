@@ -126,22 +126,38 @@ pub async fn catch_up(
     Ok(Some(page.messages))
 }
 
-/// The user's conversations, newest first. Asked for one topic the
+/// A page of the user's conversations, and where the next one starts
+/// when this page was full (counted before hidden chats were left out, so
+/// a deleted chat never ends the paging early).
+pub struct Page {
+    pub list: Vec<Conversation>,
+    pub next: Option<conversations::Cursor>,
+}
+
+/// The user's conversations, newest first, without the one-to-one chats
+/// they deleted (until a later message). Asked for one topic the
 /// projection has not reached yet (the `{pres}` of a first message can
-/// arrive before it), a member gets the entry from the live state.
+/// arrive before it), a member gets the entry from the live state, unless
+/// they deleted that chat.
 pub async fn conversations_of(
     gw: &Gateway,
     tenant: &str,
     uid: i64,
     query: &conversations::Query,
-) -> Result<Vec<Conversation>, Refusal> {
+) -> Result<Page, Refusal> {
     let pool = pool(gw, tenant)?;
     let redis = gw.redis.clone();
     let deletes = gw.history.dellog_cache();
     let mut list = conversations::hot::list(pool, &redis, deletes, tenant, uid, query)
         .await
         .map_err(unavailable)?;
-    // One-to-one chats the user deleted, until a later message.
+    let next = (query.limit > 0 && list.len() as i64 == query.limit)
+        .then(|| list.last())
+        .flatten()
+        .map(|last| conversations::Cursor {
+            touched_ms: last.touched_ms,
+            topic: last.topic.clone(),
+        });
     let hidden = super::personal::hidden_chats(pool, uid)
         .await
         .map_err(unavailable)?;
@@ -156,13 +172,15 @@ pub async fn conversations_of(
             c.profile.note = None;
         }
     }
-    match (&query.topic, list.is_empty()) {
-        (Some(topic), true) => Ok(live_entry(gw, tenant, uid, topic)
-            .await?
-            .into_iter()
-            .collect()),
-        _ => Ok(list),
+    if let (Some(topic), true) = (&query.topic, list.is_empty()) {
+        if !hidden.contains_key(topic) {
+            list = live_entry(gw, tenant, uid, topic)
+                .await?
+                .into_iter()
+                .collect();
+        }
     }
+    Ok(Page { list, next })
 }
 
 /// A one-to-one peer's profile as `viewer` may see it: the note only when
@@ -549,7 +567,15 @@ pub async fn blocked_entries(
         .into_iter()
         .map(|uid| BlockedEntry {
             topic: tinode::p2p_topic(me, uid),
-            profile: profiles.get(&uid).cloned().unwrap_or_default(),
+            // Never the note: only someone who shares a chat may see it,
+            // and these share none (anyone can block anyone).
+            profile: profiles
+                .get(&uid)
+                .map(|p| conversations::Profile {
+                    note: None,
+                    ..p.clone()
+                })
+                .unwrap_or_default(),
         })
         .collect())
 }

@@ -66,7 +66,7 @@ pub async fn conversations(
         after,
         limit,
     };
-    let list = chats::conversations_of(&gw, &claims.ten, claims.uid, &query)
+    let chats::Page { list, next } = chats::conversations_of(&gw, &claims.ten, claims.uid, &query)
         .await
         .map_err(refused)?;
     let online = chats::online_flags(&gw, &claims.ten, claims.uid, &list).await;
@@ -85,14 +85,7 @@ pub async fn conversations(
         }
         entries.push(entry);
     }
-    let next = (list.len() as i64 == limit).then(|| {
-        let last = list.last().expect("a full page");
-        Cursor {
-            touched_ms: last.touched_ms,
-            topic: last.topic.clone(),
-        }
-        .encode()
-    });
+    let next = next.map(|c| c.encode());
     // A first page that holds every conversation is the badge already;
     // only a partial page needs the whole list read again.
     let whole = p.cursor.is_none() && next.is_none();

@@ -191,8 +191,8 @@ async fn chat_settings(
     uid: i64,
     topic: Option<&str>,
 ) -> sqlx::Result<HashMap<String, ChatSettings>> {
-    let rows: Vec<(crate::exact::Exact, i64, Option<String>)> = sqlx::query_as(
-        "SELECT topic, hidden_until_seq, private FROM im_chat_settings \
+    let rows: Vec<(crate::exact::Exact, i64, Option<String>, i64)> = sqlx::query_as(
+        "SELECT topic, hidden_until_seq, private, version FROM im_chat_settings \
          WHERE uid = ? AND (? IS NULL OR topic = ?)",
     )
     .bind(uid)
@@ -202,12 +202,13 @@ async fn chat_settings(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(topic, hidden_until_seq, private)| {
+        .map(|(topic, hidden_until_seq, private, version)| {
             let topic = topic.into_string();
             let settings = ChatSettings {
                 topic: topic.clone(),
                 hidden_until_seq,
                 private,
+                version,
             };
             (topic, settings)
         })
@@ -256,6 +257,7 @@ impl ChatChange {
     /// `current` with this change applied; a `private` past
     /// [`crate::fields::CHAT_PRIVATE_CHARS`] is refused (`413`).
     pub fn apply(&self, mut current: ChatSettings) -> Result<ChatSettings, Refusal> {
+        current.version += 1;
         match self {
             ChatChange::Hide { until_seq } => {
                 current.hidden_until_seq = current.hidden_until_seq.max(*until_seq);

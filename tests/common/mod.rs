@@ -653,18 +653,21 @@ pub async fn call(
     let client = reqwest::Client::new();
     let url = format!("http://{addr}{path}");
     let req = match method {
+        "GET" => client.get(url),
         "POST" => client.post(url),
         "PUT" => client.put(url),
         "PATCH" => client.patch(url),
         "DELETE" => client.delete(url),
         other => panic!("method {other}"),
     };
-    let resp = req
-        .bearer_auth(stack.token(uid, "http"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let req = req.bearer_auth(stack.token(uid, "http"));
+    // A GET carries no body.
+    let req = if method == "GET" {
+        req
+    } else {
+        req.json(&body)
+    };
+    let resp = req.send().await.unwrap();
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(serde_json::Value::Null))
 }

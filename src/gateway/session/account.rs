@@ -32,13 +32,18 @@ impl Session {
                 self.close("password changed: sign in again with the new password");
                 return;
             }
-            Err((code, text)) => ctrl(id, None, code, &text, None),
+            Err((code, text, params)) => ctrl(id, None, code, &text, params),
         };
         self.reply(reply).await;
     }
 
-    async fn change_own_password(&mut self, acc: &MsgAcc) -> Result<(), (u16, String)> {
-        let refuse = |code: u16, text: &str| Err((code, text.to_string()));
+    /// `Err` is the refusal's code, text and params (a limit's retry, a
+    /// wrong password's code), as the HTTP route answers them.
+    async fn change_own_password(
+        &mut self,
+        acc: &MsgAcc,
+    ) -> Result<(), (u16, String, Option<serde_json::Value>)> {
+        let refuse = |code: u16, text: &str| Err((code, text.to_string(), None));
         if acc.user.as_deref() == Some("new") {
             return refuse(403, NO_SIGN_UP);
         }
@@ -68,10 +73,10 @@ impl Session {
             .gateway
             .pools
             .get(&who.tenant)
-            .map_err(|_| (503, tinode::UNAVAILABLE.to_string()))?;
+            .map_err(|_| (503, tinode::UNAVAILABLE.to_string(), None))?;
         let stored = crate::users::login_of(pool, who.uid).await.map_err(|e| {
             tracing::warn!(error = %e, "login lookup for {{acc}} failed");
-            (503, tinode::UNAVAILABLE.to_string())
+            (503, tinode::UNAVAILABLE.to_string(), None)
         })?;
         if !login.is_empty() {
             let same = crate::users::normalize_login(&login)
@@ -115,7 +120,7 @@ impl Session {
         password::change(&self.gateway, who, proof, &new_password)
             .await
             .map(|_| ())
-            .map_err(|e| (e.0.as_u16(), e.1))
+            .map_err(|e| (e.0.as_u16(), e.1, e.2))
     }
 }
 

@@ -107,6 +107,10 @@ impl Session {
                 }
             }
             self.reply(reply).await;
+            // The user's other sessions drop it too.
+            let gone = json!({"pres": {"topic": "me", "src": shown, "what": "gone"}});
+            self.announce_to_user(&who.tenant, who.uid, gone.to_string())
+                .await;
             return;
         }
         if del.what == "sub" && tinode::is_group_topic(topic) {

@@ -105,7 +105,7 @@ impl Session {
         }
         let all = crate::conversations::Query::default();
         let list = match chats::conversations_of(&self.gateway, &who.tenant, who.uid, &all).await {
-            Ok(list) => list,
+            Ok(page) => page.list,
             Err(Refusal(code, text)) => {
                 self.reply(ctrl(id, Some("me"), code, &text, None)).await;
                 return;
@@ -152,7 +152,9 @@ impl Session {
     ) -> Result<(), Refusal> {
         let who = self.identity.clone().expect("logged in");
         let query = chats::list_query(q, who.uid)?;
-        let list = chats::conversations_of(&self.gateway, &who.tenant, who.uid, &query).await?;
+        let list = chats::conversations_of(&self.gateway, &who.tenant, who.uid, &query)
+            .await?
+            .list;
         if let (true, Some(handle)) = (self.on_me, &self.handle) {
             let topics: Vec<String> = list.iter().map(|c| c.topic.clone()).collect();
             self.gateway.hub.watch(handle, &topics);

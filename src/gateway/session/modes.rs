@@ -68,19 +68,25 @@ impl Session {
         let mut now = Personal::load_for(pool, who.uid, topic)
             .await
             .map_err(Refusal::unavailable)?;
+        // What the mode asks for is put in force as asked, an event each
+        // time even when the row already says so: a row the relations
+        // projection has not caught up on may say so only for a moment
+        // (an earlier block replayed before a later unblock), and the
+        // request's own event is what the log ends with.
         let block = !want.contains('J');
         if let Some(peer) = peer {
-            if block != now.blocked.contains(&peer) {
-                let setting = Setting::Block {
-                    other: peer,
-                    blocked: block,
-                };
-                personal::put_in_force(&gw, &who.tenant, who.uid, setting).await?;
-                if block {
-                    now.blocked.insert(peer);
-                } else {
-                    now.blocked.remove(&peer);
-                }
+            let changed = block != now.blocked.contains(&peer);
+            let setting = Setting::Block {
+                other: peer,
+                blocked: block,
+            };
+            personal::put_in_force(&gw, &who.tenant, who.uid, setting).await?;
+            if block {
+                now.blocked.insert(peer);
+            } else {
+                now.blocked.remove(&peer);
+            }
+            if changed {
                 // The peer may no longer write (or may again): Tinode's
                 // change of what they are given.
                 let given = if block { "-W" } else { "+W" };
@@ -90,7 +96,7 @@ impl Session {
         }
         // A block drops `P` with `J`; the mute is what `P` says otherwise.
         let mute = !want.contains('P');
-        if !block && mute != now.muted.contains(topic) {
+        if !block {
             let setting = Setting::Mute {
                 topic: topic.to_string(),
                 muted: mute,
@@ -146,7 +152,20 @@ impl Session {
             ));
         }
         let mine = match tinode::p2p_peer(topic, who.uid) {
-            Some(_) => true,
+            // A chat the user has (settings are kept per chat they have,
+            // never for any name they can spell).
+            Some(_) => {
+                let pool = gw.pools.get(&who.tenant).map_err(Refusal::internal)?;
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT 1 FROM im_conversations WHERE uid = ? AND topic = ?",
+                )
+                .bind(who.uid)
+                .bind(topic)
+                .fetch_optional(pool)
+                .await
+                .map_err(Refusal::unavailable)?
+                .is_some()
+            }
             None if tinode::is_group_topic(topic) => matches!(
                 gw.governance
                     .standing(&who.tenant, topic, who.uid)
