@@ -944,8 +944,15 @@ pub fn table() -> Vec<Entry> {
         },
         Entry {
             ws: Some("acc"),
-            about: "accounts, not managed here (501)",
-            build: |_| vec![ws(json!({"acc": {"user": "new"}}))],
+            about: "sign-up (refused), and a password change naming a victim's account",
+            build: |a| {
+                vec![
+                    ws(json!({"acc": {"user": "new", "scheme": "basic",
+                        "secret": "bWFsbG9yeTpwYXNzd29yZCAx"}})),
+                    ws(json!({"acc": {"user": format!("usr{}", a.other_uid), "scheme": "basic",
+                        "secret": "OnRha2VuIG92ZXIgMTIz"}})),
+                ]
+            },
             ..E
         },
         Entry {
@@ -1068,6 +1075,31 @@ pub fn table() -> Vec<Entry> {
                     .iter()
                     .map(|mode| ws(json!({"set": {"topic": a.name.name, "sub": {"mode": mode}}})))
                     .collect()
+            },
+            ..E
+        },
+        Entry {
+            ws: Some("set"),
+            names: Names::Topic,
+            about: "archive, then restore the chat ({set desc private}): the caller's own",
+            always_own: true,
+            build: |a| {
+                [json!({"arch": true}), json!({"arch": "\u{2421}"})]
+                    .into_iter()
+                    .map(|p| ws(json!({"set": {"topic": a.name.name, "desc": {"private": p}}})))
+                    .collect()
+            },
+            ..E
+        },
+        Entry {
+            ws: Some("set"),
+            names: Names::Topic,
+            about: "pin the chat's first message, then unpin ({set aux pins})",
+            build: |a| {
+                vec![
+                    ws(json!({"set": {"topic": a.name.name, "aux": {"pins": [1]}}})),
+                    ws(json!({"set": {"topic": a.name.name, "aux": {"pins": "\u{2421}"}}})),
+                ]
             },
             ..E
         },
