@@ -173,7 +173,13 @@ pub async fn conversations_of(
         }
     }
     if let (Some(topic), true) = (&query.topic, list.is_empty()) {
-        if !hidden.contains_key(topic) {
+        // A deleted chat only once a later message was sent (the `{pres}`
+        // of which can come before the projection has it).
+        let shown = match hidden.get(topic) {
+            None => true,
+            Some(until) => super::reads::last_seq(gw, tenant, topic).await? > *until,
+        };
+        if shown {
             list = live_entry(gw, tenant, uid, topic)
                 .await?
                 .into_iter()

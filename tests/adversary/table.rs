@@ -949,8 +949,10 @@ pub fn table() -> Vec<Entry> {
                 vec![
                     ws(json!({"acc": {"user": "new", "scheme": "basic",
                         "secret": "bWFsbG9yeTpwYXNzd29yZCAx"}})),
-                    ws(json!({"acc": {"user": format!("usr{}", a.other_uid), "scheme": "basic",
-                        "secret": "OnRha2VuIG92ZXIgMTIz"}})),
+                    ws(
+                        json!({"acc": {"user": format!("usr{}", a.other_uid), "scheme": "basic",
+                        "secret": "OnRha2VuIG92ZXIgMTIz"}}),
+                    ),
                 ]
             },
             ..E

@@ -171,6 +171,10 @@ async function main() {
     }
     throw e;
   } finally {
+    // Every frame each person's app sent and got, for reading afterwards.
+    for (const who of everyone) {
+      fs.writeFileSync(path.join(ARTIFACTS, `frames-${who.label}.log`), who.log.join('\n'));
+    }
     await browser.close();
   }
   if (problems.length) {
@@ -389,6 +393,11 @@ async function steps(browser) {
         throw new Error('the one-to-one chat is titled "Unnamed"');
       }
       await screenshot(a, 'p2p-open');
+      // B's first message shows read (blue ✓✓) once A has it open, without
+      // B reloading (the app takes ticks from the chat's member list).
+      await b.page.locator('#messages-panel li', { has: b.page.getByText(hi, { exact: true }) }).last()
+        .locator('i.material-icons.blue', { hasText: /^done_all$/ }).waitFor(WAIT);
+      await screenshot(b, 'p2p-read-tick');
 
       // A answers: from then on each sees the other online (a stranger's
       // first message alone shows nothing of A to B).
@@ -474,6 +483,8 @@ async function steps(browser) {
       await bsChatWithA().waitFor(WAIT);
       await screenshot(b, 'archived');
       await chatMenu(b, bsChatWithA(), /^Restore$/);
+      // Answered: it leaves the archived chats.
+      await bsChatWithA().waitFor({ state: 'detached', ...WAIT });
       await noErrorBox(b, 'restoring');
       await logIn(b, credentials('USER_B'));
       await bsChatWithA().waitFor(WAIT);

@@ -203,6 +203,20 @@ impl Session {
                 if let Some(query) = &sub.get {
                     self.get(id, topic, query).await;
                 }
+                let asked_sub = sub
+                    .get
+                    .as_ref()
+                    .is_some_and(|q| q.what.split_whitespace().any(|w| w == "sub"));
+                if tinode::is_p2p_topic(topic) && !asked_sub {
+                    // A new chat is attached with a bare `{sub}`: the two
+                    // users anyway, unasked, since Tinode's clients draw
+                    // the peer's read and received ticks from them (and
+                    // ignore `{info}` of a user they do not know).
+                    if let Ok(subs) = self.p2p_subs(&who, topic).await {
+                        self.reply_meta(None, &self.shown(topic), json!({ "sub": subs }))
+                            .await;
+                    }
+                }
             }
             Ok(Membership::NotMember) => {
                 // An invited user sees the invitation (Tinode's `given`

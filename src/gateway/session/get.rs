@@ -14,7 +14,7 @@ const KNOWN_PARTS: &[&str] = &["desc", "sub", "data", "del", "aux", "tags", "cre
 
 impl Session {
     /// The two users of a one-to-one topic as `{meta sub}` entries.
-    async fn p2p_subs(
+    pub(super) async fn p2p_subs(
         &self,
         who: &super::Identity,
         topic: &str,

@@ -70,6 +70,12 @@ impl Session {
                 return self.set_private(id, &set.topic, private).await;
             }
         }
+        if set.topic == "me" && set.sub.is_some() {
+            // The app's Incognito: want without P on `me`.
+            let text = "incognito mode is not offered here: your contacts see when you are online";
+            self.reply(ctrl(id, Some("me"), 501, text, None)).await;
+            return;
+        }
         let unsupported = set.sub.is_some()
             || set.tags.is_some()
             || set.aux.is_some()
