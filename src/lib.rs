@@ -37,7 +37,8 @@
 //! 5. **Models** — state the commands are checked against and read models
 //!    beside the messages: [`group_model`] (one consistent state per group,
 //!    changed atomically), [`groups`], [`governance`], [`caps`],
-//!    [`relations`], [`session_control`], [`conversations`] (the chat list),
+//!    [`relations`], [`pins`] (a chat's pinned messages),
+//!    [`session_control`], [`conversations`] (the chat list),
 //!    [`search`], [`stats`], [`realtime`] (presence, the bus, the local
 //!    hub), [`auth`] (session tokens, `basic` logins).
 //! 6. **Paths** — [`history`] (page assembly: hot, routes, months,
@@ -98,6 +99,7 @@ pub const FLOORS: &[(&str, &[&str])] = &[
             "governance",
             "group_model",
             "groups",
+            "pins",
             "realtime",
             "relations",
             "search",

@@ -330,9 +330,9 @@ impl Setting {
 const SETTINGS_LOCK_MS: u64 = 30_000;
 
 /// A block, unblock, mute, unmute or chat setting, in effect before the
-/// call answers
-/// (issue 39: a send right after an acknowledged block was delivered while
-/// the relations pipeline had not projected it yet): its event goes to the
+/// call answers (issue 39: a send right after an acknowledged block was
+/// delivered while the relations pipeline had not projected it yet): its
+/// event goes to the
 /// log, then it is written to MySQL and Redis as the projection writes it
 /// (a failure there leaves the projection to apply it, and the caller's
 /// retry to finish it). One at a time per user, from produce to
