@@ -91,3 +91,25 @@ async fn a_group_made_in_the_app_and_typing_in_a_one_to_one_chat() {
     assert_eq!(sub["role"], serde_json::json!("owner"), "{body}");
     assert_eq!(wait_stored(&stack.pool(), &group, 1).await, 1);
 }
+
+/// A person's own settings of a one-to-one chat from Tinode's web app,
+/// through the real tinode-sdk (issue 40): Block / Unblock and Mute /
+/// Unmute (`topic.updateMode`), Archive read back by another client, Pin
+/// read by the peer, a token session's password change refused with what
+/// to do, and Delete gone from the list another client reads
+/// (tests/node/tinode_settings.js).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_persons_settings_of_a_chat_through_the_sdk() {
+    let stack = Stack::realtime(1).await;
+    let gw = stack.gateway_addr(0);
+    common::run_node(
+        "tinode_settings.js",
+        &[
+            ("GATEWAY", gw.to_string()),
+            ("TOKEN_A", stack.token(93, "sdk")),
+            ("TOKEN_B", stack.token(94, "sdk")),
+        ],
+        Duration::from_secs(90),
+    )
+    .await;
+}

@@ -188,6 +188,21 @@ impl Session {
                     Ok(acs) => json!({ "acs": acs.json() }),
                     Err(_) => json!({ "acs": crate::gateway::chats::acs(&mode) }),
                 };
+                let asked_sub = sub
+                    .get
+                    .as_ref()
+                    .is_some_and(|q| q.what.split_whitespace().any(|w| w == "sub"));
+                if tinode::is_p2p_topic(topic) && !asked_sub {
+                    // A new chat is attached with a bare `{sub}`: the two
+                    // users anyway, unasked, since Tinode's clients draw
+                    // the peer's read and received ticks from them (and
+                    // ignore `{info}` of a user they do not know). Before
+                    // the answer, so it is part of it.
+                    if let Ok(subs) = self.p2p_subs(&who, topic).await {
+                        self.reply_meta(None, &self.shown(topic), json!({ "sub": subs }))
+                            .await;
+                    }
+                }
                 self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", Some(acs)))
                     .await;
                 if let (Some(change), true) = (change, self.on_me) {
@@ -202,20 +217,6 @@ impl Session {
                 }
                 if let Some(query) = &sub.get {
                     self.get(id, topic, query).await;
-                }
-                let asked_sub = sub
-                    .get
-                    .as_ref()
-                    .is_some_and(|q| q.what.split_whitespace().any(|w| w == "sub"));
-                if tinode::is_p2p_topic(topic) && !asked_sub {
-                    // A new chat is attached with a bare `{sub}`: the two
-                    // users anyway, unasked, since Tinode's clients draw
-                    // the peer's read and received ticks from them (and
-                    // ignore `{info}` of a user they do not know).
-                    if let Ok(subs) = self.p2p_subs(&who, topic).await {
-                        self.reply_meta(None, &self.shown(topic), json!({ "sub": subs }))
-                            .await;
-                    }
                 }
             }
             Ok(Membership::NotMember) => {

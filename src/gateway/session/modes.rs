@@ -152,20 +152,10 @@ impl Session {
             ));
         }
         let mine = match tinode::p2p_peer(topic, who.uid) {
-            // A chat the user has (settings are kept per chat they have,
-            // never for any name they can spell).
-            Some(_) => {
-                let pool = gw.pools.get(&who.tenant).map_err(Refusal::internal)?;
-                sqlx::query_scalar::<_, i64>(
-                    "SELECT 1 FROM im_conversations WHERE uid = ? AND topic = ?",
-                )
-                .bind(who.uid)
-                .bind(topic)
-                .fetch_optional(pool)
-                .await
-                .map_err(Refusal::unavailable)?
-                .is_some()
-            }
+            // A chat with messages (settings are kept per chat the user
+            // has, never for any name they can spell), by the live last
+            // seq: the chat list's projection may not have it yet.
+            Some(_) => crate::gateway::reads::last_seq(&gw, &who.tenant, topic).await? > 0,
             None if tinode::is_group_topic(topic) => matches!(
                 gw.governance
                     .standing(&who.tenant, topic, who.uid)
