@@ -33,4 +33,16 @@ function connect(t) {
   });
 }
 
-module.exports = { Tinode, trace, client, connect };
+// Whether a request was refused: the SDK rejects most refusals and, for a
+// message on a topic the server has just evicted it from, logs a warning
+// and resolves without an accepting ctrl.
+async function refused(promise) {
+  try {
+    const ctrl = await promise;
+    return !ctrl || ctrl.code >= 400;
+  } catch (_) {
+    return true;
+  }
+}
+
+module.exports = { Tinode, trace, client, connect, refused };

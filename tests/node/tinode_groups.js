@@ -9,7 +9,7 @@
 // last. With TRACE set, the SDK's log goes to stderr.
 'use strict';
 const assert = require('node:assert/strict');
-const { trace, client, connect } = require('./sdk');
+const { trace, client, connect, refused } = require('./sdk');
 
 const host = process.env.GATEWAY;
 const tokenA = process.env.TOKEN_A;
@@ -25,18 +25,6 @@ function within(ms, what, promise) {
     promise,
     new Promise((_, reject) => setTimeout(() => reject(new Error(`${what}: nothing within ${ms} ms`)), ms)),
   ]);
-}
-
-// Whether a request was refused: the SDK rejects some refusals and, for a
-// message on a topic the server has just evicted it from, logs a warning
-// and resolves without an accepting ctrl.
-async function refused(promise) {
-  try {
-    const ctrl = await promise;
-    return !ctrl || ctrl.code >= 400;
-  } catch (_) {
-    return true;
-  }
 }
 
 async function main() {
