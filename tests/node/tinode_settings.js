@@ -8,7 +8,7 @@
 // set, the SDK's log goes to stderr.
 'use strict';
 const assert = require('node:assert/strict');
-const { trace, client, connect } = require('./sdk');
+const { trace, client, connect, refused } = require('./sdk');
 
 const host = process.env.GATEWAY;
 const tokenA = process.env.TOKEN_A;
@@ -18,15 +18,19 @@ if (!host || !tokenA || !tokenB) {
   process.exit(2);
 }
 
-// Whether a request was refused: the SDK rejects most refusals, and for
-// some only logs and resolves without an accepting ctrl.
-async function refused(promise) {
-  try {
-    const ctrl = await promise;
-    return !ctrl || ctrl.code >= 400;
-  } catch (_) {
-    return true;
+// Waits until the server's list entry of chat `name` for `t` has an `acs`
+// for which `ok` holds (asked again every 200 ms, at most 10 s): a block
+// and an unblock in quick succession can be out of step for a moment
+// while the relations projection catches up (known, open: issue 40).
+async function settled(t, name, ok) {
+  const me = t.getMeTopic();
+  for (let i = 0; i < 50; i++) {
+    await me.getMeta(me.startMetaQuery().withOneSub(undefined, name).build());
+    const c = t.getTopic(name);
+    if (c && c.acs && ok(c.acs)) return;
+    await new Promise((r) => setTimeout(r, 200));
   }
+  throw new Error(`${name}: the server's acs never settled`);
 }
 
 // Waits until `t`'s chat list (the `me` topic, asked again) has `name`.
@@ -64,11 +68,13 @@ async function main() {
 
   // Block: B's mode no longer joins; A's next message is refused.
   await chatB.updateMode(null, '-JP');
+  await settled(b, uidA, (acs) => !acs.isJoiner());
   assert.ok(!chatB.getAccessMode().isJoiner(), `B's mode after Block: ${chatB.getAccessMode()}`);
   assert.ok(await refused(chatA.publishMessage(chatA.createMessage('still there?', false))),
     'a blocked sender is refused');
   // Unblock: A writes again.
   await chatB.updateMode(null, '+JP');
+  await settled(b, uidA, (acs) => acs.isJoiner());
   assert.ok(chatB.getAccessMode().isJoiner(), `B's mode after Unblock: ${chatB.getAccessMode()}`);
   // The unblock is written through before its answer, but a relations
   // projection still applying the earlier block can put the block back
@@ -130,8 +136,10 @@ async function main() {
   me3.contacts((c) => left.push(c.name));
   assert.ok(!left.includes(uidA), `the deleted chat is listed: ${left}`);
 
-  for (const t of [a, b, b2, b3]) t.disconnect();
   console.log('ok');
+  // Everything is checked: the process ends with its sockets (a request
+  // the SDK still holds would otherwise be rejected by disconnect()).
+  process.exit(0);
 }
 
 main().catch((e) => {
