@@ -73,30 +73,119 @@ pub async fn set_member(
     Ok(())
 }
 
-/// Mutes (or unmutes) `topic` for `uid`'s pushes and access mode: MySQL
-/// first, then the Redis set the push pipeline reads. Idempotent.
-pub async fn set_topic_muted(
+/// One of a user's settings whose changes carry a version (issue 40): a
+/// block of another user, a mute of a chat. The gateway writes each change
+/// through before it answers and the relations projection applies the same
+/// event later; the version keeps the projection from putting back an
+/// older change (a block replayed after the unblock's write-through).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Versioned {
+    Block { other: i64 },
+    Mute { topic: String },
+}
+
+impl Versioned {
+    /// Its row in `im_setting_versions`.
+    fn name(&self) -> String {
+        match self {
+            Versioned::Block { other } => format!("block:{other}"),
+            Versioned::Mute { topic } => format!("mute:{topic}"),
+        }
+    }
+}
+
+/// The version of `uid`'s `setting` changed last (0: never versioned).
+pub async fn setting_version(pool: &MySqlPool, uid: i64, setting: &Versioned) -> sqlx::Result<i64> {
+    let stored: Option<i64> =
+        sqlx::query_scalar("SELECT version FROM im_setting_versions WHERE uid = ? AND setting = ?")
+            .bind(uid)
+            .bind(setting.name())
+            .fetch_optional(pool)
+            .await?;
+    Ok(stored.unwrap_or(0))
+}
+
+/// Turns `uid`'s `setting` on or off as of `version`, unless a newer
+/// version is stored. MySQL and Redis are written while the version's row
+/// is locked, so two writers of one setting write both stores in version
+/// order. An event of the stored version is written again (a write-through
+/// whose Redis step failed is finished by the projection); an event from
+/// before versions (0) applies only while none is stored. Returns whether
+/// it was applied.
+pub async fn set_versioned(
     pool: &MySqlPool,
     redis: &mut Redis,
     tenant: &str,
     uid: i64,
-    topic: &str,
-    muted: bool,
-) -> Result<(), RelationError> {
-    let sql = if muted {
+    setting: &Versioned,
+    on: bool,
+    version: i64,
+) -> Result<bool, RelationError> {
+    let name = setting.name();
+    let mut tx = pool.begin().await?;
+    // The row is made first and then locked (a locking read of a missing
+    // row takes a gap lock, and two writers of a new setting deadlock).
+    sqlx::query(
+        "INSERT INTO im_setting_versions (uid, setting, version) VALUES (?, ?, 0) \
+         ON DUPLICATE KEY UPDATE version = version",
+    )
+    .bind(uid)
+    .bind(&name)
+    .execute(&mut *tx)
+    .await?;
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT version FROM im_setting_versions WHERE uid = ? AND setting = ? FOR UPDATE",
+    )
+    .bind(uid)
+    .bind(&name)
+    .fetch_one(&mut *tx)
+    .await?;
+    if version < stored || (version == 0 && stored > 0) {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    if version > stored {
+        sqlx::query("UPDATE im_setting_versions SET version = ? WHERE uid = ? AND setting = ?")
+            .bind(version)
+            .bind(uid)
+            .bind(&name)
+            .execute(&mut *tx)
+            .await?;
+    }
+    match setting {
+        Versioned::Block { other } => {
+            sqlx::query(Set::Blocks.write_sql(on))
+                .bind(uid)
+                .bind(*other)
+                .execute(&mut *tx)
+                .await?;
+            update_cached(redis, tenant, Set::Blocks, uid, *other, on).await?;
+        }
+        Versioned::Mute { topic } => {
+            sqlx::query(muted_sql(on))
+                .bind(uid)
+                .bind(topic)
+                .execute(&mut *tx)
+                .await?;
+            let cmd = if on { "SADD" } else { "SREM" };
+            let _: () = redis::cmd(cmd)
+                .arg(TenantKeys::new(tenant).push_muted(uid))
+                .arg(topic)
+                .query_async(redis)
+                .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(true)
+}
+
+fn muted_sql(muted: bool) -> &'static str {
+    if muted {
         "INSERT INTO im_push_muted_topics (uid, topic) VALUES (?, ?) \
          ON DUPLICATE KEY UPDATE uid = uid"
     } else {
         "DELETE FROM im_push_muted_topics WHERE uid = ? AND topic = ?"
-    };
-    sqlx::query(sql).bind(uid).bind(topic).execute(pool).await?;
-    let cmd = if muted { "SADD" } else { "SREM" };
-    let _: () = redis::cmd(cmd)
-        .arg(TenantKeys::new(tenant).push_muted(uid))
-        .arg(topic)
-        .query_async(redis)
-        .await?;
-    Ok(())
+    }
 }
 
 /// Writes `uid`'s settings of one chat as a whole, unless the stored row

@@ -208,6 +208,86 @@ async fn listed_acs(ws: &mut common::Ws, topic: &str) -> Option<Value> {
         .map(|s| s["acs"].clone())
 }
 
+/// An undone block or mute stays undone while the relations projection
+/// catches up (issue 40): B blocks A and unblocks him, mutes the chat and
+/// unmutes it, eight times with the projection stopped; each change is in
+/// force when answered (written through). Started again, the projection
+/// applies the same events in their order, and never puts an earlier block
+/// or mute back over the later change already written: the stored rows and
+/// the cached block set the send path reads are polled all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_undone_block_stays_undone_while_the_projection_replays_it() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "conversations", "members"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    const A: i64 = 61;
+    const B: i64 = 62;
+    let (status, body) = send_p2p(&stack, gw, A, B, "first", "hi B").await;
+    assert_eq!(status, 202, "{body}");
+    let mut b = common::Ws::connect(gw, &stack.token(B, "web")).await;
+    for mode in ["RWA", "JRWA", "JRWPA"].repeat(8) {
+        let (_, ctrl) = b
+            .request(json!({"set": {"topic": usr(A), "sub": {"mode": mode}}}))
+            .await;
+        assert_eq!(ctrl["ctrl"]["code"], json!(200), "{mode}: {ctrl}");
+    }
+    let (status, body) = send_p2p(&stack, gw, A, B, "after", "unblocked").await;
+    assert_eq!(status, 202, "A writes once unblocked: {body}");
+    // A later event of B's that only the projection writes: once it is
+    // stored, everything before it was applied.
+    let (status, _) = call(&stack, gw, B, "PUT", "/v1/me/push", json!({"dnd": true})).await;
+    assert_eq!(status, 202);
+
+    let pool = stack.pool();
+    let mut redis = stack.redis().await;
+    let blocks = imstream::keys::TenantKeys::new(stack.tenant()).blocks(B);
+    stack.start_pipeline("relations").await;
+    let started = std::time::Instant::now();
+    let mut polls = 0;
+    loop {
+        let (blocked, muted, dnd): (i64, i64, i64) = sqlx::query_as(
+            "SELECT \
+               (SELECT COUNT(*) FROM im_blocks WHERE uid = ? AND blocked_uid = ?), \
+               (SELECT COUNT(*) FROM im_push_muted_topics WHERE uid = ? AND topic = ?), \
+               (SELECT COUNT(*) FROM im_push_settings WHERE uid = ? AND dnd = 1)",
+        )
+        .bind(B)
+        .bind(A)
+        .bind(B)
+        .bind(p2p_topic(A, B))
+        .bind(B)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        let cached: bool = redis::cmd("SISMEMBER")
+            .arg(&blocks)
+            .arg(A)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        polls += 1;
+        assert_eq!(
+            (blocked, cached, muted),
+            (0, false, 0),
+            "poll {polls}, {:?} after the projection started: an earlier block or mute \
+             came back (blocked rows, cached, muted rows)",
+            started.elapsed()
+        );
+        if dnd == 1 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the projection did not catch up"
+        );
+    }
+    println!("{polls} polls while the projection replayed 24 changes");
+    let (status, body) = send_p2p(&stack, gw, A, B, "last", "still unblocked").await;
+    assert_eq!(status, 202, "{body}");
+}
+
 /// Issue 40: Tinode's web app blocks, unblocks, mutes and unmutes with
 /// `{set sub={mode}}` of the user's own subscription. Each is in force when
 /// answered (the relations projection does not run here), is what every later

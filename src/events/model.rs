@@ -603,6 +603,9 @@ pub struct FriendRef {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BlockRef {
     pub blocked_uid: i64,
+    /// Orders the changes of one block (0: from before versions).
+    #[serde(default)]
+    pub version: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -627,6 +630,9 @@ pub struct PushSettingsChanged {
     pub topic: Option<String>,
     #[serde(default)]
     pub topic_muted: bool,
+    /// Orders the changes of one topic's mute (0: from before versions).
+    #[serde(default)]
+    pub version: i64,
 }
 
 /// A user's public profile changed; `None` leaves a field as it is.

@@ -15,7 +15,7 @@ use sqlx::mysql::MySqlPool;
 
 use crate::events::{BlockRef, ChatSettings, PushSettingsChanged, UserEvent, UserEventBody};
 use crate::kafka::topics::TopicKind;
-use crate::relations::Set;
+use crate::relations::Versioned;
 use crate::tinode;
 
 use super::refusal::Refusal;
@@ -297,25 +297,46 @@ impl ChatChange {
 }
 
 impl Setting {
-    fn body(&self, chat: Option<&ChatSettings>) -> UserEventBody {
+    /// The versioned block or mute this is, if it is one.
+    fn versioned(&self) -> Option<(Versioned, bool)> {
+        match self {
+            Setting::Block { other, blocked } => {
+                Some((Versioned::Block { other: *other }, *blocked))
+            }
+            Setting::Mute { topic, muted } => Some((
+                Versioned::Mute {
+                    topic: topic.clone(),
+                },
+                *muted,
+            )),
+            Setting::Chat { .. } => None,
+        }
+    }
+
+    /// Its event: a block or mute of `version`, or the chat's settings as
+    /// they become.
+    fn body(&self, version: i64, chat: Option<&ChatSettings>) -> UserEventBody {
         match self {
             Setting::Block {
                 other,
                 blocked: true,
             } => UserEventBody::UserBlocked(BlockRef {
                 blocked_uid: *other,
+                version,
             }),
             Setting::Block {
                 other,
                 blocked: false,
             } => UserEventBody::UserUnblocked(BlockRef {
                 blocked_uid: *other,
+                version,
             }),
             Setting::Mute { topic, muted } => {
                 UserEventBody::PushSettingsChanged(PushSettingsChanged {
                     dnd: None,
                     topic: Some(topic.clone()),
                     topic_muted: *muted,
+                    version,
                 })
             }
             Setting::Chat { .. } => {
@@ -380,31 +401,35 @@ pub async fn put_in_force(
             }
             _ => None,
         };
-        let event = UserEvent::new(tenant, uid, uid, setting.body(chat.as_ref()));
+        // A block's or mute's version: past the stored one and past any
+        // an earlier change whose write-through failed may have taken
+        // (the clock's milliseconds), so each change has its own.
+        let versioned = setting.versioned();
+        let version = match &versioned {
+            Some((what, _)) => {
+                let stored = crate::relations::setting_version(pool, uid, what)
+                    .await
+                    .map_err(Refusal::unavailable)?;
+                (stored + 1).max(crate::events::now_ms())
+            }
+            None => 0,
+        };
+        let event = UserEvent::new(tenant, uid, uid, setting.body(version, chat.as_ref()));
         gw.sender
             .producer()
             .send(TopicKind::UserEvents, &event.key(), &event, None)
             .await
             .map_err(Refusal::unavailable)?;
-        match &setting {
-            Setting::Block { other, blocked } => {
-                crate::relations::set_member(
-                    pool,
-                    &mut redis,
-                    tenant,
-                    Set::Blocks,
-                    uid,
-                    *other,
-                    *blocked,
-                )
-                .await
-            }
-            Setting::Mute { topic, muted } => {
-                crate::relations::set_topic_muted(pool, &mut redis, tenant, uid, topic, *muted)
+        match (&versioned, &chat) {
+            (Some((what, on)), _) => {
+                crate::relations::set_versioned(pool, &mut redis, tenant, uid, what, *on, version)
                     .await
+                    .map(|_| ())
             }
-            Setting::Chat { .. } => {
-                let chat = chat.as_ref().expect("resolved above");
+            (None, chat) => {
+                let chat = chat
+                    .as_ref()
+                    .expect("a setting that is not versioned is a chat's");
                 crate::relations::set_chat_settings(pool, uid, chat).await
             }
         }

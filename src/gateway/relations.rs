@@ -291,6 +291,7 @@ pub async fn set_dnd(
         dnd: Some(dnd),
         topic: None,
         topic_muted: false,
+        version: 0,
     });
     produce(&gw, vec![UserEvent::new(&me.ten, me.uid, me.uid, body)]).await
 }

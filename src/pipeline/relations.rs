@@ -11,7 +11,7 @@ use crate::events::{EventCodec, UserEvent, UserEventBody};
 use crate::keys::TenantKeys;
 use crate::notifications;
 use crate::references::favorites;
-use crate::relations::{self, Set};
+use crate::relations::{self, Set, Versioned};
 use crate::tenant::{db_failure, TenantPools};
 
 use super::failure::{redis_failure, relation_failure, FailureKind};
@@ -47,6 +47,26 @@ impl RelationsHandler {
         let mut redis = self.redis.clone();
         relations::set_member(pool, &mut redis, &e.tenant_id, set, e.uid, other, present)
             .await
+            .map_err(|err| (relation_failure(&err), err.to_string()))
+    }
+
+    /// A block or a mute of the event's user, unless a newer one is stored
+    /// (the gateway's write-through of a later change).
+    async fn versioned(
+        &self,
+        e: &UserEvent,
+        setting: &Versioned,
+        on: bool,
+        version: i64,
+    ) -> Result<(), (FailureKind, String)> {
+        let pool = self
+            .pools
+            .get(&e.tenant_id)
+            .map_err(|err| (FailureKind::Poison, err.to_string()))?;
+        let mut redis = self.redis.clone();
+        relations::set_versioned(pool, &mut redis, &e.tenant_id, e.uid, setting, on, version)
+            .await
+            .map(|_| ())
             .map_err(|err| (relation_failure(&err), err.to_string()))
     }
 
@@ -90,9 +110,17 @@ impl RelationsHandler {
             UserEventBody::FriendRemoved(f) => {
                 self.edge(e, Set::Friends, f.friend_uid, false).await?
             }
-            UserEventBody::UserBlocked(b) => self.edge(e, Set::Blocks, b.blocked_uid, true).await?,
+            UserEventBody::UserBlocked(b) => {
+                let block = Versioned::Block {
+                    other: b.blocked_uid,
+                };
+                self.versioned(e, &block, true, b.version).await?
+            }
             UserEventBody::UserUnblocked(b) => {
-                self.edge(e, Set::Blocks, b.blocked_uid, false).await?
+                let block = Versioned::Block {
+                    other: b.blocked_uid,
+                };
+                self.versioned(e, &block, false, b.version).await?
             }
             UserEventBody::PushSettingsChanged(p) => {
                 let keys = TenantKeys::new(&e.tenant_id);
@@ -113,16 +141,10 @@ impl RelationsHandler {
                     let _: () = cmd.query_async(&mut redis).await.map_err(rd)?;
                 }
                 if let Some(topic) = &p.topic {
-                    crate::relations::set_topic_muted(
-                        pool,
-                        &mut redis,
-                        &e.tenant_id,
-                        e.uid,
-                        topic,
-                        p.topic_muted,
-                    )
-                    .await
-                    .map_err(|err| (relation_failure(&err), err.to_string()))?;
+                    let mute = Versioned::Mute {
+                        topic: topic.clone(),
+                    };
+                    self.versioned(e, &mute, p.topic_muted, p.version).await?
                 }
             }
             UserEventBody::ProfileChanged(p) => {

@@ -1,0 +1,11 @@
+-- The version of each block and each chat mute a user changed last
+-- (issue 40). The gateway writes a change through before it answers and
+-- the relations projection applies the same event later; a stored version
+-- newer than the event's keeps the projection from putting an older block
+-- or mute back (a block replayed after the unblock's write-through).
+CREATE TABLE IF NOT EXISTS im_setting_versions (
+  uid BIGINT NOT NULL,
+  setting VARCHAR(96) COLLATE utf8mb4_bin NOT NULL COMMENT 'block:<uid> or mute:<topic>',
+  version BIGINT NOT NULL DEFAULT 0 COMMENT 'the event version written last',
+  PRIMARY KEY (uid, setting)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
