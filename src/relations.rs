@@ -80,8 +80,14 @@ pub async fn set_member(
 /// older change (a block replayed after the unblock's write-through).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Versioned {
-    Block { other: i64 },
-    Mute { topic: String },
+    Block {
+        other: i64,
+    },
+    Mute {
+        topic: String,
+    },
+    /// Hidden when online (Tinode's incognito).
+    Incognito,
 }
 
 impl Versioned {
@@ -90,6 +96,7 @@ impl Versioned {
         match self {
             Versioned::Block { other } => format!("block:{other}"),
             Versioned::Mute { topic } => format!("mute:{topic}"),
+            Versioned::Incognito => "incognito".into(),
         }
     }
 }
@@ -174,6 +181,19 @@ pub async fn set_versioned(
                 .query_async(redis)
                 .await?;
         }
+        Versioned::Incognito => {
+            let sql = if on {
+                "INSERT INTO im_incognito (uid) VALUES (?) ON DUPLICATE KEY UPDATE uid = uid"
+            } else {
+                "DELETE FROM im_incognito WHERE uid = ?"
+            };
+            sqlx::query(sql).bind(uid).execute(&mut *tx).await?;
+            // The presence a login wrote; a user not online has none.
+            let flag = if on { "1" } else { "0" };
+            let presence = TenantKeys::new(tenant).presence_user(uid);
+            crate::groups::if_cached(redis, &presence, "HSET", &["hidden".into(), flag.into()])
+                .await?;
+        }
     }
     tx.commit().await?;
     Ok(true)
@@ -186,6 +206,15 @@ fn muted_sql(muted: bool) -> &'static str {
     } else {
         "DELETE FROM im_push_muted_topics WHERE uid = ? AND topic = ?"
     }
+}
+
+/// Whether `uid` hides when online (Tinode's incognito).
+pub async fn incognito(pool: &MySqlPool, uid: i64) -> sqlx::Result<bool> {
+    let hidden: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_incognito WHERE uid = ?")
+        .bind(uid)
+        .fetch_one(pool)
+        .await?;
+    Ok(hidden > 0)
 }
 
 /// Writes `uid`'s settings of one chat as a whole, unless the stored row

@@ -288,6 +288,180 @@ async fn an_undone_block_stays_undone_while_the_projection_replays_it() {
     assert_eq!(status, 202, "{body}");
 }
 
+/// `{pres topic="me" src=usr… what}` frames about `src` that reach `ws`
+/// within `wait` (each frame read; others dropped).
+async fn presence_of(ws: &mut common::Ws, src: &str, wait: Duration) -> Vec<String> {
+    let mut seen = Vec::new();
+    let until = tokio::time::Instant::now() + wait;
+    while let Ok(frame) = tokio::time::timeout_at(until, ws.next_frame()).await {
+        if frame["pres"]["topic"] == json!("me") && frame["pres"]["src"] == json!(src) {
+            seen.push(
+                frame["pres"]["what"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+        }
+    }
+    seen
+}
+
+/// Whether `topic` shows online in `ws`'s chat list.
+async fn listed_online(ws: &mut common::Ws, topic: &str) -> bool {
+    let (_, meta) = ws
+        .request(json!({"get": {"topic": "me", "what": "sub"}}))
+        .await;
+    meta["meta"]["sub"]
+        .as_array()
+        .and_then(|subs| subs.iter().find(|s| s["topic"] == json!(topic)).cloned())
+        .unwrap_or_else(|| panic!("{topic} listed: {meta}"))["online"]
+        == json!(true)
+}
+
+/// Issue 40: the web app's Incognito (`{set topic="me" sub={mode}}`, a want
+/// without `P`). While it is on, the user shows offline to everyone: their
+/// peer is told "off" at once, lists show them offline, signing out and in
+/// again announces nothing; `me`'s `acs` says so (the app's checkbox reads
+/// it), also to a new session; off again, the peer is told "on". A mode
+/// that is no access mode is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn incognito_shows_the_user_offline_to_everyone_until_turned_off() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "conversations", "members"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    const A: i64 = 71;
+    const B: i64 = 72;
+    let (status, body) = send_p2p(&stack, gw, A, B, "first", "hi B").await;
+    assert_eq!(status, 202, "{body}");
+    let mut b = common::Ws::connect(gw, &stack.token(B, "web")).await;
+    let (_, sub) = b.request(json!({"sub": {"topic": "me"}})).await;
+    assert_eq!(sub["ctrl"]["code"], json!(200), "{sub}");
+    wait_for("B lists A", DELIVERY, || {
+        let addr = gw;
+        let token = stack.token(B, "web");
+        async move {
+            let mut w = common::Ws::connect(addr, &token).await;
+            let (_, meta) = w
+                .request(json!({"get": {"topic": "me", "what": "sub"}}))
+                .await;
+            let listed = meta["meta"]["sub"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|e| e["topic"] == json!(usr(A))));
+            if listed {
+                Ok(())
+            } else {
+                Err(meta.to_string())
+            }
+        }
+    })
+    .await;
+
+    let mut a = common::Ws::connect(gw, &stack.token(A, "web")).await;
+    assert_eq!(
+        presence_of(&mut b, &usr(A), Duration::from_secs(3)).await,
+        ["on"],
+        "B sees A come online"
+    );
+    assert!(listed_online(&mut b, &usr(A)).await);
+
+    // Incognito on: A's want on `me` without P.
+    let (_, ctrl) = a
+        .request(json!({"set": {"topic": "me", "sub": {"mode": "JS"}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    assert_eq!(
+        ctrl["ctrl"]["params"]["acs"],
+        json!({"want": "JS", "given": "JPS", "mode": "JS"}),
+        "{ctrl}"
+    );
+    assert_eq!(
+        presence_of(&mut b, &usr(A), Duration::from_secs(3)).await,
+        ["off"],
+        "B is told A went offline"
+    );
+    assert!(!listed_online(&mut b, &usr(A)).await, "A listed offline");
+    // A signs out and in again: neither is announced, and the new session
+    // reads incognito on.
+    drop(a);
+    assert!(presence_of(&mut b, &usr(A), Duration::from_secs(2))
+        .await
+        .is_empty());
+    let mut a = common::Ws::connect(gw, &stack.token(A, "phone")).await;
+    let mut a2 = common::Ws::connect(gw, &stack.token(A, "tablet")).await;
+    let (_, me) = a2.request(json!({"sub": {"topic": "me"}})).await;
+    assert_eq!(me["ctrl"]["params"]["acs"]["want"], json!("JS"), "{me}");
+    let (_, desc) = a2
+        .request(json!({"get": {"topic": "me", "what": "desc"}}))
+        .await;
+    assert_eq!(desc["meta"]["desc"]["acs"]["mode"], json!("JS"), "{desc}");
+    assert!(presence_of(&mut b, &usr(A), Duration::from_secs(2))
+        .await
+        .is_empty());
+    assert!(!listed_online(&mut b, &usr(A)).await, "still offline");
+    drop(a2);
+    // Typing is hidden too (the app: "Hide your online status and typing
+    // indicators").
+    let (_, ctrl) = b.request(json!({"sub": {"topic": usr(A)}})).await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let (_, ctrl) = a.request(json!({"sub": {"topic": usr(B)}})).await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let typing = json!({"note": {"topic": usr(B), "what": "kp"}});
+    a.send(typing.clone()).await;
+    assert_eq!(
+        typing_seen(&mut b, Duration::from_secs(2)).await,
+        0,
+        "typing hidden"
+    );
+
+    // Not an access mode: refused, nothing changed.
+    let (_, ctrl) = a
+        .request(json!({"set": {"topic": "me", "sub": {"mode": "J{S"}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(400), "{ctrl}");
+    assert!(!listed_online(&mut b, &usr(A)).await);
+
+    // Off: B is told A is online again.
+    let (_, ctrl) = a
+        .request(json!({"set": {"topic": "me", "sub": {"mode": "JPS"}}}))
+        .await;
+    assert_eq!(
+        ctrl["ctrl"]["params"]["acs"]["mode"],
+        json!("JPS"),
+        "{ctrl}"
+    );
+    assert_eq!(
+        presence_of(&mut b, &usr(A), Duration::from_secs(3)).await,
+        ["on"],
+        "B is told A is online"
+    );
+    assert!(
+        listed_online(&mut b, &usr(A)).await,
+        "A listed online again"
+    );
+    // Typing shows again (one `kp` per 3 s is relayed).
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    a.send(typing).await;
+    assert_eq!(
+        typing_seen(&mut b, Duration::from_secs(3)).await,
+        1,
+        "typing shown"
+    );
+}
+
+/// `{info what="kp"}` frames that reach `ws` within `wait`.
+async fn typing_seen(ws: &mut common::Ws, wait: Duration) -> usize {
+    let mut seen = 0;
+    let until = tokio::time::Instant::now() + wait;
+    while let Ok(frame) = tokio::time::timeout_at(until, ws.next_frame()).await {
+        if frame["info"]["what"] == json!("kp") {
+            seen += 1;
+        }
+    }
+    seen
+}
+
 /// Issue 40: Tinode's web app blocks, unblocks, mutes and unmutes with
 /// `{set sub={mode}}` of the user's own subscription. Each is in force when
 /// answered (the relations projection does not run here), is what every later

@@ -347,6 +347,7 @@ mod tests {
             "FavoriteRemoved",
             "NotificationsRead",
             "ChatSettingsChanged",
+            "IncognitoChanged",
         ]);
         assert_branches_match::<ReceiptEvent>(&["ReadReceipt", "RecvReceipt"]);
         assert_branches_match::<SessionControlEvent>(&[

@@ -581,6 +581,7 @@ pub enum UserEventBody {
     FavoriteRemoved(FavoriteRef),
     NotificationsRead(NotificationsRead),
     ChatSettingsChanged(ChatSettings),
+    IncognitoChanged(IncognitoChanged),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -677,6 +678,16 @@ pub struct ChatSettings {
     pub version: i64,
 }
 
+/// The user hides (or shows again) when they are online: Tinode's
+/// incognito, a `me` want without `P`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncognitoChanged {
+    pub incognito: bool,
+    /// Orders the user's changes of it, as a block's version.
+    #[serde(default)]
+    pub version: i64,
+}
+
 impl UserEventBody {
     pub fn name(&self) -> &'static str {
         match self {
@@ -694,6 +705,7 @@ impl UserEventBody {
             UserEventBody::FavoriteRemoved(_) => "FavoriteRemoved",
             UserEventBody::NotificationsRead(_) => "NotificationsRead",
             UserEventBody::ChatSettingsChanged(_) => "ChatSettingsChanged",
+            UserEventBody::IncognitoChanged(_) => "IncognitoChanged",
         }
     }
 }

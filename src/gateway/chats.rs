@@ -57,14 +57,18 @@ pub fn mode_of(c: &Conversation) -> String {
 
 /// `{meta topic="me" desc}`: the user's own profile.
 pub async fn me_desc(gw: &Gateway, tenant: &str, uid: i64) -> Result<Value, Refusal> {
-    let profile = conversations::user_profile(pool(gw, tenant)?, uid)
+    let pool = pool(gw, tenant)?;
+    let profile = conversations::user_profile(pool, uid)
+        .await
+        .map_err(unavailable)?;
+    let incognito = crate::relations::incognito(pool, uid)
         .await
         .map_err(unavailable)?;
     Ok(json!({
         "created": tinode::timestamp_ms(0),
         "updated": tinode::now(),
         "public": profile.public(),
-        "acs": acs("JPS"),
+        "acs": crate::gateway::personal::Acs::me(incognito).json(),
         "defacs": {"auth": "JRWPAS", "anon": "N"},
     }))
 }
@@ -353,7 +357,8 @@ async fn live_entry(
     }))
 }
 
-/// Which of `uids` have a session online anywhere (a failed read: none).
+/// Which of `uids` have a session online anywhere and do not hide it
+/// (a failed read: none).
 pub async fn online_users(gw: &Gateway, tenant: &str, uids: &[i64]) -> HashSet<i64> {
     if uids.is_empty() {
         return HashSet::new();
@@ -361,13 +366,14 @@ pub async fn online_users(gw: &Gateway, tenant: &str, uids: &[i64]) -> HashSet<i
     let keys = TenantKeys::new(tenant);
     let mut pipe = redis::pipe();
     for uid in uids {
-        pipe.hget(keys.presence_user(*uid), "online");
+        crate::realtime::presence::read_shown(&mut pipe, &keys, *uid);
     }
     let mut redis = gw.redis.clone();
-    let flags: Vec<Option<String>> = pipe.query_async(&mut redis).await.unwrap_or_default();
+    let flags: Vec<(Option<String>, Option<String>)> =
+        pipe.query_async(&mut redis).await.unwrap_or_default();
     uids.iter()
         .zip(flags)
-        .filter(|(_, f)| f.as_deref() == Some("1"))
+        .filter(|(_, f)| crate::realtime::presence::shown_online(f))
         .map(|(u, _)| *u)
         .collect()
 }
@@ -926,9 +932,22 @@ pub const PRESENCE_PEERS_MAX: i64 = 200;
 /// the user took part in or with friends (see
 /// [`conversations::may_see_private`]), never a peer the user blocked nor
 /// one who deleted the chat (Tinode's web app throws on the presence of a
-/// chat it no longer has). Best effort: presence is a hint, a lost one is
-/// corrected by the next list read.
+/// chat it no longer has), and nobody while the user hides it
+/// (incognito). Best effort: presence is a hint, a lost one is corrected by
+/// the next list read.
 pub async fn announce_to_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str) {
+    let Ok(pool) = pool(gw, tenant) else { return };
+    match crate::relations::incognito(pool, uid).await {
+        Ok(false) => tell_peers(gw, tenant, uid, what).await,
+        Ok(true) => {}
+        Err(e) => tracing::warn!(error = %e, "incognito unreadable: presence not told"),
+    }
+}
+
+/// Tells the peers [`announce_to_peers`] names, whether or not the user
+/// hides (the change of incognito itself: "off" as it starts, "on" as it
+/// ends).
+pub async fn tell_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str) {
     let Ok(pool) = pool(gw, tenant) else { return };
     let peers: Vec<i64> = match sqlx::query_scalar(
         "SELECT c.peer_uid FROM im_conversations c \

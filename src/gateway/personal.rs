@@ -13,7 +13,9 @@ use serde::Serialize;
 use serde_json::json;
 use sqlx::mysql::MySqlPool;
 
-use crate::events::{BlockRef, ChatSettings, PushSettingsChanged, UserEvent, UserEventBody};
+use crate::events::{
+    BlockRef, ChatSettings, IncognitoChanged, PushSettingsChanged, UserEvent, UserEventBody,
+};
 use crate::kafka::topics::TopicKind;
 use crate::relations::Versioned;
 use crate::tinode;
@@ -23,6 +25,9 @@ use super::Gateway;
 
 /// Tinode's access mode letters, in their order.
 const LETTERS: &str = "JRWPASDO";
+
+/// What a user is given on `me`.
+pub const ME_MODE: &str = "JPS";
 
 /// Tinode's `acs`: what the user wants, what they are given, and the mode
 /// in force (both).
@@ -53,6 +58,16 @@ impl Acs {
             given: or_none(given),
             mode: or_none(mode),
         }
+    }
+
+    /// The user's `acs` of `me`: `P` wanted unless hiding when online.
+    pub fn me(incognito: bool) -> Acs {
+        let want = if incognito {
+            ME_MODE.replace('P', "")
+        } else {
+            ME_MODE.to_string()
+        };
+        Acs::of(want, ME_MODE.to_string())
     }
 
     pub fn json(&self) -> serde_json::Value {
@@ -241,6 +256,8 @@ pub enum Setting {
     /// A change of one chat's own settings (`topic` as stored), applied
     /// to what is stored under the user's lock.
     Chat { topic: String, change: ChatChange },
+    /// Hide (or show again) when the user is online (incognito).
+    Incognito { on: bool },
 }
 
 /// A change of a chat's own settings.
@@ -309,6 +326,7 @@ impl Setting {
                 },
                 *muted,
             )),
+            Setting::Incognito { on } => Some((Versioned::Incognito, *on)),
             Setting::Chat { .. } => None,
         }
     }
@@ -339,6 +357,10 @@ impl Setting {
                     version,
                 })
             }
+            Setting::Incognito { on } => UserEventBody::IncognitoChanged(IncognitoChanged {
+                incognito: *on,
+                version,
+            }),
             Setting::Chat { .. } => {
                 UserEventBody::ChatSettingsChanged(chat.cloned().unwrap_or_default())
             }
@@ -350,7 +372,7 @@ impl Setting {
 /// write-through take milliseconds; the producer gives up well before).
 const SETTINGS_LOCK_MS: u64 = 30_000;
 
-/// A block, unblock, mute, unmute or chat setting, in effect before the
+/// A block, unblock, mute, unmute, incognito or chat setting, in effect before the
 /// call answers (issue 39: a send right after an acknowledged block was
 /// delivered while the relations pipeline had not projected it yet): its
 /// event goes to the

@@ -404,9 +404,9 @@ async fn announce_engaged(redis: &mut Redis, tenant: &str, engaging: &[&(String,
     let keys = crate::keys::TenantKeys::new(tenant);
     let mut pipe = redis::pipe();
     for (uid, _, _) in &writers {
-        pipe.hget(keys.presence_user(*uid), "online");
+        crate::realtime::presence::read_shown(&mut pipe, &keys, *uid);
     }
-    let online: Vec<Option<String>> = match pipe.query_async(redis).await {
+    let online: Vec<(Option<String>, Option<String>)> = match pipe.query_async(redis).await {
         Ok(o) => o,
         Err(e) => {
             tracing::warn!(error = %e, "presence of new writers unreadable");
@@ -414,7 +414,7 @@ async fn announce_engaged(redis: &mut Redis, tenant: &str, engaging: &[&(String,
         }
     };
     for ((uid, peer, topic), flag) in writers.iter().zip(online) {
-        if flag.as_deref() != Some("1") {
+        if !crate::realtime::presence::shown_online(&flag) {
             continue;
         }
         let envelope = crate::realtime::Envelope::presence_to(

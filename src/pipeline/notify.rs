@@ -84,6 +84,11 @@ fn describe(e: &UserEvent) -> (String, &'static str, Value) {
             "chat.settings",
             json!({}),
         ),
+        UserEventBody::IncognitoChanged(i) => (
+            "sys".into(),
+            "presence.settings",
+            json!({"incognito": i.incognito}),
+        ),
         UserEventBody::PushSettingsChanged(p) => (
             "sys".into(),
             "push.settings",

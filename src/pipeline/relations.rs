@@ -187,6 +187,10 @@ impl RelationsHandler {
                     .await
                     .map_err(db)?;
             }
+            UserEventBody::IncognitoChanged(i) => {
+                self.versioned(e, &Versioned::Incognito, i.incognito, i.version)
+                    .await?
+            }
             UserEventBody::SystemNotification(_) | UserEventBody::BadgeRefresh(_) => {}
         }
         Ok(())

@@ -62,14 +62,16 @@ impl TopicKeys {
     }
 }
 
-/// A session logged in on `node`; returns the user's session count after
-/// it (1: the user just came online).
+/// A session logged in on `node`, of a user who hides when online or not
+/// (incognito, read at login); returns the user's session count after it
+/// (1: the user just came online).
 pub async fn user_online(
     redis: &mut Redis,
     tenant: &str,
     uid: i64,
     sid: &str,
     node: &str,
+    hidden: bool,
     now_ms: i64,
 ) -> redis::RedisResult<i64> {
     let k = TenantKeys::new(tenant);
@@ -81,6 +83,7 @@ pub async fn user_online(
         k.presence_user(uid),
         &[
             ("online", "1".to_string()),
+            ("hidden", if hidden { "1" } else { "0" }.to_string()),
             ("node_id", node.to_string()),
             ("last_active_at", now_ms.to_string()),
         ],
@@ -131,6 +134,33 @@ pub async fn user_offline(
     }
     pipe.query_async::<()>(redis).await?;
     Ok(left <= 0)
+}
+
+/// Adds to `pipe` the read of how `uid` shows to others: answered by a
+/// pair for [`shown_online`].
+pub fn read_shown(pipe: &mut redis::Pipeline, keys: &TenantKeys, uid: i64) {
+    pipe.cmd("HMGET")
+        .arg(keys.presence_user(uid))
+        .arg("online")
+        .arg("hidden");
+}
+
+/// Whether a user shows as online to others, from [`read_shown`]'s
+/// answer: online, and not hiding it (incognito).
+pub fn shown_online(fields: &(Option<String>, Option<String>)) -> bool {
+    fields.0.as_deref() == Some("1") && fields.1.as_deref() != Some("1")
+}
+
+/// Whether `uid` hides when online (incognito), as their presence says;
+/// unreadable: hidden, since being shown against one's wish is worse than
+/// a missing hint.
+pub async fn hidden(redis: &mut Redis, tenant: &str, uid: i64) -> bool {
+    let flag: redis::RedisResult<Option<String>> = redis::cmd("HGET")
+        .arg(TenantKeys::new(tenant).presence_user(uid))
+        .arg("hidden")
+        .query_async(redis)
+        .await;
+    flag.map_or(true, |f| f.as_deref() == Some("1"))
 }
 
 /// What attaching or detaching a session changed in a topic's presence.

@@ -419,6 +419,33 @@ async function steps(browser) {
       await a.page.locator('#topic-caption-panel .typing, #messages-panel .typing').first().waitFor(WAIT);
       await screenshot(a, 'p2p-typing');
 
+      // A turns Incognito on (Settings → Security): B's list shows her
+      // offline at once, and still after she signs in again, where the
+      // box is still ticked; turned off, B sees her online again.
+      const bsEntryOfA = () => b.page.locator('.contact-box li', { hasText: nameA }).first();
+      await bsEntryOfA().locator('span.online').waitFor(WAIT);
+      const incognitoBox = async (ticked) => {
+        await a.page.locator('#side-caption-panel a', { has: a.page.locator('i.material-icons', { hasText: /^settings$/ }) }).click();
+        await a.page.locator('a.flat-button', { hasText: /Security/ }).first().click();
+        const box = a.page.locator('#incognito-mode', { hasText: ticked ? /^check_box$/ : /^check_box_outline_blank$/ });
+        await box.waitFor(WAIT);
+        return box;
+      };
+      await (await incognitoBox(false)).click();
+      await a.page.locator('#incognito-mode', { hasText: /^check_box$/ }).waitFor(WAIT);
+      await noErrorBox(a, 'turning incognito on');
+      await bsEntryOfA().locator('span.offline').waitFor(WAIT);
+      await screenshot(b, 'peer-incognito');
+      await logIn(a, credentials('USER_A'));
+      await a.page.waitForTimeout(1500);
+      if (!(await bsEntryOfA().locator('span.offline').count())) {
+        throw new Error('B: A shows online after signing in again in incognito');
+      }
+      await (await incognitoBox(true)).click();
+      await a.page.locator('#incognito-mode', { hasText: /^check_box_outline_blank$/ }).waitFor(WAIT);
+      await noErrorBox(a, 'turning incognito off');
+      await bsEntryOfA().locator('span.online').waitFor(WAIT);
+
       // B mutes the chat with A from its menu in the chat list: it shows
       // muted, still after B signs in again; Unmute takes it back.
       const nameB = process.env.NAME_B;

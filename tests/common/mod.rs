@@ -845,6 +845,16 @@ impl Ws {
         self.until_reply(&id).await
     }
 
+    /// Sends `msg` as it is (a `{note}` has no id and no answer).
+    pub async fn send(&mut self, msg: Value) {
+        futures::SinkExt::send(
+            &mut self.stream,
+            tokio_tungstenite::tungstenite::Message::Text(msg.to_string().into()),
+        )
+        .await
+        .expect("send");
+    }
+
     pub async fn until_reply(&mut self, id: &str) -> (Vec<Value>, Value) {
         let mut before = Vec::new();
         loop {

@@ -345,7 +345,8 @@ impl Session {
     }
 
     /// Tells a group's attached sessions that the user came (`"on"`) or
-    /// went (`"off"`): the member's presence on the topic, and, when it
+    /// went (`"off"`), unless the user hides it (incognito): the member's
+    /// presence on the topic, and, when it
     /// flipped the others' view of the group, the group's `online` in their
     /// `me` topic (Tinode's web app shows typing only in an online topic).
     async fn announce_attached(
@@ -356,7 +357,8 @@ impl Session {
         change: presence::Change,
     ) {
         let what = if change.attached { "on" } else { "off" };
-        if change.announce {
+        let mut redis = self.gateway.redis.clone();
+        if change.announce && !presence::hidden(&mut redis, tenant, uid).await {
             self.announce(
                 tenant,
                 topic,

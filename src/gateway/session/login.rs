@@ -206,12 +206,21 @@ impl Session {
             closing: self.closing.clone(),
         };
         gw.hub.add_session(&handle);
+        // Hidden when online (incognito); unreadable: hidden, since being
+        // shown online against one's wish is worse than a missing hint.
+        let hidden = match gw.pools.get(&identity.tenant) {
+            Ok(pool) => crate::relations::incognito(pool, identity.uid)
+                .await
+                .unwrap_or(true),
+            Err(_) => true,
+        };
         let sessions = presence::user_online(
             &mut redis,
             &identity.tenant,
             identity.uid,
             &self.sid,
             &gw.node_id,
+            hidden,
             now_ms(),
         )
         .await;

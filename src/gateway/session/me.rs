@@ -20,7 +20,14 @@ impl Session {
     /// `{sub topic="me"}`: ctrl 200, then whatever `get` asks for.
     pub(super) async fn subscribe_me(&mut self, id: Option<&str>, get: Option<&tinode::GetQuery>) {
         self.on_me = true;
-        let params = json!({"acs": chats::acs("JPS")});
+        let who = self.identity.clone().expect("logged in");
+        let incognito = match self.gateway.pools.get(&who.tenant) {
+            Ok(pool) => crate::relations::incognito(pool, who.uid)
+                .await
+                .unwrap_or(false),
+            Err(_) => false,
+        };
+        let params = json!({"acs": crate::gateway::personal::Acs::me(incognito).json()});
         self.reply(ctrl(id, Some("me"), 200, "ok", Some(params)))
             .await;
         if let Some(query) = get {

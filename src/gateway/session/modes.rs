@@ -5,7 +5,9 @@
 //! the caller is in, answered with the `acs` now in force, which the app
 //! keeps (the caller's other sessions and, for a block, the peer are told
 //! with `{pres what="acs"}`); and `{set desc={private}}`, their own
-//! `private` of the chat, merged (the app's Archive / Restore).
+//! `private` of the chat, merged (the app's Archive / Restore); and
+//! `{set topic="me" sub={mode}}`, the app's Incognito (a `me` want
+//! without `P`): the user shows offline to everyone while online.
 
 use serde_json::json;
 
@@ -30,6 +32,54 @@ impl Session {
             Err(Refusal(code, text)) => ctrl(id, Some(&shown), code, &text, None),
         };
         self.reply(reply).await;
+    }
+
+    /// Incognito on (a `me` want without `P`) or off, answered with `me`'s
+    /// `acs` now in force (the app's checkbox reads it). Contacts are told
+    /// the user went offline (or is online again), as are the groups this
+    /// session is in.
+    pub(super) async fn set_incognito(&mut self, id: Option<&str>, want: &str) {
+        if want.is_empty() || want.len() > 16 || !want.chars().all(|c| "JRWPASDON".contains(c)) {
+            let text = "malformed: sub.mode is an access mode (letters of JRWPASDO, or N)";
+            self.reply(ctrl(id, Some("me"), 400, text, None)).await;
+            return;
+        }
+        let who = self.identity.clone().expect("logged in");
+        let on = !want.contains('P');
+        let setting = Setting::Incognito { on };
+        if let Err(Refusal(code, text)) =
+            personal::put_in_force(&self.gateway, &who.tenant, who.uid, setting).await
+        {
+            self.reply(ctrl(id, Some("me"), code, &text, None)).await;
+            return;
+        }
+        let acs = personal::Acs::me(on);
+        self.reply(ctrl(
+            id,
+            Some("me"),
+            200,
+            "ok",
+            Some(json!({"acs": acs.json()})),
+        ))
+        .await;
+        // Told even when it was so already: "off" of a hidden user and "on"
+        // of a shown one are what the peers should see anyway.
+        let what = if on { "off" } else { "on" };
+        let (gw, tenant, uid) = (self.gateway.clone(), who.tenant.clone(), who.uid);
+        tokio::spawn(
+            async move { crate::gateway::chats::tell_peers(&gw, &tenant, uid, what).await },
+        );
+        let groups: Vec<String> = self
+            .attached
+            .iter()
+            .filter(|t| tinode::is_group_topic(t))
+            .cloned()
+            .collect();
+        for topic in groups {
+            let frame =
+                crate::realtime::frames::pres_frame(&topic, &tinode::user_id(who.uid), what);
+            self.announce(&who.tenant, &topic, frame).await;
+        }
     }
 
     async fn apply_personal_mode(

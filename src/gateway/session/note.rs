@@ -34,6 +34,11 @@ impl Session {
                     return;
                 }
                 self.kp_at.insert(topic.to_string(), now);
+                // Incognito hides typing too (the app says so).
+                let mut redis = self.gateway.redis.clone();
+                if crate::realtime::presence::hidden(&mut redis, &who.tenant, who.uid).await {
+                    return;
+                }
                 match tinode::p2p_peer(topic, who.uid) {
                     // One-to-one: the peer knows the chat as `usr<writer>`
                     // (as the receipts projection addresses read and recv).

@@ -2,7 +2,8 @@
 //! group's (`desc.public`, owner or admin), adding a user to a group
 //! (`sub.user`), answering an invitation and blocking or muting a chat
 //! (one's own `sub.mode`) and keeping one's own `private` of a chat (the
-//! app's archive flag), both in [`super::modes`], and a chat's pinned
+//! app's archive flag) and hiding when online (`me`'s `sub.mode`, the
+//! app's incognito), in [`super::modes`], and a chat's pinned
 //! messages (`aux.pins`, [`crate::gateway::pins`]). Everything else a
 //! Tinode client may set (`private` of `me`, others' `sub` modes, `tags`,
 //! `cred`) is answered 501 with the request id, so a client never waits
@@ -70,11 +71,14 @@ impl Session {
                 return self.set_private(id, &set.topic, private).await;
             }
         }
-        if set.topic == "me" && set.sub.is_some() {
-            // The app's Incognito: want without P on `me`.
-            let text = "incognito mode is not offered here: your contacts see when you are online";
-            self.reply(ctrl(id, Some("me"), 501, text, None)).await;
-            return;
+        if set.topic == "me" && set.desc.is_none() {
+            if let Some(mode) = own_mode(set.sub.as_ref()) {
+                // The app's Incognito: want without P on `me`.
+                if !self.rate(id, "me", Action::Change).await {
+                    return;
+                }
+                return self.set_incognito(id, &mode).await;
+            }
         }
         let unsupported = set.sub.is_some()
             || set.tags.is_some()
