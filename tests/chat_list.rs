@@ -797,3 +797,142 @@ async fn the_hot_copy_serves_what_mysql_holds_and_comes_back_after_redis_loss() 
     )
     .await;
 }
+
+/// Frames that reach `ws` until it has been quiet for `quiet`.
+async fn frames_until_quiet(ws: &mut Ws, quiet: Duration) -> Vec<Value> {
+    let mut frames = Vec::new();
+    while let Ok(frame) = tokio::time::timeout(quiet, ws.next_frame()).await {
+        frames.push(frame);
+    }
+    frames
+}
+
+/// `(topic, seq)` of the `{data}` frames among `frames`.
+fn data_of(frames: &[Value]) -> Vec<(String, i64)> {
+    frames
+        .iter()
+        .filter(|f| f.get("data").is_some())
+        .map(|f| {
+            (
+                f["data"]["topic"].as_str().unwrap_or_default().to_string(),
+                f["data"]["seq"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 40: previews at a fresh login. Tinode's web app draws a chat's
+/// last message only from messages it holds, so a client that subscribes
+/// to `me` with nothing cached (the whole list, no `ims`) gets, after the
+/// list, the newest messages (`gateway.warm_messages`, the app's page of
+/// 24) of its most recent chats (`gateway.warm_chats`, 2 here) as `{data}`
+/// of each chat, newest first, as its own cache would give them; older
+/// chats get none, and a client that asks only for changes (`ims`) or
+/// just reads the list gets none either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fresh_login_gets_its_recent_chats_newest_messages() {
+    let mut stack = Stack::prepared_with(None, |c| {
+        c.gateway.warm_chats = 2;
+        c.gateway.warm_messages = 24;
+    })
+    .await;
+    for p in ["store", "conversations", "members"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    const A: i64 = 431;
+    const B: i64 = 432;
+    const C: i64 = 433;
+    const D: i64 = 434;
+    let send = |from: i64, n: i64| {
+        let stack = &stack;
+        async move {
+            let path = format!("/v1/users/{A}/messages");
+            let body = json!({"content": format!("{from} says {n}"), "client_msg_id": format!("m{from}-{n}")});
+            let (status, body) = call(stack, gw, from, "POST", &path, body).await;
+            assert_eq!(status, 202, "{body}");
+        }
+    };
+    // D's chat is the oldest, then B's (30 messages), then C's (3).
+    send(D, 1).await;
+    for n in 1..=30 {
+        send(B, n).await;
+    }
+    for n in 1..=3 {
+        send(C, n).await;
+    }
+    wait_for(
+        "A lists the three chats to their last message",
+        Duration::from_secs(30),
+        || {
+            let stack = &stack;
+            async move {
+                let (_, list) =
+                    call(stack, gw, A, "GET", "/v1/me/conversations", json!(null)).await;
+                let seqs: Vec<i64> = list["conversations"]
+                    .as_array()
+                    .map(|l| l.iter().filter_map(|c| c["seq"].as_i64()).collect())
+                    .unwrap_or_default();
+                // And each chat's history has its last message.
+                let mut last = Vec::new();
+                for peer in [C, B, D] {
+                    let path = format!("/v1/users/{peer}/messages?limit=1");
+                    let (_, page) = call(stack, gw, A, "GET", &path, json!(null)).await;
+                    last.push(page["messages"][0]["seq"].as_i64().unwrap_or(0));
+                }
+                if seqs == [3, 30, 1] && last == seqs {
+                    Ok(())
+                } else {
+                    Err(list.to_string())
+                }
+            }
+        },
+    )
+    .await;
+    let usr = imstream::tinode::user_id;
+
+    let mut a = Ws::connect(gw, &stack.token(A, "web")).await;
+    let (_, ctrl) = a
+        .request(json!({"sub": {"topic": "me", "get": {"what": "sub desc"}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let frames = frames_until_quiet(&mut a, Duration::from_millis(1500)).await;
+    let list_at = frames
+        .iter()
+        .position(|f| f["meta"]["sub"].is_array())
+        .expect("the list");
+    let first_data = frames.iter().position(|f| f.get("data").is_some());
+    assert!(
+        first_data.is_some_and(|d| d > list_at),
+        "the messages come after the list: {frames:?}"
+    );
+    let mut want: Vec<(String, i64)> = (1..=3).rev().map(|s| (usr(C), s)).collect();
+    want.extend((7..=30).rev().map(|s| (usr(B), s)));
+    assert_eq!(
+        data_of(&frames),
+        want,
+        "C's 3, then B's newest 24; nothing of D's"
+    );
+    let last_of_b = frames
+        .iter()
+        .find(|f| f["data"]["topic"] == json!(usr(B)) && f["data"]["seq"] == json!(30))
+        .expect("B's last message");
+    assert_eq!(last_of_b["data"]["content"], json!(format!("{B} says 30")));
+
+    // A client with a cache asks for changes only: no messages.
+    let updated = frames[list_at]["meta"]["sub"][0]["updated"].clone();
+    let mut a2 = Ws::connect(gw, &stack.token(A, "phone")).await;
+    let (_, ctrl) = a2
+        .request(json!({"sub": {"topic": "me", "get": {"what": "sub", "sub": {"ims": updated}}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let frames = frames_until_quiet(&mut a2, Duration::from_millis(1500)).await;
+    assert!(data_of(&frames).is_empty(), "{frames:?}");
+    // Nor does a read of the list.
+    let (_, meta) = a2
+        .request(json!({"get": {"topic": "me", "what": "sub"}}))
+        .await;
+    assert!(meta["meta"]["sub"].is_array(), "{meta}");
+    let frames = frames_until_quiet(&mut a2, Duration::from_millis(1000)).await;
+    assert!(data_of(&frames).is_empty(), "{frames:?}");
+}

@@ -93,6 +93,14 @@ pub struct GatewayConfig {
     /// besides the gateway's own (the page it serves); `*` allows any.
     /// Clients that send no `Origin` (non-browser) are not checked.
     pub allowed_origins: Vec<String>,
+    /// How many of a user's most recent chats a cold `{sub topic="me"}`
+    /// (the whole list asked for without `ims`: a client with nothing
+    /// cached) gets the newest messages of, after the list, as Tinode's
+    /// clients get them from their own cache (the web app draws a chat's
+    /// preview only from messages it holds). 0: none.
+    pub warm_chats: usize,
+    /// How many of each warmed chat's newest messages (the web app's page).
+    pub warm_messages: i64,
 }
 
 impl Default for GatewayConfig {
@@ -108,6 +116,8 @@ impl Default for GatewayConfig {
             p2p_friends_only: false,
             webapp_dir: String::new(),
             allowed_origins: Vec::new(),
+            warm_chats: 16,
+            warm_messages: 24,
         }
     }
 }

@@ -457,6 +457,11 @@ async function steps(browser) {
       await screenshot(b, 'p2p-muted');
       await logIn(b, credentials('USER_B'));
       await mutedIcon(bsChatWithA()).waitFor(WAIT);
+      // Signed in afresh, B's list shows the chat's last message (the app
+      // draws it only from messages it holds: the server sends a fresh
+      // client its recent chats' newest messages).
+      await bsChatWithA().locator('.contact-comment', { hasText: back }).waitFor(WAIT);
+      await screenshot(b, 'preview-after-login');
       await chatMenu(b, bsChatWithA(), /^Unmute$/);
       await mutedIcon(bsChatWithA()).waitFor({ state: 'detached', ...WAIT });
       await noErrorBox(b, 'unmuting a chat');

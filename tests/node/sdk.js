@@ -11,6 +11,15 @@ Tinode.setDatabaseProvider(require('fake-indexeddb').indexedDB);
 // Everything the SDK logs, printed on failure only.
 const trace = [];
 
+// An exception thrown inside the SDK (a frame it cannot take) is printed
+// with its stack and the trace: left to node, it prints the minified
+// source line first, which fills the pipe before the message is written.
+process.on('uncaughtException', (e) => {
+  console.error(`uncaught: ${e && e.stack || e}`);
+  console.error(trace.slice(-60).join('\n'));
+  process.exit(1);
+});
+
 function client(label, host) {
   const t = new Tinode({
     appName: 'imstream-test/1.0',

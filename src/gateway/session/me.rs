@@ -32,6 +32,60 @@ impl Session {
             .await;
         if let Some(query) = get {
             self.get_me(id, query).await;
+            if cold_list(query) {
+                self.warm_recent_chats().await;
+            }
+        }
+    }
+
+    /// A cold client's most recent chats, warmed (issue 40: Tinode's web
+    /// app draws a chat's preview only from messages it holds, so a fresh
+    /// login showed none): the newest `gateway.warm_messages` of each of
+    /// the `gateway.warm_chats` most recent chats, as `{data}` frames of
+    /// the chat after the list, as if the client's own cache had loaded
+    /// them. Opening such a chat, the app asks only for later messages and
+    /// pages back from the oldest it holds, as after its cache. Only what
+    /// the history route would give (membership from the write model);
+    /// best effort: a chat that cannot be read now is left cold.
+    async fn warm_recent_chats(&mut self) {
+        let (chats, per_chat) = (
+            self.gateway.config.gateway.warm_chats,
+            self.gateway.config.gateway.warm_messages,
+        );
+        if chats == 0 || per_chat < 1 {
+            return;
+        }
+        let who = self.identity.clone().expect("logged in");
+        let gw = self.gateway.clone();
+        let recent = crate::conversations::Query {
+            limit: chats as i64,
+            ..Default::default()
+        };
+        let Ok(page) = chats::conversations_of(&gw, &who.tenant, who.uid, &recent).await else {
+            return;
+        };
+        let Ok(newest) = crate::history::PageQuery::new(None, None, Some(per_chat), false) else {
+            return;
+        };
+        for c in page.list.iter().filter(|c| c.last_seq > 0).take(chats) {
+            if reads::ensure_member(&gw, &who.tenant, &c.topic, who.uid)
+                .await
+                .is_err()
+            {
+                continue;
+            }
+            let Ok(messages) = gw
+                .history
+                .page(&who.tenant, &c.topic, who.uid, newest.clone())
+                .await
+            else {
+                continue;
+            };
+            let topic = tinode::client_topic(&c.topic, who.uid);
+            for m in &messages.messages {
+                self.reply(json!({"data": reads::data_body(&topic, m)}).to_string())
+                    .await;
+            }
         }
     }
 
@@ -237,4 +291,14 @@ impl Session {
         }
         self.reply(json!({ "meta": meta }).to_string()).await
     }
+}
+
+/// Whether a `{get}` of `me` asks for the whole list with nothing cached
+/// on the client: `sub` without `ims` (changes since), a topic, a user or
+/// a page size.
+fn cold_list(q: &tinode::GetQuery) -> bool {
+    q.what.split_whitespace().any(|w| w == "sub")
+        && q.sub.as_ref().is_none_or(|s| {
+            s.ims.is_none() && s.topic.is_none() && s.user.is_none() && s.limit.is_none()
+        })
 }
