@@ -288,22 +288,25 @@ async fn an_undone_block_stays_undone_while_the_projection_replays_it() {
     assert_eq!(status, 202, "{body}");
 }
 
-/// `{pres topic="me" src=usr… what}` frames about `src` that reach `ws`
-/// within `wait` (each frame read; others dropped).
-async fn presence_of(ws: &mut common::Ws, src: &str, wait: Duration) -> Vec<String> {
-    let mut seen = Vec::new();
+/// Every frame that reaches `ws` within `wait`.
+async fn frames_for(ws: &mut common::Ws, wait: Duration) -> Vec<Value> {
+    let mut frames = Vec::new();
     let until = tokio::time::Instant::now() + wait;
     while let Ok(frame) = tokio::time::timeout_at(until, ws.next_frame()).await {
-        if frame["pres"]["topic"] == json!("me") && frame["pres"]["src"] == json!(src) {
-            seen.push(
-                frame["pres"]["what"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            );
-        }
+        frames.push(frame);
     }
-    seen
+    frames
+}
+
+/// `{pres topic="me" src=usr… what}` frames about `src` that reach `ws`
+/// within `wait`.
+async fn presence_of(ws: &mut common::Ws, src: &str, wait: Duration) -> Vec<String> {
+    frames_for(ws, wait)
+        .await
+        .iter()
+        .filter(|f| f["pres"]["topic"] == json!("me") && f["pres"]["src"] == json!(src))
+        .map(|f| f["pres"]["what"].as_str().unwrap_or_default().to_string())
+        .collect()
 }
 
 /// Whether `topic` shows online in `ws`'s chat list.
@@ -452,14 +455,82 @@ async fn incognito_shows_the_user_offline_to_everyone_until_turned_off() {
 
 /// `{info what="kp"}` frames that reach `ws` within `wait`.
 async fn typing_seen(ws: &mut common::Ws, wait: Duration) -> usize {
-    let mut seen = 0;
-    let until = tokio::time::Instant::now() + wait;
-    while let Ok(frame) = tokio::time::timeout_at(until, ws.next_frame()).await {
-        if frame["info"]["what"] == json!("kp") {
-            seen += 1;
-        }
+    frames_for(ws, wait)
+        .await
+        .iter()
+        .filter(|f| f["info"]["what"] == json!("kp"))
+        .count()
+}
+
+/// A block made over HTTP reaches the blocked peer's open app as the web
+/// app's own Block does: `{pres topic="me" what="acs"}` taking `W` from
+/// what they are given (the app shows "Messaging disabled" at once), and
+/// the unblock gives it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_http_block_is_told_to_the_peers_open_app() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "conversations", "members"] {
+        stack.start_pipeline(p).await;
     }
-    seen
+    let gw = stack.start_gateway("gw").await;
+    const A: i64 = 81;
+    const B: i64 = 82;
+    let (status, body) = send_p2p(&stack, gw, A, B, "first", "hi B").await;
+    assert_eq!(status, 202, "{body}");
+    let mut a = common::Ws::connect(gw, &stack.token(A, "web")).await;
+    wait_for("A lists B", DELIVERY, || {
+        let pool = stack.pool();
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM im_conversations WHERE uid = ? AND topic = ?",
+            )
+            .bind(A)
+            .bind(p2p_topic(A, B))
+            .fetch_one(&pool)
+            .await
+            .map_err(|e| e.to_string())?;
+            if n == 1 {
+                Ok(())
+            } else {
+                Err("not yet".into())
+            }
+        }
+    })
+    .await;
+    let given = |frames: Vec<Value>| -> Vec<String> {
+        frames
+            .iter()
+            .filter(|f| f["pres"]["what"] == json!("acs") && f["pres"]["src"] == json!(usr(B)))
+            .map(|f| {
+                f["pres"]["dacs"]["given"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    let (status, _) = call(&stack, gw, B, "POST", "/v1/blocks", json!({"uid": A})).await;
+    assert_eq!(status, 202);
+    assert_eq!(
+        given(frames_for(&mut a, Duration::from_secs(2)).await),
+        ["-W"],
+        "A is told at once"
+    );
+    let (status, _) = call(
+        &stack,
+        gw,
+        B,
+        "DELETE",
+        &format!("/v1/blocks/{A}"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(status, 202);
+    assert_eq!(
+        given(frames_for(&mut a, Duration::from_secs(2)).await),
+        ["+W"],
+        "and of the unblock"
+    );
 }
 
 /// Issue 40: Tinode's web app blocks, unblocks, mutes and unmutes with

@@ -464,6 +464,48 @@ pub async fn put_in_force(
     done
 }
 
+/// Tells `peer`, whom `uid` blocked (or unblocked), that they may no
+/// longer write there (or may again): Tinode's change of what they are
+/// given, `{pres topic="me" src=usr<uid> what="acs" dacs={given:"-W"}}`,
+/// to every session of theirs, when the chat is in their list (the web app
+/// fails on a change of a chat it does not know). Best effort: their next
+/// read of the chat shows it anyway.
+pub async fn tell_peer_of_block(gw: &Gateway, tenant: &str, uid: i64, peer: i64, blocked: bool) {
+    let Ok(pool) = gw.pools.get(tenant) else {
+        return;
+    };
+    let topic = tinode::p2p_topic(uid, peer);
+    let known: Option<i64> =
+        match sqlx::query_scalar("SELECT 1 FROM im_conversations WHERE uid = ? AND topic = ?")
+            .bind(peer)
+            .bind(&topic)
+            .fetch_optional(pool)
+            .await
+        {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "the peer's chat list could not be read");
+                return;
+            }
+        };
+    if known.is_none() {
+        return;
+    }
+    let given = if blocked { "-W" } else { "+W" };
+    let pres = json!({"pres": {"topic": "me", "src": tinode::user_id(uid), "what": "acs",
+        "dacs": {"given": given}}});
+    let envelope = crate::realtime::Envelope::to_user(
+        crate::events::new_event_id(),
+        tenant,
+        peer,
+        pres.to_string(),
+    );
+    let mut redis = gw.redis.clone();
+    if let Err(e) = crate::realtime::bus::publish(&mut redis, None, &envelope).await {
+        tracing::warn!(error = %e, "a block not told to the peer");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -253,7 +253,9 @@ pub async fn block(
         other: whom,
         blocked: true,
     };
-    in_force(&gw, &me.ten, me.uid, setting).await
+    let answer = in_force(&gw, &me.ten, me.uid, setting).await?;
+    super::personal::tell_peer_of_block(&gw, &me.ten, me.uid, whom, true).await;
+    Ok(answer)
 }
 
 /// `DELETE /v1/blocks/{uid}`
@@ -269,7 +271,9 @@ pub async fn unblock(
         other: whom,
         blocked: false,
     };
-    in_force(&gw, &me.ten, me.uid, setting).await
+    let answer = in_force(&gw, &me.ten, me.uid, setting).await?;
+    super::personal::tell_peer_of_block(&gw, &me.ten, me.uid, whom, false).await;
+    Ok(answer)
 }
 
 #[derive(Deserialize)]

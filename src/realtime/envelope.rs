@@ -65,9 +65,8 @@ pub struct Envelope {
 }
 
 impl Envelope {
-    /// `{pres topic="me" src=usr<uid> what=…}` for every session of user
-    /// `to`: `uid` came online or went offline, as `to` may see.
-    pub fn presence_to(event_id: String, tenant: &str, to: i64, uid: i64, what: &str) -> Self {
+    /// `payload` for every session of user `to`.
+    pub fn to_user(event_id: String, tenant: &str, to: i64, payload: String) -> Self {
         Envelope {
             event_id,
             tenant_id: tenant.to_string(),
@@ -77,9 +76,16 @@ impl Envelope {
             skip_sid: String::new(),
             dedup_key: String::new(),
             occurred_at: crate::events::now_ms(),
-            payload: super::frames::pres_me_frame(&crate::tinode::user_id(uid), what),
+            payload,
             exclude: Vec::new(),
         }
+    }
+
+    /// `{pres topic="me" src=usr<uid> what=…}` for every session of user
+    /// `to`: `uid` came online or went offline, as `to` may see.
+    pub fn presence_to(event_id: String, tenant: &str, to: i64, uid: i64, what: &str) -> Self {
+        let payload = super::frames::pres_me_frame(&crate::tinode::user_id(uid), what);
+        Envelope::to_user(event_id, tenant, to, payload)
     }
 }
 

@@ -137,11 +137,7 @@ impl Session {
                 now.blocked.remove(&peer);
             }
             if changed {
-                // The peer may no longer write (or may again): Tinode's
-                // change of what they are given.
-                let given = if block { "-W" } else { "+W" };
-                self.tell_peer_of_block(&who.tenant, topic, peer, given)
-                    .await;
+                personal::tell_peer_of_block(&gw, &who.tenant, who.uid, peer, block).await;
             }
         }
         // A block drops `P` with `J`; the mute is what `P` says otherwise.
@@ -225,34 +221,5 @@ impl Session {
         personal::put_in_force(&gw, &who.tenant, who.uid, setting)
             .await
             .map(|_| ())
-    }
-
-    /// `{pres topic="me" what="acs"}` to the peer a block changed, when the
-    /// peer has the chat in their list (the web app fails on a change of
-    /// a chat it does not know).
-    async fn tell_peer_of_block(&self, tenant: &str, topic: &str, peer: i64, given: &str) {
-        let who = self.identity.as_ref().expect("logged in");
-        let Ok(pool) = self.gateway.pools.get(tenant) else {
-            return;
-        };
-        let known: Option<i64> =
-            match sqlx::query_scalar("SELECT 1 FROM im_conversations WHERE uid = ? AND topic = ?")
-                .bind(peer)
-                .bind(topic)
-                .fetch_optional(pool)
-                .await
-            {
-                Ok(found) => found,
-                Err(e) => {
-                    tracing::warn!(error = %e, "the peer's chat list could not be read");
-                    return;
-                }
-            };
-        if known.is_none() {
-            return;
-        }
-        let pres = json!({"pres": {"topic": "me", "src": tinode::user_id(who.uid), "what": "acs",
-            "dacs": {"given": given}}});
-        self.announce_to_user(tenant, peer, pres.to_string()).await;
     }
 }
