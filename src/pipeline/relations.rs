@@ -32,7 +32,14 @@ impl RelationsHandler {
         }
     }
 
-    /// A friend or block edge of the event's user.
+    /// The event's tenant database (an unknown tenant is poison).
+    fn pool(&self, e: &UserEvent) -> Result<&sqlx::MySqlPool, (FailureKind, String)> {
+        self.pools
+            .get(&e.tenant_id)
+            .map_err(|err| (FailureKind::Poison, err.to_string()))
+    }
+
+    /// A friend edge of the event's user.
     async fn edge(
         &self,
         e: &UserEvent,
@@ -40,10 +47,7 @@ impl RelationsHandler {
         other: i64,
         present: bool,
     ) -> Result<(), (FailureKind, String)> {
-        let pool = self
-            .pools
-            .get(&e.tenant_id)
-            .map_err(|err| (FailureKind::Poison, err.to_string()))?;
+        let pool = self.pool(e)?;
         let mut redis = self.redis.clone();
         relations::set_member(pool, &mut redis, &e.tenant_id, set, e.uid, other, present)
             .await
@@ -59,10 +63,7 @@ impl RelationsHandler {
         on: bool,
         version: i64,
     ) -> Result<(), (FailureKind, String)> {
-        let pool = self
-            .pools
-            .get(&e.tenant_id)
-            .map_err(|err| (FailureKind::Poison, err.to_string()))?;
+        let pool = self.pool(e)?;
         let mut redis = self.redis.clone();
         relations::set_versioned(pool, &mut redis, &e.tenant_id, e.uid, setting, on, version)
             .await
@@ -71,10 +72,7 @@ impl RelationsHandler {
     }
 
     async fn apply(&self, e: &UserEvent) -> Result<(), (FailureKind, String)> {
-        let pool = self
-            .pools
-            .get(&e.tenant_id)
-            .map_err(|err| (FailureKind::Poison, err.to_string()))?;
+        let pool = self.pool(e)?;
         let mut redis = self.redis.clone();
         let db = |e: sqlx::Error| (db_failure(&e), format!("mysql: {e}"));
         let rd = |e: redis::RedisError| (redis_failure(&e), format!("redis: {e}"));
