@@ -101,21 +101,39 @@ impl Versioned {
     }
 }
 
-/// The version of `uid`'s `setting` changed last (0: never versioned).
-pub async fn setting_version(pool: &MySqlPool, uid: i64, setting: &Versioned) -> sqlx::Result<i64> {
-    let stored: Option<i64> =
-        sqlx::query_scalar("SELECT version FROM im_setting_versions WHERE uid = ? AND setting = ?")
-            .bind(uid)
-            .bind(setting.name())
-            .fetch_optional(pool)
-            .await?;
-    Ok(stored.unwrap_or(0))
+/// Hands out the next version of `uid`'s `setting`: past every version
+/// handed out or applied before and past `now_ms`, and kept as handed out
+/// before its event is produced, so a later change always outranks an
+/// earlier one whose write-through failed, whatever the clocks of the
+/// gateways say. Callers hold the user's settings lock.
+pub async fn reserve_version(
+    pool: &MySqlPool,
+    uid: i64,
+    setting: &Versioned,
+    now_ms: i64,
+) -> sqlx::Result<i64> {
+    let name = setting.name();
+    sqlx::query(
+        "INSERT INTO im_setting_versions (uid, setting, version, reserved) VALUES (?, ?, 0, ?) \
+         ON DUPLICATE KEY UPDATE reserved = GREATEST(reserved + 1, version + 1, VALUES(reserved))",
+    )
+    .bind(uid)
+    .bind(&name)
+    .bind(now_ms)
+    .execute(pool)
+    .await?;
+    sqlx::query_scalar("SELECT reserved FROM im_setting_versions WHERE uid = ? AND setting = ?")
+        .bind(uid)
+        .bind(&name)
+        .fetch_one(pool)
+        .await
 }
 
 /// Turns `uid`'s `setting` on or off as of `version`, unless a newer
-/// version is stored. MySQL and Redis are written while the version's row
-/// is locked, so two writers of one setting write both stores in version
-/// order. An event of the stored version is written again (a write-through
+/// version was applied. MySQL and Redis are written while the version's
+/// row is locked, so two writers of one setting write both stores in
+/// version order (incognito's presence flag after the commit, as
+/// committed: see [`sync_hidden`]). An event of the stored version is written again (a write-through
 /// whose Redis step failed is finished by the projection); an event from
 /// before versions (0) applies only while none is stored. Returns whether
 /// it was applied.
@@ -188,14 +206,15 @@ pub async fn set_versioned(
                 "DELETE FROM im_incognito WHERE uid = ?"
             };
             sqlx::query(sql).bind(uid).execute(&mut *tx).await?;
-            // The presence a login wrote; a user not online has none.
-            let flag = if on { "1" } else { "0" };
-            let presence = TenantKeys::new(tenant).presence_user(uid);
-            crate::groups::if_cached(redis, &presence, "HSET", &["hidden".into(), flag.into()])
-                .await?;
         }
     }
     tx.commit().await?;
+    if *setting == Versioned::Incognito {
+        // After the commit, what is committed: a login that read the row
+        // before it does the same after writing its presence, so the last
+        // write is always of the committed state.
+        sync_hidden(pool, redis, tenant, uid).await?;
+    }
     Ok(true)
 }
 
@@ -206,6 +225,24 @@ fn muted_sql(muted: bool) -> &'static str {
     } else {
         "DELETE FROM im_push_muted_topics WHERE uid = ? AND topic = ?"
     }
+}
+
+/// Puts whether `uid` hides when online, as committed now, into their
+/// presence (if they have any: a user not online has none).
+pub async fn sync_hidden(
+    pool: &MySqlPool,
+    redis: &mut Redis,
+    tenant: &str,
+    uid: i64,
+) -> Result<(), RelationError> {
+    let flag = if incognito(pool, uid).await? {
+        "1"
+    } else {
+        "0"
+    };
+    let presence = TenantKeys::new(tenant).presence_user(uid);
+    crate::groups::if_cached(redis, &presence, "HSET", &["hidden".into(), flag.into()]).await?;
+    Ok(())
 }
 
 /// Whether `uid` hides when online (Tinode's incognito).

@@ -919,6 +919,20 @@ async fn a_fresh_login_gets_its_recent_chats_newest_messages() {
         .expect("B's last message");
     assert_eq!(last_of_b["data"]["content"], json!(format!("{B} says 30")));
 
+    // Once a session: subscribing again gets the list, not the messages.
+    let (_, left) = a.request(json!({"leave": {"topic": "me"}})).await;
+    assert_eq!(left["ctrl"]["code"], json!(200), "{left}");
+    let (_, ctrl) = a
+        .request(json!({"sub": {"topic": "me", "get": {"what": "sub desc"}}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let frames = frames_until_quiet(&mut a, Duration::from_millis(1500)).await;
+    assert!(
+        frames.iter().any(|f| f["meta"]["sub"].is_array()),
+        "{frames:?}"
+    );
+    assert!(data_of(&frames).is_empty(), "{frames:?}");
+
     // A client with a cache asks for changes only: no messages.
     let updated = frames[list_at]["meta"]["sub"][0]["updated"].clone();
     let mut a2 = Ws::connect(gw, &stack.token(A, "phone")).await;

@@ -324,7 +324,7 @@ async fn listed_online(ws: &mut common::Ws, topic: &str) -> bool {
 /// Issue 40: the web app's Incognito (`{set topic="me" sub={mode}}`, a want
 /// without `P`). While it is on, the user shows offline to everyone: their
 /// peer is told "off" at once, lists show them offline, signing out and in
-/// again announces nothing; `me`'s `acs` says so (the app's checkbox reads
+/// again announces no "on"; `me`'s `acs` says so (the app's checkbox reads
 /// it), also to a new session; off again, the peer is told "on". A mode
 /// that is no access mode is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -385,12 +385,11 @@ async fn incognito_shows_the_user_offline_to_everyone_until_turned_off() {
         "B is told A went offline"
     );
     assert!(!listed_online(&mut b, &usr(A)).await, "A listed offline");
-    // A signs out and in again: neither is announced, and the new session
-    // reads incognito on.
+    // A signs out and in again: no "on" (an "off" may come: it shows
+    // nothing new), and the new session reads incognito on.
     drop(a);
-    assert!(presence_of(&mut b, &usr(A), Duration::from_secs(2))
-        .await
-        .is_empty());
+    let seen = presence_of(&mut b, &usr(A), Duration::from_secs(2)).await;
+    assert!(!seen.contains(&"on".to_string()), "{seen:?}");
     let mut a = common::Ws::connect(gw, &stack.token(A, "phone")).await;
     let mut a2 = common::Ws::connect(gw, &stack.token(A, "tablet")).await;
     let (_, me) = a2.request(json!({"sub": {"topic": "me"}})).await;
@@ -417,6 +416,79 @@ async fn incognito_shows_the_user_offline_to_everyone_until_turned_off() {
         0,
         "typing hidden"
     );
+    // In a group both have open, A shows offline in its member list, and
+    // to B the group has nobody else online.
+    const GROUP: &str = "grpIncognito";
+    stack.create_group(GROUP, B, &[A]).await;
+    let (_, ctrl) = a.request(json!({"sub": {"topic": GROUP}})).await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let (_, ctrl) = b.request(json!({"sub": {"topic": GROUP}})).await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let group_online: Vec<Value> = frames_for(&mut b, Duration::from_secs(1))
+        .await
+        .into_iter()
+        .filter(|f| f["pres"]["topic"] == json!("me") && f["pres"]["src"] == json!(GROUP))
+        .collect();
+    assert_eq!(
+        group_online
+            .iter()
+            .map(|f| f["pres"]["what"].clone())
+            .collect::<Vec<_>>(),
+        [json!("off")],
+        "the group shows nobody else online to B"
+    );
+    // A writes there (so her presence would show to its members).
+    let (_, ctrl) = a
+        .request(json!({"pub": {"topic": GROUP, "content": "hello group"}}))
+        .await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(202), "{ctrl}");
+    wait_for("A engaged in the group", DELIVERY, || {
+        let pool = stack.pool();
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM im_conversations WHERE uid = ? AND topic = ? AND engaged = 1",
+            )
+            .bind(A)
+            .bind(GROUP)
+            .fetch_one(&pool)
+            .await
+            .map_err(|e| e.to_string())?;
+            if n == 1 {
+                Ok(())
+            } else {
+                Err("not yet".into())
+            }
+        }
+    })
+    .await;
+    let (_, meta) = b
+        .request(json!({"get": {"topic": GROUP, "what": "sub"}}))
+        .await;
+    let entry_of_a = meta["meta"]["sub"]
+        .as_array()
+        .and_then(|s| s.iter().find(|e| e["user"] == json!(usr(A))).cloned())
+        .unwrap_or_else(|| panic!("A is a member: {meta}"));
+    assert_eq!(entry_of_a["online"], json!(false), "{entry_of_a}");
+    // A's presence lost (Redis restarted): still hidden, typing too.
+    let mut redis = stack.redis().await;
+    let presence = imstream::keys::TenantKeys::new(stack.tenant()).presence_user(A);
+    let _: () = redis::cmd("DEL")
+        .arg(&presence)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    a.send(json!({"note": {"topic": GROUP, "what": "kp"}}))
+        .await;
+    assert_eq!(
+        typing_seen(&mut b, Duration::from_secs(2)).await,
+        0,
+        "typing hidden without a presence in Redis"
+    );
+    // A signs in again, which makes her presence anew (still hidden).
+    drop(a);
+    let mut a = common::Ws::connect(gw, &stack.token(A, "phone")).await;
+    let seen = presence_of(&mut b, &usr(A), Duration::from_secs(1)).await;
+    assert!(!seen.contains(&"on".to_string()), "{seen:?}");
 
     // Not an access mode: refused, nothing changed.
     let (_, ctrl) = a
@@ -443,9 +515,12 @@ async fn incognito_shows_the_user_offline_to_everyone_until_turned_off() {
         listed_online(&mut b, &usr(A)).await,
         "A listed online again"
     );
-    // Typing shows again (one `kp` per 3 s is relayed).
-    tokio::time::sleep(Duration::from_millis(3100)).await;
-    a.send(typing).await;
+    // Typing shows again (from another session of A's: one `kp` per 3 s
+    // of a session is relayed).
+    let mut a3 = common::Ws::connect(gw, &stack.token(A, "laptop")).await;
+    let (_, ctrl) = a3.request(json!({"sub": {"topic": usr(B)}})).await;
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    a3.send(typing).await;
     assert_eq!(
         typing_seen(&mut b, Duration::from_secs(3)).await,
         1,

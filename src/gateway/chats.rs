@@ -631,28 +631,59 @@ pub async fn online_flags(gw: &Gateway, tenant: &str, me: i64, list: &[Conversat
         .map(|c| c.peer)
         .collect();
     let users = online_users(gw, tenant, &peers).await;
-    let groups: Vec<&Conversation> = list.iter().filter(|c| c.kind == Kind::Grp).collect();
-    let mut attached: HashSet<&str> = HashSet::new();
-    if !groups.is_empty() {
-        // Two members of each group's set: someone other than `me` is
-        // among any two (one command per group).
-        let mut pipe = redis::pipe();
-        for c in &groups {
-            pipe.srandmember_multiple(TopicKeys::new(tenant, &c.topic).online_members(), 2);
-        }
-        let mut redis = gw.redis.clone();
-        let samples: Vec<Vec<i64>> = pipe.query_async(&mut redis).await.unwrap_or_default();
-        for (c, sample) in groups.iter().zip(samples) {
-            if sample.iter().any(|uid| *uid != me) {
-                attached.insert(c.topic.as_str());
-            }
-        }
-    }
+    let groups: Vec<&str> = list
+        .iter()
+        .filter(|c| c.kind == Kind::Grp)
+        .map(|c| c.topic.as_str())
+        .collect();
+    let attached = groups_with_others_shown(gw, tenant, me, &groups).await;
     list.iter()
         .map(|c| match c.kind {
             Kind::P2p => users.contains(&c.peer),
             Kind::Grp => attached.contains(c.topic.as_str()),
         })
+        .collect()
+}
+
+/// Members of each group's attached set looked at for its `online`.
+const ATTACHED_SAMPLE: usize = 8;
+
+/// Which of `groups` someone other than `me` shows as attached to (a
+/// sample of each group's attached members, without the ones who hide
+/// when online): the group's `online` in `me`'s list. Two Redis round
+/// trips; a failed read counts as nobody.
+pub async fn groups_with_others_shown<'a>(
+    gw: &Gateway,
+    tenant: &str,
+    me: i64,
+    groups: &[&'a str],
+) -> HashSet<&'a str> {
+    if groups.is_empty() {
+        return HashSet::new();
+    }
+    let mut pipe = redis::pipe();
+    for topic in groups {
+        pipe.srandmember_multiple(
+            TopicKeys::new(tenant, topic).online_members(),
+            ATTACHED_SAMPLE,
+        );
+    }
+    let mut redis = gw.redis.clone();
+    let samples: Vec<Vec<i64>> = pipe.query_async(&mut redis).await.unwrap_or_default();
+    let mut others: Vec<i64> = samples
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|u| *u != me)
+        .collect();
+    others.sort_unstable();
+    others.dedup();
+    let shown = online_users(gw, tenant, &others).await;
+    groups
+        .iter()
+        .zip(samples)
+        .filter(|(_, sample)| sample.iter().any(|u| shown.contains(u)))
+        .map(|(topic, _)| *topic)
         .collect()
 }
 
@@ -716,23 +747,29 @@ pub async fn group_members(
     for m in members.iter_mut().filter(|m| !shown.contains(&m.uid)) {
         m.profile.note = None;
     }
-    // Online: attached to the topic somewhere.
+    // Online: attached to the topic somewhere, and not hiding it.
     let keys = TopicKeys::new(tenant, topic);
     let mut pipe = redis::pipe();
     for m in &members {
         pipe.sismember(keys.online_members(), m.uid);
     }
     let mut redis = gw.redis.clone();
-    let online: Vec<bool> = if members.is_empty() {
+    let attached: Vec<bool> = if members.is_empty() {
         Vec::new()
     } else {
         pipe.query_async(&mut redis).await.unwrap_or_default()
     };
+    let attached: Vec<i64> = members
+        .iter()
+        .zip(attached)
+        .filter(|(_, a)| *a)
+        .map(|(m, _)| m.uid)
+        .collect();
+    let not_hidden = online_users(gw, tenant, &attached).await;
     Ok(members
         .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let online = online.get(i).copied().unwrap_or(false) && shown.contains(&m.uid);
+        .map(|m| {
+            let online = not_hidden.contains(&m.uid) && shown.contains(&m.uid);
             member_entry(m, online)
         })
         .collect())
@@ -932,11 +969,15 @@ pub const PRESENCE_PEERS_MAX: i64 = 200;
 /// the user took part in or with friends (see
 /// [`conversations::may_see_private`]), never a peer the user blocked nor
 /// one who deleted the chat (Tinode's web app throws on the presence of a
-/// chat it no longer has), and nobody while the user hides it
+/// chat it no longer has), and "on" to nobody while the user hides it
 /// (incognito). Best effort: presence is a hint, a lost one is corrected by
 /// the next list read.
 pub async fn announce_to_peers(gw: &Gateway, tenant: &str, uid: i64, what: &str) {
     let Ok(pool) = pool(gw, tenant) else { return };
+    // An "off" reveals nothing and ends an "on" told before the user hid.
+    if what == "off" {
+        return tell_peers(gw, tenant, uid, what).await;
+    }
     match crate::relations::incognito(pool, uid).await {
         Ok(false) => tell_peers(gw, tenant, uid, what).await,
         Ok(true) => {}

@@ -423,16 +423,14 @@ pub async fn put_in_force(
             }
             _ => None,
         };
-        // A block's or mute's version: past the stored one and past any
-        // an earlier change whose write-through failed may have taken
-        // (the clock's milliseconds), so each change has its own.
+        // A block's, mute's or incognito's version, handed out before the
+        // event is produced (see `relations::reserve_version`).
         let versioned = setting.versioned();
         let version = match &versioned {
             Some((what, _)) => {
-                let stored = crate::relations::setting_version(pool, uid, what)
+                crate::relations::reserve_version(pool, uid, what, crate::events::now_ms())
                     .await
-                    .map_err(Refusal::unavailable)?;
-                (stored + 1).max(crate::events::now_ms())
+                    .map_err(Refusal::unavailable)?
             }
             None => 0,
         };
@@ -462,6 +460,21 @@ pub async fn put_in_force(
     let mut redis = gw.redis.clone();
     let _ = lock.release(&mut redis).await;
     done
+}
+
+/// Whether `uid` hides when online (incognito): their presence says, or
+/// else MySQL (after a Redis loss the presence comes back only with a
+/// login); unreadable, hidden, since being shown against one's wish is
+/// worse than a missing hint.
+pub async fn hides_presence(gw: &Gateway, tenant: &str, uid: i64) -> bool {
+    let mut redis = gw.redis.clone();
+    if let Some(hidden) = crate::realtime::presence::hidden(&mut redis, tenant, uid).await {
+        return hidden;
+    }
+    match gw.pools.get(tenant) {
+        Ok(pool) => crate::relations::incognito(pool, uid).await.unwrap_or(true),
+        Err(_) => true,
+    }
 }
 
 /// Tells `peer`, whom `uid` blocked (or unblocked), that they may no

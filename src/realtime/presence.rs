@@ -151,16 +151,16 @@ pub fn shown_online(fields: &(Option<String>, Option<String>)) -> bool {
     fields.0.as_deref() == Some("1") && fields.1.as_deref() != Some("1")
 }
 
-/// Whether `uid` hides when online (incognito), as their presence says;
-/// unreadable: hidden, since being shown against one's wish is worse than
-/// a missing hint.
-pub async fn hidden(redis: &mut Redis, tenant: &str, uid: i64) -> bool {
+/// Whether `uid` hides when online (incognito), as their presence says:
+/// `None` when it does not say (no presence, after a Redis loss, or
+/// unreadable); ask MySQL then.
+pub async fn hidden(redis: &mut Redis, tenant: &str, uid: i64) -> Option<bool> {
     let flag: redis::RedisResult<Option<String>> = redis::cmd("HGET")
         .arg(TenantKeys::new(tenant).presence_user(uid))
         .arg("hidden")
         .query_async(redis)
         .await;
-    flag.map_or(true, |f| f.as_deref() == Some("1"))
+    flag.ok().flatten().map(|f| f == "1")
 }
 
 /// What attaching or detaching a session changed in a topic's presence.

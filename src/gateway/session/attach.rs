@@ -206,13 +206,18 @@ impl Session {
                 self.reply(ctrl(id, Some(&self.shown(topic)), 200, "ok", Some(acs)))
                     .await;
                 if let (Some(change), true) = (change, self.on_me) {
-                    // Whether another member is here: the group's `online`
-                    // in this session's chat list.
-                    let others = if change.others_attached() {
-                        "on"
-                    } else {
-                        "off"
-                    };
+                    // Whether another member is here (not hiding it): the
+                    // group's `online` in this session's chat list.
+                    let shown = change.others_attached()
+                        && !crate::gateway::chats::groups_with_others_shown(
+                            &self.gateway,
+                            &who.tenant,
+                            who.uid,
+                            &[topic],
+                        )
+                        .await
+                        .is_empty();
+                    let others = if shown { "on" } else { "off" };
                     self.reply(frames::pres_me_frame(topic, others)).await;
                 }
                 if let Some(query) = &sub.get {
@@ -344,8 +349,8 @@ impl Session {
         }
     }
 
-    /// Tells a group's attached sessions that the user came (`"on"`) or
-    /// went (`"off"`), unless the user hides it (incognito): the member's
+    /// Tells a group's attached sessions that the user came (`"on"`, not
+    /// while the user hides it: incognito) or went (`"off"`): the member's
     /// presence on the topic, and, when it
     /// flipped the others' view of the group, the group's `online` in their
     /// `me` topic (Tinode's web app shows typing only in an online topic).
@@ -357,8 +362,15 @@ impl Session {
         change: presence::Change,
     ) {
         let what = if change.attached { "on" } else { "off" };
-        let mut redis = self.gateway.redis.clone();
-        if change.announce && !presence::hidden(&mut redis, tenant, uid).await {
+        // An "off" reveals nothing (a hidden user shows offline anyway)
+        // and ends an "on" told before the user hid, by any device.
+        if change.attached
+            && (change.announce || change.flips_group_online())
+            && crate::gateway::personal::hides_presence(&self.gateway, tenant, uid).await
+        {
+            return;
+        }
+        if change.announce {
             self.announce(
                 tenant,
                 topic,

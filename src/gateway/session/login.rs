@@ -224,6 +224,17 @@ impl Session {
             now_ms(),
         )
         .await;
+        // Incognito changed after it was read above: what is committed now
+        // (the change itself writes it after its commit, so one of the two
+        // writes last with the committed state).
+        if let Ok(pool) = gw.pools.get(&identity.tenant) {
+            if let Err(e) =
+                crate::relations::sync_hidden(pool, &mut redis, &identity.tenant, identity.uid)
+                    .await
+            {
+                tracing::warn!(error = %e, "incognito not checked again at login");
+            }
+        }
         if sessions.is_ok_and(|n| n == 1) {
             let (gw, tenant, uid) = (gw.clone(), identity.tenant.clone(), identity.uid);
             tokio::spawn(async move {

@@ -32,7 +32,8 @@ impl Session {
             .await;
         if let Some(query) = get {
             self.get_me(id, query).await;
-            if cold_list(query) {
+            if cold_list(query) && !self.warmed {
+                self.warmed = true;
                 self.warm_recent_chats().await;
             }
         }
@@ -44,7 +45,8 @@ impl Session {
     /// the `gateway.warm_chats` most recent chats, as `{data}` frames of
     /// the chat after the list, as if the client's own cache had loaded
     /// them. Opening such a chat, the app asks only for later messages and
-    /// pages back from the oldest it holds, as after its cache. Only what
+    /// pages back from the oldest it holds, as after its cache. Once a
+    /// session (a client that subscribes again has them). Only what
     /// the history route would give (membership from the write model);
     /// best effort: a chat that cannot be read now is left cold.
     async fn warm_recent_chats(&mut self) {

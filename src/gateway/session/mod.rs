@@ -118,6 +118,8 @@ struct Session {
     /// When this session signed in with a password (epoch ms): `{acc}` may
     /// change it without asking for it again for a while.
     password_login_at: Option<i64>,
+    /// Already sent its recent chats' newest messages (once a session).
+    warmed: bool,
 }
 
 /// Sends of one session produced concurrently (their seqs are already fixed).
@@ -234,6 +236,7 @@ pub async fn serve(
         fnd_query: None,
         peer,
         password_login_at: None,
+        warmed: false,
     };
     let connected = tokio::time::Instant::now();
     let mut last_frame = connected;

@@ -1,7 +1,7 @@
 //! `{note}`: read/recv receipts (to the receipts topic) and typing (relayed live).
 
 use crate::events::{new_event_id, now_ms, ReceiptBody, ReceiptEvent, SeqCursor};
-use crate::gateway::reads;
+use crate::gateway::{personal, reads};
 use crate::kafka::topics::TopicKind;
 use crate::realtime::frames;
 use crate::tinode;
@@ -35,8 +35,7 @@ impl Session {
                 }
                 self.kp_at.insert(topic.to_string(), now);
                 // Incognito hides typing too (the app says so).
-                let mut redis = self.gateway.redis.clone();
-                if crate::realtime::presence::hidden(&mut redis, &who.tenant, who.uid).await {
+                if personal::hides_presence(&self.gateway, &who.tenant, who.uid).await {
                     return;
                 }
                 match tinode::p2p_peer(topic, who.uid) {
