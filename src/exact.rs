@@ -135,6 +135,10 @@ pub const IDENTITY_COLUMNS: &[(&str, &str, &str)] = &[
     ("im_group_model_members", "topic", "VARBINARY(64) NOT NULL"),
     ("im_group_commands", "claim_key", "VARBINARY(300) NOT NULL"),
     ("im_group_commands", "topic", "VARBINARY(64) NOT NULL"),
+    ("im_files", "file_id", "VARBINARY(32) NOT NULL"),
+    ("im_files", "object_key", "VARBINARY(512) NOT NULL"),
+    ("im_file_refs", "file_id", "VARBINARY(32) NOT NULL"),
+    ("im_file_refs", "topic", "VARBINARY(64) NOT NULL"),
 ];
 
 /// The identity columns of every month table, with the exact type each
@@ -444,6 +448,7 @@ mod tests {
             include_str!("../migrations/tenant/0051_consistency_repairs.sql"),
             include_str!("../migrations/tenant/0052_user_notifications.sql"),
             include_str!("../migrations/tenant/0060_durable_write_side.sql"),
+            include_str!("../migrations/tenant/0068_files.sql"),
         ];
         for (table, column, definition) in &listed[from_sql.len()..] {
             assert!(

@@ -33,7 +33,8 @@
 //! 4. **Store** — [`store`]: stored messages and everything that keeps
 //!    them: month tables, the catalog and the month clock, the writer,
 //!    routes, user-view deletes, archives (format, writer, verify, reader),
-//!    the legacy table as the paths see it, the consistency checker.
+//!    the legacy table as the paths see it, the consistency checker;
+//!    [`files`]: uploaded files' records and their bytes in an object store.
 //! 5. **Models** — state the commands are checked against and read models
 //!    beside the messages: [`group_model`] (one consistent state per group,
 //!    changed atomically), [`groups`], [`governance`], [`caps`],
@@ -89,7 +90,7 @@ pub const FLOORS: &[(&str, &[&str])] = &[
             "users",
         ],
     ),
-    ("store", &["store"]),
+    ("store", &["files", "store"]),
     (
         "models",
         &[
@@ -129,6 +130,7 @@ pub mod events;
 pub mod exact;
 pub mod failure;
 pub mod fields;
+pub mod files;
 pub mod gateway;
 pub mod governance;
 pub mod group_model;

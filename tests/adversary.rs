@@ -134,6 +134,8 @@ enum Base {
     Tenant(String),
     Query(String),
     File(String),
+    /// A victim's uploaded file, by id.
+    StoredFile(String),
     Nothing,
 }
 
@@ -148,6 +150,7 @@ impl Base {
             Base::Tenant(t) => format!("tenant {t}"),
             Base::Query(q) => format!("fnd {q:?}"),
             Base::File(f) => format!("file {f}"),
+            Base::StoredFile(id) => format!("stored file {id}"),
             Base::Nothing => "-".into(),
         }
     }
@@ -557,6 +560,19 @@ impl Run {
             }
             Base::Query(q) => return vec![Variant::raw("exact", q.clone())],
             Base::File(f) => return vec![Variant::encoded("exact", f.clone())],
+            Base::StoredFile(id) => {
+                let n = id.clone();
+                (
+                    format!("file:{id}"),
+                    id.clone(),
+                    Box::new(move |r| {
+                        let mut v = names::topic_variants(&n, r, 6, 16);
+                        v.push(Variant::raw("with an extension", format!("{n}.png")));
+                        v.push(Variant::encoded("dot-dot", format!("..%2Fs%2F{n}")));
+                        v
+                    }),
+                )
+            }
             Base::Nothing => return vec![Variant::raw("exact", String::new())],
         };
         let deck = self.deck(&key, make);
@@ -643,6 +659,13 @@ impl Run {
             Names::Fnd => {
                 out.push(Base::Query(format!("usr{}", s.p)));
                 out.push(Base::Query(format!("Victim {}", s.run)));
+            }
+            Names::StoredFile => {
+                for id in &s.stored_files {
+                    out.push(Base::StoredFile(id.clone()));
+                }
+                // Path tricks through the download path too.
+                out.push(Base::File("..%2F..%2F..%2FCargo.toml".into()));
             }
             Names::File => {
                 for f in [
@@ -889,7 +912,9 @@ impl Run {
                     .filter(|s| text.contains(s.as_str())),
             );
         }
-        if entry.names == Names::File && (text.contains("[package]") || text.contains("root:x:")) {
+        if matches!(entry.names, Names::File | Names::StoredFile)
+            && (text.contains("[package]") || text.contains("root:x:"))
+        {
             self.tally.violations.push(Violation {
                 entry: entry.label(),
                 attacker: self.attackers[a].label.clone(),
@@ -1447,6 +1472,7 @@ fn base_kind(b: &Base) -> &'static str {
         Base::Tenant(_) => "tenant",
         Base::Query(_) => "fnd",
         Base::File(_) => "file",
+        Base::StoredFile(_) => "stored file",
         Base::Nothing => "-",
     }
 }

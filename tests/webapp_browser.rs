@@ -410,16 +410,17 @@ async fn the_gateway_serves_the_web_app_from_its_own_origin() {
         );
     }
 
-    // Uploads fail politely, the way Tinode's file server reports errors.
+    // An upload without a session is refused the way Tinode's file server
+    // reports errors (a `{ctrl}` the app shows), before its body is read.
     let upload = http
         .post(format!("http://{addr}/v0/file/u/"))
         .body("x")
         .send()
         .await
         .unwrap();
-    assert_eq!(upload.status(), 501);
+    assert_eq!(upload.status(), 401);
     let body: serde_json::Value = upload.json().await.unwrap();
-    assert_eq!(body["ctrl"]["code"], 501, "{body}");
+    assert_eq!(body["ctrl"]["code"], 401, "{body}");
 
     // The WebSocket: this origin and clients without one are let in,
     // another site's page is not.

@@ -50,6 +50,9 @@ pub struct LimitsConfig {
     /// `PUT /v1/me/password` per user (each costs two Argon2 hashes; wrong
     /// old passwords also count as failed logins of the user's login).
     pub password_changes: BucketConfig,
+    /// File uploads per user (`POST /v0/file/u/`; each may be
+    /// `files.max_upload_bytes`).
+    pub uploads: BucketConfig,
     /// Every other change a user makes that becomes an event (blocks and
     /// unblocks, friends removed, push settings and topic mutes, profiles,
     /// favorites, invitation answers, governance commands, deletes for
@@ -142,6 +145,7 @@ impl Default for LimitsConfig {
             friend_requests: BucketConfig::new(10, 60),
             reports: BucketConfig::new(10, 60),
             password_changes: BucketConfig::new(5, 5),
+            uploads: BucketConfig::new(20, 120),
             changes: BucketConfig::new(60, 300),
             favorites_per_user: 5_000,
             login_failures: 5,

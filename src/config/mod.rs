@@ -71,6 +71,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     #[serde(default)]
     pub search: SearchConfig,
+    #[serde(default)]
+    pub files: FilesConfig,
     /// Tenants served by this deployment; each has its own database.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,

@@ -263,3 +263,35 @@ impl Default for PipelinesConfig {
         }
     }
 }
+
+/// Files people upload (issue 41): where their bytes live, how large one
+/// may be, how long an upload nobody refers to is kept.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FilesConfig {
+    /// The object store root: a local path, `file://`, `s3://bucket/prefix`,
+    /// `gs://…` or `az://…`, as `shards.archive_url`.
+    pub store_url: String,
+    /// That store's options (`aws_endpoint`, `aws_allow_http`, …), as
+    /// `shards.archive_options`.
+    pub store_options: std::collections::BTreeMap<String, String>,
+    /// The largest upload, in bytes (Tinode's default, 8 MiB), told to
+    /// clients in `{ctrl hi}` as `maxFileUploadSize`.
+    pub max_upload_bytes: u64,
+    /// How long one upload may take, start to end.
+    pub upload_timeout_secs: u64,
+    /// An upload no message or profile refers to is removed after this.
+    pub unreferenced_ttl_secs: u64,
+}
+
+impl Default for FilesConfig {
+    fn default() -> Self {
+        Self {
+            store_url: "files".into(),
+            store_options: Default::default(),
+            max_upload_bytes: 8 * 1024 * 1024,
+            upload_timeout_secs: 600,
+            unreferenced_ttl_secs: 24 * 3600,
+        }
+    }
+}

@@ -348,6 +348,7 @@ mod tests {
             "NotificationsRead",
             "ChatSettingsChanged",
             "IncognitoChanged",
+            "FileUploaded",
         ]);
         assert_branches_match::<ReceiptEvent>(&["ReadReceipt", "RecvReceipt"]);
         assert_branches_match::<SessionControlEvent>(&[

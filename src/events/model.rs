@@ -582,6 +582,7 @@ pub enum UserEventBody {
     NotificationsRead(NotificationsRead),
     ChatSettingsChanged(ChatSettings),
     IncognitoChanged(IncognitoChanged),
+    FileUploaded(FileUploaded),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -688,6 +689,18 @@ pub struct IncognitoChanged {
     pub version: i64,
 }
 
+/// A user uploaded a file: where its bytes are, never the bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileUploaded {
+    pub file_id: String,
+    pub object_key: String,
+    pub size: i64,
+    /// Sniffed from the bytes.
+    pub mime: String,
+    #[serde(default)]
+    pub name: String,
+}
+
 impl UserEventBody {
     pub fn name(&self) -> &'static str {
         match self {
@@ -706,6 +719,7 @@ impl UserEventBody {
             UserEventBody::NotificationsRead(_) => "NotificationsRead",
             UserEventBody::ChatSettingsChanged(_) => "ChatSettingsChanged",
             UserEventBody::IncognitoChanged(_) => "IncognitoChanged",
+            UserEventBody::FileUploaded(_) => "FileUploaded",
         }
     }
 }

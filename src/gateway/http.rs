@@ -44,6 +44,12 @@ pub(super) async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Cl
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(|| error(401, "authentication required"))?;
+    authenticate_token(gw, token).await
+}
+
+/// [`authenticate`] of a token however it came (Tinode's file requests
+/// carry it in their own header or the address).
+pub(super) async fn authenticate_token(gw: &Gateway, token: &str) -> Result<Claims, ApiError> {
     let claims = gw
         .tokens
         .verify(token)
@@ -131,6 +137,9 @@ pub(super) async fn send_as(
         super::replies::reply_root(gw, &claims.ten, topic, claims.uid, head.as_deref())
             .await
             .map_err(refused)?;
+    let shared = super::files::shared_in(gw, &claims.ten, claims.uid, &body.content)
+        .await
+        .map_err(refused)?;
     let request = SendRequest {
         tenant: claims.ten,
         topic: topic.to_string(),
@@ -144,7 +153,13 @@ pub(super) async fn send_as(
         edit_of,
         reply_root,
     };
-    match gw.sender.send(request).await {
+    let allocation = gw.sender.allocate(&request).await;
+    if let (Some(seq), false) = (allocation.seq(), shared.is_empty()) {
+        super::files::record_refs(gw, &request.tenant, &request.topic, seq, &shared)
+            .await
+            .map_err(refused)?;
+    }
+    match gw.sender.commit(&request, allocation).await {
         Ok(sent) => {
             let mut out = json!({"topic": topic, "seq": sent.seq, "duplicate": sent.duplicate});
             if let Some(target) = edit_of {

@@ -33,6 +33,8 @@ pub enum Action {
     Report,
     /// `PUT /v1/me/password`.
     PasswordChange,
+    /// `POST /v0/file/u/`.
+    Upload,
     /// Every other change a user makes that becomes an event: blocks,
     /// friends removed, push settings and mutes, profiles, favorites,
     /// invitation answers, governance commands, deletes for everyone
@@ -53,6 +55,7 @@ impl Action {
             Action::FriendRequest => "friend_request",
             Action::Report => "report",
             Action::PasswordChange => "password_change",
+            Action::Upload => "upload",
             Action::Change => "change",
         }
     }
@@ -69,6 +72,7 @@ impl Action {
             Action::FriendRequest => limits.friend_requests,
             Action::Report => limits.reports,
             Action::PasswordChange => limits.password_changes,
+            Action::Upload => limits.uploads,
             Action::Change => limits.changes,
         }
     }

@@ -9,6 +9,7 @@ pub mod chats;
 pub mod control;
 pub mod dev_profiles;
 pub mod edits;
+pub mod files;
 pub mod governance;
 pub mod http;
 mod lease;
@@ -78,6 +79,8 @@ pub async fn start(
         "" => None,
         dir => Some(Arc::new(webapp::WebApp::load(std::path::Path::new(dir))?)),
     };
+    // A files store that cannot be named fails the start at once.
+    let files = crate::files::store::FileStore::from_config(&config.files)?;
     // A tenant database whose identities compare inexactly is refused,
     // before anything is leased.
     crate::tenant::verify_exact_identities(config).await?;
@@ -124,6 +127,7 @@ pub async fn start(
         shutdown: shutdown.clone(),
         connections: limits::Connections::default(),
         search: crate::search::query::Indexes::new(config),
+        files,
     });
     let tenants: std::collections::HashSet<String> =
         config.tenants.iter().map(|t| t.id.clone()).collect();
@@ -193,8 +197,6 @@ pub async fn start(
         ));
     let web_routes = Routes::new(crate::routes::PUBLIC)
         .when("gateway.webapp_dir")
-        .route("/v0/file/u/", post(webapp::no_files))
-        .route("/v0/file/s/{*path}", get(webapp::no_files))
         .fallback(webapp::serve);
     let app = match webapp {
         Some(web) => app.merge(
@@ -260,6 +262,8 @@ pub async fn start(
 fn public_router(gateway: Arc<Gateway>) -> Routes {
     Routes::new(crate::routes::PUBLIC)
         .route("/v0/channels", get(upgrade))
+        .route(files::UPLOAD_PATH, post(files::upload))
+        .route("/v0/file/s/{*path}", get(files::download))
         .route("/v1/groups", post(http::create_group))
         .route("/v1/groups/{topic}", delete(governance::dissolve))
         .route("/v1/groups/{topic}/members", post(governance::add_member))

@@ -96,6 +96,11 @@ async fn name_in_error_body(response: Response, id: &str) -> Response {
 }
 
 async fn request_timeout(req: Request, next: Next, timeout: Duration) -> Response {
+    // An upload's body may take longer: it has its own limit
+    // (`files.upload_timeout_secs`).
+    if req.uri().path() == super::files::UPLOAD_PATH {
+        return next.run(req).await;
+    }
     match tokio::time::timeout(timeout, next.run(req)).await {
         Ok(response) => response,
         Err(_) => (

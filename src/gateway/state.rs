@@ -35,4 +35,6 @@ pub struct Gateway {
     pub connections: limits::Connections,
     /// The search indexes this gateway reads (`GET /v1/search`).
     pub search: crate::search::query::Indexes,
+    /// Where uploaded files' bytes live (`files.store_url`).
+    pub files: crate::files::store::FileStore,
 }

@@ -411,21 +411,6 @@ fn content_type(path: &Path) -> &'static str {
     }
 }
 
-/// `/v0/file/…`: imstream keeps no files. Answered the way Tinode's file
-/// server reports an error (`{ctrl}` JSON), which the app shows as an
-/// error message instead of hanging.
-pub async fn no_files() -> Response {
-    let body = serde_json::json!({"ctrl": {
-        "code": 501,
-        "text": "file uploads are not supported by this server",
-        "ts": crate::tinode::timestamp(chrono::Utc::now()),
-    }});
-    let mut resp = (StatusCode::NOT_IMPLEMENTED, axum::Json(body)).into_response();
-    resp.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
-}
-
 /// FNV-1a, for the page's ETag (not a security boundary).
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {

@@ -84,6 +84,12 @@ fn describe(e: &UserEvent) -> (String, &'static str, Value) {
             "chat.settings",
             json!({}),
         ),
+        // The user's other devices may show their uploads.
+        UserEventBody::FileUploaded(f) => (
+            "sys".into(),
+            "file.uploaded",
+            json!({"url": format!("/v0/file/s/{}", f.file_id), "size": f.size, "mime": f.mime}),
+        ),
         UserEventBody::IncognitoChanged(i) => (
             "sys".into(),
             "presence.settings",

@@ -189,7 +189,9 @@ impl RelationsHandler {
                 self.versioned(e, &Versioned::Incognito, i.incognito, i.version)
                     .await?
             }
-            UserEventBody::SystemNotification(_) | UserEventBody::BadgeRefresh(_) => {}
+            UserEventBody::SystemNotification(_)
+            | UserEventBody::BadgeRefresh(_)
+            | UserEventBody::FileUploaded(_) => {}
         }
         Ok(())
     }

@@ -142,6 +142,18 @@ pub struct Allocation {
     _admitted: Option<Admitted>,
 }
 
+impl Allocation {
+    /// The message's seq, once one is taken (or the earlier send's, for a
+    /// retry answered from its claim).
+    pub fn seq(&self) -> Option<i64> {
+        match &self.result {
+            Ok(Allocated::Produce { claim, .. }) => Some(claim.identity.seq),
+            Ok(Allocated::Answered(sent)) => Some(sent.seq),
+            Err(_) => None,
+        }
+    }
+}
+
 /// One admitted send, counted in the process's in-flight sends.
 #[derive(Debug)]
 struct Admitted(Arc<AtomicUsize>);

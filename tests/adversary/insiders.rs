@@ -927,8 +927,8 @@ impl Run {
             .collect();
         for i in order {
             let entry = self.table[i];
-            if matches!(entry.names, Names::Login | Names::File) {
-                continue; // logins: the lockout; files: the path checks above
+            if matches!(entry.names, Names::Login | Names::File | Names::StoredFile) {
+                continue; // logins: the lockout; files: the path checks and the attackers
             }
             if let Some((m, p)) = entry.http {
                 if self.scene.addr_of(m, p).is_none() {

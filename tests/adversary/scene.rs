@@ -60,6 +60,8 @@ pub struct Scene {
     pub group_seqs: Vec<i64>,
     pub pq_seqs: Vec<i64>,
     pub report_id: String,
+    /// Ids of files the victims uploaded and sent (each holds a secret).
+    pub stored_files: Vec<String>,
     /// Text only a victim (or the tenant's operator) may ever see: message
     /// contents, the file's name, the report's reason.
     pub secrets: Vec<String>,
@@ -103,6 +105,33 @@ impl Scene {
             body.as_ref(),
         )
         .await
+    }
+
+    /// Uploads `text` as `uid`'s file (`POST /v0/file/u/`, as Tinode's
+    /// clients do); its id.
+    pub async fn upload(&self, uid: i64, text: &str) -> String {
+        let boundary = "adversary-scene-boundary";
+        let body = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"notes.txt\"\r\n\
+             Content-Type: text/plain\r\n\r\n{text}\r\n--{boundary}--\r\n"
+        );
+        let resp = self
+            .http
+            .post(format!("http://{}/v0/file/u/", self.addr))
+            .header("X-Tinode-Auth", format!("Token {}", self.token(uid)))
+            .header(
+                "Content-Type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(body)
+            .send()
+            .await
+            .expect("gateway reachable");
+        let answer: Value = resp.json().await.expect("a {ctrl}");
+        let url = answer["ctrl"]["params"]["url"]
+            .as_str()
+            .unwrap_or_else(|| panic!("setup: upload as usr{uid}: {answer}"));
+        url.trim_start_matches("/v0/file/s/").to_string()
     }
 
     /// A call that must succeed; its JSON.
@@ -273,6 +302,7 @@ impl Scene {
             pq_seqs: Vec::new(),
             report_id: String::new(),
             secrets: Vec::new(),
+            stored_files: Vec::new(),
             notes: Vec::new(),
             login,
             case_pairs,
@@ -365,6 +395,24 @@ impl Scene {
             )
             .await;
         self.group_seqs.push(sent["seq"].as_i64().expect("seq"));
+        // A file the member uploads (its bytes a secret) and sends to the
+        // group, while the removed member is still in it.
+        let stored_text = self.secret("stored-file");
+        let stored = self.upload(m, &stored_text).await;
+        let sent = self
+            .ok(
+                m,
+                "POST",
+                &format!("/v1/groups/{g}/messages"),
+                Some(json!({"content": {
+                    "txt": " ", "fmt": [{"at": -1, "len": 0, "key": 0}],
+                    "ent": [{"tp": "EX", "data": {"mime": "text/plain", "name": "notes.txt",
+                             "ref": format!("/v0/file/s/{stored}"), "size": 64}}]
+                }, "client_msg_id": "v-stored-file"})),
+            )
+            .await;
+        self.group_seqs.push(sent["seq"].as_i64().expect("seq"));
+        self.stored_files.push(stored);
         // The removed member read the group while a member, then was removed.
         self.ok(r, "GET", &format!("/v1/groups/{g}/messages"), None)
             .await;

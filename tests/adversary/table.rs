@@ -28,6 +28,8 @@ pub enum Names {
     Fnd,
     /// A file of the web app install.
     File,
+    /// A file a victim uploaded and sent, by its id.
+    StoredFile,
 }
 
 /// One request (or WebSocket message) of an attack.
@@ -916,14 +918,14 @@ pub fn table() -> Vec<Entry> {
         Entry {
             http: route!("POST", "/v0/file/u/"),
             names: Names::File,
-            about: "file upload: always refused (no file store)",
+            about: "file upload (the attacker's own file, never a victim's)",
             build: |_| http("POST", "/v0/file/u/".into(), Some(json!({}))),
             ..E
         },
         Entry {
             http: route!("GET", "/v0/file/s/{*path}"),
-            names: Names::File,
-            about: "file download: always refused (no file store)",
+            names: Names::StoredFile,
+            about: "file download: a victim's file by its id, guessed and tricked spellings",
             build: |a| http("GET", format!("/v0/file/s/{}", a.name.path), None),
             ..E
         },

@@ -419,6 +419,59 @@ async function steps(browser) {
       await a.page.locator('#topic-caption-panel .typing, #messages-panel .typing').first().waitFor(WAIT);
       await screenshot(a, 'p2p-typing');
 
+      // A sends a 2 MB photo (Attach image → caption → send): too large
+      // to go inline, it is uploaded; B sees the picture itself load from
+      // the server (not the thumbnail) under its caption.
+      const photoCaption = `photo ${Date.now()}`;
+      const photo = Buffer.from(await a.page.evaluate(async () => {
+        const c = document.createElement('canvas');
+        c.width = 900;
+        c.height = 900;
+        const ctx = c.getContext('2d');
+        const pixels = ctx.createImageData(900, 900);
+        for (let i = 0; i < pixels.data.length; i++) {
+          pixels.data[i] = i % 4 == 3 ? 255 : (Math.random() * 256) | 0;
+        }
+        ctx.putImageData(pixels, 0, 0);
+        const blob = await new Promise((r) => c.toBlob(r, 'image/png'));
+        const bytes = new Uint8Array(await blob.arrayBuffer());
+        let text = '';
+        for (let i = 0; i < bytes.length; i += 0x8000) {
+          text += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+        }
+        return btoa(text);
+      }), 'base64');
+      if (photo.length < 2_000_000) throw new Error(`the photo is only ${photo.length} bytes`);
+      await a.page.locator('#send-message-panel input[type=file][accept^="image"]')
+        .setInputFiles({ name: 'photo.png', mimeType: 'image/png', buffer: photo });
+      await a.page.locator('img.image-preview').waitFor(WAIT);
+      await a.page.locator('#send-message-input').fill(photoCaption);
+      // (The preview sends by its button: Enter there makes a new line.)
+      await a.page.locator('#send-message-panel a', { has: a.page.locator('i.material-icons', { hasText: /^send$/ }) }).first().click();
+      await message(b, photoCaption).waitFor(WAIT);
+      const photoBubble = b.page.locator('#messages-panel li', { has: b.page.getByText(photoCaption, { exact: true }) }).last();
+      await b.page.waitForFunction((li) => {
+        const img = li.querySelector('img.inline-image');
+        return img && img.complete && img.naturalWidth > 0 && img.src.includes('/v0/file/s/');
+      }, await photoBubble.elementHandle(), WAIT);
+      await noErrorBox(a, 'sending a photo');
+      await screenshot(b, 'photo-received');
+
+      // A sends a 5 MB PDF (Attach file → send): B saves it, byte for byte.
+      const pdf = Buffer.concat([Buffer.from('%PDF-1.7\n'), require('crypto').randomBytes(5_000_000)]);
+      await a.page.locator('#send-message-panel input[type=file]:not([accept])')
+        .setInputFiles({ name: 'report.pdf', mimeType: 'application/pdf', buffer: pdf });
+      await a.page.locator('#send-message-panel a', { has: a.page.locator('i.material-icons', { hasText: /^send$/ }) }).first().click();
+      const card = b.page.locator('#messages-panel .attachment', { hasText: 'report.pdf' }).last();
+      await card.waitFor(WAIT);
+      const saving = b.page.waitForEvent('download', WAIT);
+      await card.locator('a', { has: b.page.locator('i.material-icons', { hasText: /^file_download$/ }) }).click();
+      const saved = await (await saving).path();
+      const got = require('fs').readFileSync(saved);
+      if (!got.equals(pdf)) throw new Error(`B saved ${got.length} bytes, not the ${pdf.length} A sent`);
+      await noErrorBox(b, 'saving a file');
+      await screenshot(b, 'pdf-received');
+
       // A turns Incognito on (Settings → Security): B's list shows her
       // offline at once, and still after she signs in again, where the
       // box is still ticked; turned off, B sees her online again.
@@ -460,7 +513,8 @@ async function steps(browser) {
       // Signed in afresh, B's list shows the chat's last message (the app
       // draws it only from messages it holds: the server sends a fresh
       // client its recent chats' newest messages).
-      await bsChatWithA().locator('.contact-comment', { hasText: back }).waitFor(WAIT);
+      // (The last one is A's PDF: "Attachment".)
+      await bsChatWithA().locator('.contact-comment', { hasText: /Attachment/ }).waitFor(WAIT);
       await screenshot(b, 'preview-after-login');
       await chatMenu(b, bsChatWithA(), /^Unmute$/);
       await mutedIcon(bsChatWithA()).waitFor({ state: 'detached', ...WAIT });

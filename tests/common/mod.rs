@@ -176,6 +176,11 @@ impl World {
             .join("target/tmp/search-index")
             .display()
             .to_string();
+        // Uploaded files: one folder per world.
+        config.files.store_url = repo_root()
+            .join(format!("target/tmp/files-{id}"))
+            .display()
+            .to_string();
         config.telemetry.listen = "127.0.0.1:0".parse().unwrap();
         // Secrets of this world only (a gateway process refuses the defaults).
         config.auth.jwt_secret = format!("jwt-{}", uuid::Uuid::new_v4().simple());

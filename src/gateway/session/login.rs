@@ -32,6 +32,7 @@ impl Session {
             "build": concat!("imstream:", env!("CARGO_PKG_VERSION")),
             "sid": self.sid,
             "maxMessageSize": self.gateway.config.gateway.max_message_size,
+            "maxFileUploadSize": self.gateway.config.files.max_upload_bytes,
             "msgDelAge": 600,
         });
         self.reply(ctrl(id, None, 201, "created", Some(params)))

@@ -76,6 +76,17 @@ impl Session {
                 return;
             }
         };
+        let shared =
+            match crate::gateway::files::shared_in(&self.gateway, &who.tenant, who.uid, &content)
+                .await
+            {
+                Ok(ids) => ids,
+                Err(Refusal(code, text)) => {
+                    self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                        .await;
+                    return;
+                }
+            };
         let request = SendRequest {
             tenant: who.tenant,
             topic: topic.to_string(),
@@ -93,6 +104,21 @@ impl Session {
         // (at most IN_FLIGHT_SENDS per session).
         let sender = self.gateway.sender.clone();
         let allocation = sender.allocate(&request).await;
+        if let (Some(seq), false) = (allocation.seq(), shared.is_empty()) {
+            let recorded = crate::gateway::files::record_refs(
+                &self.gateway,
+                &request.tenant,
+                &request.topic,
+                seq,
+                &shared,
+            )
+            .await;
+            if let Err(Refusal(code, text)) = recorded {
+                self.reply(ctrl(id, Some(&self.shown(topic)), code, &text, None))
+                    .await;
+                return;
+            }
+        }
         let Ok(permit) = self.in_flight.clone().acquire_owned().await else {
             return;
         };

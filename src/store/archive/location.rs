@@ -134,6 +134,13 @@ impl ArchiveLocation {
         Path::from_iter(parts)
     }
 
+    /// `<prefix>/<part>/<part>/…` (a files store's object).
+    pub fn path(&self, parts: &[&str]) -> Path {
+        let mut all: Vec<object_store::path::PathPart<'_>> = self.prefix.parts().collect();
+        all.extend(parts.iter().map(|p| object_store::path::PathPart::from(*p)));
+        Path::from_iter(all)
+    }
+
     /// How a month's folder is shown: the root, tenant and month.
     pub fn month_shown(&self, tenant: &str, month: ShardMonth) -> String {
         format!("{}/{tenant}/{month}", self.shown.trim_end_matches('/'))

@@ -1,0 +1,189 @@
+//! Files people upload (issue 41): their records in MySQL (`im_files`,
+//! who refers to them in `im_file_refs`), where their bytes live
+//! ([`store`]), their ids and addresses ([`id`]), the content type their
+//! bytes show ([`sniff`]) and a download's byte range ([`range`]). The
+//! bytes never pass through MySQL, Redis or Kafka (seed 000 §3.1 item 4):
+//! the log carries that a file was uploaded, never the file.
+
+pub mod id;
+pub mod range;
+pub mod sniff;
+pub mod store;
+
+use sqlx::mysql::MySqlPool;
+
+pub use id::FileId;
+
+/// Where a file stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Its bytes are on their way: never served.
+    Uploading,
+    /// Served to whoever may read it.
+    Stored,
+    /// Flagged by the scan or an operator: refused to everyone (410).
+    Unavailable,
+    /// Gone, or queued to go.
+    Deleted,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Uploading => "uploading",
+            State::Stored => "stored",
+            State::Unavailable => "unavailable",
+            State::Deleted => "deleted",
+        }
+    }
+
+    fn parse(s: &str) -> State {
+        match s {
+            "stored" => State::Stored,
+            "unavailable" => State::Unavailable,
+            "deleted" => State::Deleted,
+            _ => State::Uploading,
+        }
+    }
+}
+
+/// A file's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRecord {
+    pub id: FileId,
+    pub uploader: i64,
+    pub object_key: String,
+    pub size: i64,
+    pub mime: String,
+    pub name: String,
+    pub state: State,
+}
+
+/// Records an upload that is starting (`uploading`: never served).
+pub async fn begin(
+    pool: &MySqlPool,
+    id: &FileId,
+    uploader: i64,
+    object_key: &str,
+    name: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO im_files (file_id, uploader_uid, object_key, name, state) \
+         VALUES (?, ?, ?, ?, 'uploading')",
+    )
+    .bind(id.as_str())
+    .bind(uploader)
+    .bind(object_key)
+    .bind(name)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The upload is complete: its size and sniffed type, served from now on.
+pub async fn stored(pool: &MySqlPool, id: &FileId, size: i64, mime: &str) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE im_files SET state = 'stored', size = ?, mime = ? \
+         WHERE file_id = ? AND state = 'uploading'",
+    )
+    .bind(size)
+    .bind(mime)
+    .bind(id.as_str())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// An upload that did not complete leaves no record.
+pub async fn abandon(pool: &MySqlPool, id: &FileId) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM im_files WHERE file_id = ? AND state = 'uploading'")
+        .bind(id.as_str())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The file's record, if there is one.
+pub async fn get(pool: &MySqlPool, id: &FileId) -> sqlx::Result<Option<FileRecord>> {
+    let row: Option<(
+        crate::exact::Exact,
+        i64,
+        crate::exact::Exact,
+        i64,
+        String,
+        String,
+        String,
+    )> = sqlx::query_as(
+        "SELECT file_id, uploader_uid, object_key, size, mime, name, state \
+             FROM im_files WHERE file_id = ?",
+    )
+    .bind(id.as_str())
+    .fetch_optional(pool)
+    .await?;
+    Ok(
+        row.and_then(|(file_id, uploader, key, size, mime, name, state)| {
+            Some(FileRecord {
+                id: FileId::parse(&file_id.0)?,
+                uploader,
+                object_key: key.into_string(),
+                size,
+                mime,
+                name,
+                state: State::parse(&state),
+            })
+        }),
+    )
+}
+
+/// Most references of one file looked at for a download.
+pub const MAX_REFS_CHECKED: i64 = 100;
+
+/// One thing that refers to a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRef {
+    /// The message's topic; empty for a profile picture.
+    pub topic: String,
+    /// The message's seq (for a picture: the user or group).
+    pub seq: i64,
+    /// How long ago it was recorded, in milliseconds.
+    pub age_ms: i64,
+}
+
+/// What refers to the file: messages, and profile pictures, newest first.
+pub async fn refs(pool: &MySqlPool, id: &FileId) -> sqlx::Result<Vec<FileRef>> {
+    let rows: Vec<(crate::exact::Exact, i64, i64)> = sqlx::query_as(
+        "SELECT topic, seq, CAST(TIMESTAMPDIFF(MICROSECOND, created_at, CURRENT_TIMESTAMP(3)) / 1000 AS SIGNED) \
+         FROM im_file_refs WHERE file_id = ? ORDER BY created_at DESC LIMIT ?",
+    )
+    .bind(id.as_str())
+    .bind(MAX_REFS_CHECKED)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(t, seq, age_ms)| FileRef {
+            topic: t.into_string(),
+            seq,
+            age_ms,
+        })
+        .collect())
+}
+
+/// Records that message `(topic, seq)` (or a profile picture: `topic`
+/// empty, `seq` the user or group) refers to the file. Idempotent.
+pub async fn refer(pool: &MySqlPool, id: &FileId, topic: &str, seq: i64) -> sqlx::Result<()> {
+    sqlx::query("INSERT IGNORE INTO im_file_refs (file_id, topic, seq) VALUES (?, ?, ?)")
+        .bind(id.as_str())
+        .bind(topic)
+        .bind(seq)
+        .execute(pool)
+        .await?;
+    sqlx::query(
+        "UPDATE im_files SET referenced_at = COALESCE(referenced_at, CURRENT_TIMESTAMP(3)) \
+         WHERE file_id = ?",
+    )
+    .bind(id.as_str())
+    .execute(pool)
+    .await?;
+    Ok(())
+}

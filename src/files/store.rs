@@ -1,0 +1,115 @@
+//! Where uploaded files' bytes live: an object store (the local
+//! filesystem, S3, GCS or Azure, as month archives are configured:
+//! [`crate::store::archive::location::ArchiveLocation`]), one folder per
+//! tenant and user: `<root>/<tenant>/<uid>/<file id>`. Uploads stream in
+//! parts, never held whole in memory; downloads stream out, by range.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, ObjectStore, WriteMultipart};
+
+use crate::config::FilesConfig;
+use crate::store::archive::location::{ArchiveLocation, LocationError};
+
+use super::FileId;
+
+/// Bytes each uploaded part carries (S3's smallest part is 5 MiB).
+const PART_BYTES: usize = 5 * 1024 * 1024;
+/// Parts in flight to the store while the next one fills: none, so an
+/// upload holds at most one part in memory (the client waits while it is
+/// sent; a large upload costs the gateway one part, not the file).
+const PARTS_IN_FLIGHT: usize = 0;
+
+/// The files' object store.
+#[derive(Clone, Debug)]
+pub struct FileStore {
+    location: ArchiveLocation,
+}
+
+/// A download's bytes.
+pub type ByteStream = futures::stream::BoxStream<'static, Result<Bytes, object_store::Error>>;
+
+impl FileStore {
+    pub fn from_config(files: &FilesConfig) -> Result<FileStore, LocationError> {
+        Ok(FileStore {
+            location: ArchiveLocation::parse(&files.store_url, &files.store_options)?,
+        })
+    }
+
+    /// The object of `uploader`'s file `id` in `tenant`.
+    pub fn key(&self, tenant: &str, uploader: i64, id: &FileId) -> Path {
+        self.location
+            .path(&[tenant, &uploader.to_string(), id.as_str()])
+    }
+
+    fn store(&self) -> &Arc<dyn ObjectStore> {
+        self.location.store()
+    }
+
+    /// Starts writing `key`: parts go out as they fill.
+    pub async fn writer(&self, key: &Path) -> Result<Upload, object_store::Error> {
+        let upload = self.store().put_multipart(key).await?;
+        Ok(Upload {
+            parts: WriteMultipart::new_with_chunk_size(upload, PART_BYTES),
+            written: 0,
+        })
+    }
+
+    /// Bytes `start..end` of `key` (the whole object when `None`).
+    pub async fn read(
+        &self,
+        key: &Path,
+        range: Option<(u64, u64)>,
+    ) -> Result<ByteStream, object_store::Error> {
+        let options = GetOptions {
+            range: range.map(|(start, end)| GetRange::Bounded(start..end)),
+            ..Default::default()
+        };
+        let got = self.store().get_opts(key, options).await?;
+        Ok(got.into_stream().boxed())
+    }
+
+    /// Removes `key` (gone already is fine).
+    pub async fn delete(&self, key: &Path) -> Result<(), object_store::Error> {
+        match self.store().delete(key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// An upload being written.
+pub struct Upload {
+    parts: WriteMultipart,
+    written: u64,
+}
+
+impl Upload {
+    /// Adds `chunk`, waiting while too many parts are in flight.
+    pub async fn write(&mut self, chunk: &[u8]) -> Result<(), object_store::Error> {
+        self.parts.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+        self.parts.write(chunk);
+        self.written += chunk.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Completes the object.
+    pub async fn finish(self) -> Result<(), object_store::Error> {
+        self.parts.finish().await.map(|_| ())
+    }
+
+    /// Gives the object up (parts already sent are discarded by the store).
+    pub async fn abort(self) {
+        if let Err(e) = self.parts.abort().await {
+            tracing::warn!(error = %e, "an abandoned upload's parts were not discarded");
+        }
+    }
+}

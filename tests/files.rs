@@ -1,0 +1,349 @@
+//! Files (issue 41) against the real services, the bytes in the stack's
+//! S3-compatible store: an upload as Tinode's clients make it (multipart,
+//! `X-Tinode-Auth`), answered with a relative address; the type taken from
+//! the bytes, not the client; a download only for whoever may read it (its
+//! uploader until a message refers to it, then the message's readers, by
+//! header or by the address's `auth`/`secret` as an `<img>` sends it), by
+//! byte range; a message may refer only to files its sender may share;
+//! limits and malformed uploads refused with a Tinode `{ctrl}`.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use serde_json::{json, Value};
+
+use common::{call, Stack};
+
+const A: i64 = 4101;
+const B: i64 = 4102;
+const C: i64 = 4103;
+const GROUP: &str = "grpFilesRoom";
+
+/// A multipart form with one field `file` named `name` (sent with the
+/// content type `claimed`, which the server must not believe).
+fn form(name: &str, claimed: &str, bytes: &[u8]) -> (String, Vec<u8>) {
+    let boundary = format!("imstream-test-{}", rand::random::<u64>());
+    let mut body = Vec::new();
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
+             Content-Type: {claimed}\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(bytes);
+    body.extend_from_slice(
+        format!(
+            "\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n7\r\n--{boundary}--\r\n"
+        )
+        .as_bytes(),
+    );
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// `POST /v0/file/u/` as Tinode's clients send it: status and the `{ctrl}`.
+async fn upload(
+    addr: SocketAddr,
+    token: &str,
+    name: &str,
+    claimed: &str,
+    bytes: &[u8],
+) -> (u16, Value) {
+    let (content_type, body) = form(name, claimed, bytes);
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/v0/file/u/"))
+        .header("X-Tinode-APIKey", "AQEAAAABAAD_rAp4DJh05a1HAwFT3A6K")
+        .header("X-Tinode-Auth", format!("Token {token}"))
+        .header("Content-Type", content_type)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+struct Got {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    body: Vec<u8>,
+}
+
+/// `GET url` with the token in Tinode's header, or in the address as an
+/// `<img>` carries it (`query`), and an optional `Range`.
+async fn download(
+    addr: SocketAddr,
+    token: &str,
+    url: &str,
+    query: bool,
+    range: Option<&str>,
+) -> Got {
+    let mut req = if query {
+        reqwest::Client::new().get(format!(
+            "http://{addr}{url}?apikey=x&auth=token&secret={token}"
+        ))
+    } else {
+        reqwest::Client::new()
+            .get(format!("http://{addr}{url}"))
+            .header("X-Tinode-Auth", format!("Token {token}"))
+    };
+    if let Some(r) = range {
+        req = req.header("Range", r);
+    }
+    let resp = req.send().await.unwrap();
+    Got {
+        status: resp.status().as_u16(),
+        headers: resp.headers().clone(),
+        body: resp.bytes().await.unwrap().to_vec(),
+    }
+}
+
+/// A picture's bytes: PNG's signature, then `len` pseudo-random bytes.
+fn png(len: usize, seed: u64) -> Vec<u8> {
+    let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut x = seed | 1;
+    bytes.extend((0..len).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as u8
+    }));
+    bytes
+}
+
+/// A message of `uid` in `topic` (`grp…`, or a peer's uid for one to one)
+/// whose picture is `url`.
+async fn send_picture(
+    stack: &Stack,
+    addr: SocketAddr,
+    uid: i64,
+    to: &str,
+    url: &str,
+    cmid: &str,
+) -> (u16, Value) {
+    let path = match to.strip_prefix("usr") {
+        Some(peer) => format!("/v1/users/{peer}/messages"),
+        None => format!("/v1/groups/{to}/messages"),
+    };
+    let content = json!({
+        "txt": " ", "fmt": [{"at": 0, "len": 1, "key": 0}],
+        "ent": [{"tp": "IM", "data": {"mime": "image/png", "ref": url, "name": "photo.png",
+                 "width": 64, "height": 64, "size": 2_000_000}}]
+    });
+    call(
+        stack,
+        addr,
+        uid,
+        "POST",
+        &path,
+        json!({"content": content, "client_msg_id": cmid}),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_file_reaches_its_messages_readers_and_nobody_else() {
+    let mut stack = Stack::prepared(None).await;
+    let bucket = format!("imstream-files-{}", stack.world.id);
+    stack.world.config.files.store_options = common::s3_bucket(&bucket).await;
+    stack.world.config.files.store_url = format!("s3://{bucket}/files");
+    for p in ["store", "conversations", "members"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    stack.create_group(GROUP, A, &[B]).await;
+    let token = |uid: i64| stack.token(uid, "web");
+
+    // Clients are told the limit.
+    let mut ws = common::Ws::connect(gw, &token(C)).await;
+    let (_, hi) = ws.request(json!({"hi": {"ver": "0.25.3"}})).await;
+    assert_eq!(
+        hi["ctrl"]["params"]["maxFileUploadSize"],
+        json!(8 * 1024 * 1024),
+        "{hi}"
+    );
+
+    // A uploads a 2 MB picture, claimed as HTML: kept as what its bytes are.
+    let picture = png(2_000_000, 41);
+    let (status, ctrl) = upload(gw, &token(A), "photo.png", "text/html", &picture).await;
+    assert_eq!(status, 200, "{ctrl}");
+    assert_eq!(ctrl["ctrl"]["code"], json!(200), "{ctrl}");
+    let url = ctrl["ctrl"]["params"]["url"]
+        .as_str()
+        .expect("url")
+        .to_string();
+    assert!(url.starts_with("/v0/file/s/"), "relative: {url}");
+
+    // Nothing refers to it yet: its uploader only.
+    let own = download(gw, &token(A), &url, false, None).await;
+    assert_eq!(own.status, 200);
+    assert_eq!(own.body, picture, "the bytes as uploaded");
+    assert_eq!(own.headers["content-type"], "image/png");
+    assert_eq!(own.headers["x-content-type-options"], "nosniff");
+    assert!(own.headers["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .contains("sandbox"));
+    assert!(own.headers["content-disposition"]
+        .to_str()
+        .unwrap()
+        .starts_with("inline"));
+    for uid in [B, C] {
+        let other = download(gw, &token(uid), &url, false, None).await;
+        assert_eq!(
+            other.status, 404,
+            "user {uid} before any message refers to it"
+        );
+        assert!(!other.body.windows(8).any(|w| w == &picture[8..16]));
+    }
+
+    // C may not put A's file in a message of his own.
+    let (status, body) = send_picture(&stack, gw, C, &format!("usr{A}"), &url, "c-steal").await;
+    assert_eq!(status, 403, "{body}");
+
+    // A sends it to the group: B reads it, by header and as an <img> does;
+    // C, no member, still gets nothing.
+    let (status, body) = send_picture(&stack, gw, A, GROUP, &url, "a-pic").await;
+    assert_eq!(status, 202, "{body}");
+    let by_header = download(gw, &token(B), &url, false, None).await;
+    assert_eq!(by_header.status, 200);
+    assert_eq!(by_header.body, picture);
+    let as_img = download(gw, &token(B), &url, true, None).await;
+    assert_eq!(as_img.status, 200);
+    assert_eq!(as_img.body.len(), picture.len());
+    assert_eq!(download(gw, &token(C), &url, true, None).await.status, 404);
+
+    // Byte ranges, as players and resumed downloads ask.
+    let part = download(gw, &token(B), &url, false, Some("bytes=100-199")).await;
+    assert_eq!(part.status, 206);
+    assert_eq!(part.body, picture[100..200]);
+    assert_eq!(
+        part.headers["content-range"],
+        format!("bytes 100-199/{}", picture.len()).as_str()
+    );
+    let past = download(gw, &token(B), &url, false, Some("bytes=99999999-")).await;
+    assert_eq!(past.status, 416);
+    let attachment = download(gw, &token(B), &format!("{url}?asatt=1"), false, None).await;
+    assert!(attachment.headers["content-disposition"]
+        .to_str()
+        .unwrap()
+        .starts_with("attachment"));
+
+    // B forwards it to C: C may read it there.
+    let (status, body) = send_picture(&stack, gw, B, &format!("usr{C}"), &url, "b-fwd").await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(download(gw, &token(C), &url, false, None).await.status, 200);
+
+    // Another spelling of the address names nothing.
+    let upper = url.replace(
+        &url["/v0/file/s/".len()..],
+        &url["/v0/file/s/".len()..].to_uppercase(),
+    );
+    assert_eq!(
+        download(gw, &token(A), &upper, false, None).await.status,
+        404
+    );
+
+    // A PDF is served as an attachment.
+    let mut pdf = b"%PDF-1.7\n".to_vec();
+    pdf.extend(png(5_000_000, 7));
+    let (status, ctrl) = upload(gw, &token(A), "report.pdf", "image/png", &pdf).await;
+    assert_eq!(status, 200, "{ctrl}");
+    let pdf_url = ctrl["ctrl"]["params"]["url"].as_str().unwrap().to_string();
+    let got = download(gw, &token(A), &pdf_url, false, None).await;
+    assert_eq!(got.headers["content-type"], "application/pdf");
+    assert_eq!(
+        got.headers["content-disposition"],
+        "attachment; filename*=UTF-8''report.pdf"
+    );
+    assert_eq!(got.body, pdf);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn uploads_past_the_limit_or_malformed_are_refused_and_leave_nothing() {
+    let mut stack = Stack::prepared(None).await;
+    let dir = std::path::PathBuf::from(&stack.world.config.files.store_url);
+    stack.world.config.files.max_upload_bytes = 1024 * 1024;
+    let gw = stack.start_gateway("gw").await;
+    let token = stack.token(A, "web");
+
+    let (status, ctrl) = upload(
+        gw,
+        &token,
+        "big.bin",
+        "application/octet-stream",
+        &png(1024 * 1024, 3),
+    )
+    .await;
+    assert_eq!(status, 413, "{ctrl}");
+    assert_eq!(ctrl["ctrl"]["code"], json!(413), "{ctrl}");
+    assert!(
+        ctrl["ctrl"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("larger than"),
+        "{ctrl}"
+    );
+    let (status, ctrl) = upload(gw, &token, "empty.bin", "application/octet-stream", b"").await;
+    assert_eq!(status, 400, "{ctrl}");
+
+    // Not a form, and no session: refused before anything is kept.
+    let resp = reqwest::Client::new()
+        .post(format!("http://{gw}/v0/file/u/"))
+        .header("X-Tinode-Auth", format!("Token {token}"))
+        .body("plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let (content_type, body) = form("x.txt", "text/plain", b"hello");
+    let resp = reqwest::Client::new()
+        .post(format!("http://{gw}/v0/file/u/"))
+        .header("Content-Type", content_type)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+
+    let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM im_files")
+        .fetch_one(&stack.pool())
+        .await
+        .unwrap();
+    assert_eq!(kept, 0, "no record of a refused upload");
+    let objects = walk(&dir);
+    assert!(
+        objects.is_empty(),
+        "no object of a refused upload: {objects:?}"
+    );
+
+    // Within the limit: kept, as text (what its bytes are).
+    let (status, ctrl) = upload(gw, &token, "notes.html", "text/html", b"<b>hi</b>").await;
+    assert_eq!(status, 200, "{ctrl}");
+    let url = ctrl["ctrl"]["params"]["url"].as_str().unwrap();
+    let got = download(gw, &token, url, false, None).await;
+    assert_eq!(got.headers["content-type"], "text/plain; charset=utf-8");
+    assert!(got.headers["content-disposition"]
+        .to_str()
+        .unwrap()
+        .starts_with("attachment"));
+    assert_eq!(walk(&dir).len(), 1);
+}
+
+/// Every file below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
