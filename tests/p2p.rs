@@ -288,6 +288,29 @@ async fn an_undone_block_stays_undone_while_the_projection_replays_it() {
     assert_eq!(status, 202, "{body}");
 }
 
+/// Waits until `uid`'s chat list has `topic` (and `also`, more of the
+/// row's condition).
+async fn wait_for_row(stack: &Stack, what: &str, also: &str, uid: i64, topic: &str) {
+    let sql = format!("SELECT COUNT(*) FROM im_conversations WHERE uid = ? AND topic = ? {also}");
+    wait_for(what, DELIVERY, || {
+        let (pool, sql) = (stack.pool(), sql.clone());
+        async move {
+            let n: i64 = sqlx::query_scalar(&sql)
+                .bind(uid)
+                .bind(topic)
+                .fetch_one(&pool)
+                .await
+                .map_err(|e| e.to_string())?;
+            if n == 1 {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        }
+    })
+    .await;
+}
+
 /// Every frame that reaches `ws` within `wait`.
 async fn frames_for(ws: &mut common::Ws, wait: Duration) -> Vec<Value> {
     let mut frames = Vec::new();
@@ -442,24 +465,13 @@ async fn incognito_shows_the_user_offline_to_everyone_until_turned_off() {
         .request(json!({"pub": {"topic": GROUP, "content": "hello group"}}))
         .await;
     assert_eq!(ctrl["ctrl"]["code"], json!(202), "{ctrl}");
-    wait_for("A engaged in the group", DELIVERY, || {
-        let pool = stack.pool();
-        async move {
-            let n: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM im_conversations WHERE uid = ? AND topic = ? AND engaged = 1",
-            )
-            .bind(A)
-            .bind(GROUP)
-            .fetch_one(&pool)
-            .await
-            .map_err(|e| e.to_string())?;
-            if n == 1 {
-                Ok(())
-            } else {
-                Err("not yet".into())
-            }
-        }
-    })
+    wait_for_row(
+        &stack,
+        "A engaged in the group",
+        "AND engaged = 1",
+        A,
+        GROUP,
+    )
     .await;
     let (_, meta) = b
         .request(json!({"get": {"topic": GROUP, "what": "sub"}}))
@@ -553,25 +565,7 @@ async fn an_http_block_is_told_to_the_peers_open_app() {
     let (status, body) = send_p2p(&stack, gw, A, B, "first", "hi B").await;
     assert_eq!(status, 202, "{body}");
     let mut a = common::Ws::connect(gw, &stack.token(A, "web")).await;
-    wait_for("A lists B", DELIVERY, || {
-        let pool = stack.pool();
-        async move {
-            let n: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM im_conversations WHERE uid = ? AND topic = ?",
-            )
-            .bind(A)
-            .bind(p2p_topic(A, B))
-            .fetch_one(&pool)
-            .await
-            .map_err(|e| e.to_string())?;
-            if n == 1 {
-                Ok(())
-            } else {
-                Err("not yet".into())
-            }
-        }
-    })
-    .await;
+    wait_for_row(&stack, "A lists B", "", A, &p2p_topic(A, B)).await;
     let given = |frames: Vec<Value>| -> Vec<String> {
         frames
             .iter()

@@ -62,16 +62,15 @@ impl TopicKeys {
     }
 }
 
-/// A session logged in on `node`, of a user who hides when online or not
-/// (incognito, read at login); returns the user's session count after it
-/// (1: the user just came online).
+/// A session logged in on `node`; returns the user's session count after
+/// it (1: the user just came online). The user is written hidden: the
+/// caller then puts whether they hide (incognito) as committed.
 pub async fn user_online(
     redis: &mut Redis,
     tenant: &str,
     uid: i64,
     sid: &str,
     node: &str,
-    hidden: bool,
     now_ms: i64,
 ) -> redis::RedisResult<i64> {
     let k = TenantKeys::new(tenant);
@@ -83,7 +82,9 @@ pub async fn user_online(
         k.presence_user(uid),
         &[
             ("online", "1".to_string()),
-            ("hidden", if hidden { "1" } else { "0" }.to_string()),
+            // Hidden until the caller has put what is committed
+            // (`relations::sync_hidden`): never shown against one's wish.
+            ("hidden", "1".to_string()),
             ("node_id", node.to_string()),
             ("last_active_at", now_ms.to_string()),
         ],

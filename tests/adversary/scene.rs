@@ -107,6 +107,25 @@ impl Scene {
         .await
     }
 
+    /// `uid` sends the group a message with the file `name` at `link`;
+    /// its seq is one of the group's.
+    async fn send_file(&mut self, uid: i64, name: &str, link: &str, cmid: &str) {
+        let content = json!({
+            "txt": " ", "fmt": [{"at": -1, "len": 0, "key": 0}],
+            "ent": [{"tp": "EX", "data": {"mime": "text/plain", "name": name, "ref": link, "size": 42}}]
+        });
+        let path = format!("/v1/groups/{}/messages", self.group);
+        let sent = self
+            .ok(
+                uid,
+                "POST",
+                &path,
+                Some(json!({"content": content, "client_msg_id": cmid})),
+            )
+            .await;
+        self.group_seqs.push(sent["seq"].as_i64().expect("seq"));
+    }
+
     /// Uploads `text` as `uid`'s file (`POST /v0/file/u/`, as Tinode's
     /// clients do); its id.
     pub async fn upload(&self, uid: i64, text: &str) -> String {
@@ -382,36 +401,17 @@ impl Scene {
             self.group_seqs.push(sent["seq"].as_i64().expect("seq"));
         }
         let file = self.secret("file");
-        let sent = self
-            .ok(
-                m,
-                "POST",
-                &format!("/v1/groups/{g}/messages"),
-                Some(json!({"content": {
-                    "txt": " ", "fmt": [{"at": -1, "len": 0, "key": 0}],
-                    "ent": [{"tp": "EX", "data": {"mime": "text/plain", "name": format!("{file}.txt"),
-                             "ref": format!("https://files.example/{file}"), "size": 42}}]
-                }, "client_msg_id": "v-file"})),
-            )
-            .await;
-        self.group_seqs.push(sent["seq"].as_i64().expect("seq"));
+        let (name, link) = (
+            format!("{file}.txt"),
+            format!("https://files.example/{file}"),
+        );
+        self.send_file(m, &name, &link, "v-file").await;
         // A file the member uploads (its bytes a secret) and sends to the
         // group, while the removed member is still in it.
         let stored_text = self.secret("stored-file");
         let stored = self.upload(m, &stored_text).await;
-        let sent = self
-            .ok(
-                m,
-                "POST",
-                &format!("/v1/groups/{g}/messages"),
-                Some(json!({"content": {
-                    "txt": " ", "fmt": [{"at": -1, "len": 0, "key": 0}],
-                    "ent": [{"tp": "EX", "data": {"mime": "text/plain", "name": "notes.txt",
-                             "ref": format!("/v0/file/s/{stored}"), "size": 64}}]
-                }, "client_msg_id": "v-stored-file"})),
-            )
-            .await;
-        self.group_seqs.push(sent["seq"].as_i64().expect("seq"));
+        let link = format!("/v0/file/s/{stored}");
+        self.send_file(m, "notes.txt", &link, "v-stored-file").await;
         self.stored_files.push(stored);
         // The removed member read the group while a member, then was removed.
         self.ok(r, "GET", &format!("/v1/groups/{g}/messages"), None)

@@ -207,27 +207,21 @@ impl Session {
             closing: self.closing.clone(),
         };
         gw.hub.add_session(&handle);
-        // Hidden when online (incognito); unreadable: hidden, since being
-        // shown online against one's wish is worse than a missing hint.
-        let hidden = match gw.pools.get(&identity.tenant) {
-            Ok(pool) => crate::relations::incognito(pool, identity.uid)
-                .await
-                .unwrap_or(true),
-            Err(_) => true,
-        };
+        // Written hidden, then as committed (incognito, read once, below):
+        // unreadable, it stays hidden, since being shown online against
+        // one's wish is worse than a missing hint.
         let sessions = presence::user_online(
             &mut redis,
             &identity.tenant,
             identity.uid,
             &self.sid,
             &gw.node_id,
-            hidden,
             now_ms(),
         )
         .await;
-        // Incognito changed after it was read above: what is committed now
-        // (the change itself writes it after its commit, so one of the two
-        // writes last with the committed state).
+        // What is committed, read after the presence was written (a change
+        // of it writes the same after its commit, so one of the two writes
+        // last with the committed state).
         if let Ok(pool) = gw.pools.get(&identity.tenant) {
             if let Err(e) =
                 crate::relations::sync_hidden(pool, &mut redis, &identity.tenant, identity.uid)
