@@ -240,6 +240,14 @@ pub const ALL: &[&str] = &[
 /// request scanning more than 3 tables (seed 000 §11) reads `le="3"`.
 pub const QUERY_TABLES_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 6.0, 12.0, 24.0];
 
+/// Uploads the scan pipeline decided about, by `outcome` (clean, flagged).
+pub const FILE_SCANS_TOTAL: &str = "imstream_file_scans_total";
+/// Time one scan took (`files.scanner`).
+pub const FILE_SCAN_SECONDS: &str = "imstream_file_scan_seconds";
+/// Objects the file sweep removed, by `why` (unreferenced, abandoned,
+/// retention).
+pub const FILES_SWEPT_TOTAL: &str = "imstream_files_swept_total";
+
 /// Registers descriptions so `/metrics` explains each series.
 pub fn describe_all() {
     describe_counter!(
@@ -254,6 +262,12 @@ pub fn describe_all() {
     describe_counter!(
         SHARD_MISSING_TOTAL,
         "Events whose month table did not exist"
+    );
+    describe_counter!(FILE_SCANS_TOTAL, "Uploads scanned, by outcome");
+    describe_histogram!(FILE_SCAN_SECONDS, Unit::Seconds, "Time of one file scan");
+    describe_counter!(
+        FILES_SWEPT_TOTAL,
+        "Uploaded files removed by the sweep, by why"
     );
     describe_histogram!(QUERY_TABLES, "Month tables scanned per history request");
     describe_histogram!(

@@ -347,3 +347,213 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// The first `{pres topic="me" what="upd"}` of `event` about `url` that
+/// `ws` gets (within 20 s a frame): its params.
+async fn notice(ws: &mut common::Ws, event: &str, url: &str) -> Value {
+    loop {
+        let f = ws.next_frame().await;
+        let pres = &f["pres"];
+        if pres["what"] == "upd" && pres["event"] == event && pres["params"]["url"] == url {
+            return pres["params"].clone();
+        }
+    }
+}
+
+/// The scan's outcome recorded for the file at `url`, once it is decided.
+async fn scanned(stack: &Stack, url: &str) -> String {
+    let id = url.trim_start_matches("/v0/file/s/");
+    for _ in 0..200 {
+        let scan: Option<String> =
+            sqlx::query_scalar("SELECT scan FROM im_files WHERE file_id = ?")
+                .bind(id)
+                .fetch_optional(&stack.pool())
+                .await
+                .unwrap();
+        match scan.as_deref() {
+            Some("pending") | None => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await
+            }
+            Some(s) => return s.to_string(),
+        }
+    }
+    panic!("{url} not scanned within 20 s");
+}
+
+/// An operator's `file.audit.update` of message `seq` of `GROUP`.
+async fn audit(stack: &Stack, gw: SocketAddr, id: &str, seq: i64, status: &str) {
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "http://{}/v1/admin/commands",
+            stack.admin_addr_of(gw)
+        ))
+        .bearer_auth(&stack.config().auth.admin_token)
+        .json(
+            &json!({"kind": "file.audit.update", "command_id": id, "tenant": stack.tenant(),
+                      "topic": GROUP, "seq": seq, "status": status}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flagged_or_blocked_file_is_gone_for_everyone_at_once_and_told_live() {
+    let mut stack = Stack::prepared(None).await;
+    stack.world.config.files.scanner = "eicar".into();
+    for p in [
+        "store",
+        "conversations",
+        "members",
+        "notify",
+        "commands",
+        "references",
+    ] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    stack.create_group(GROUP, A, &[B]).await;
+    let tokens: std::collections::HashMap<i64, String> = [A, B, C]
+        .map(|u| (u, stack.token(u, "web")))
+        .into_iter()
+        .collect();
+    let token = |uid: i64| tokens[&uid].clone();
+    // B reads the group; C has a one-to-one chat with A.
+    let mut b = common::Ws::connect(gw, &token(B)).await;
+    let (_, sub) = b.request(json!({"sub": {"topic": GROUP}})).await;
+    assert_eq!(sub["ctrl"]["code"], json!(200), "{sub}");
+    let mut c = common::Ws::connect(gw, &token(C)).await;
+
+    // A sends a file holding the EICAR test string to the group and to C.
+    let mut text = b"minutes of the meeting\n".to_vec();
+    text.extend_from_slice(imstream::files::scan::EICAR);
+    let (status, ctrl) = upload(gw, &token(A), "minutes.txt", "text/plain", &text).await;
+    assert_eq!(status, 200, "{ctrl}");
+    let bad = ctrl["ctrl"]["params"]["url"].as_str().unwrap().to_string();
+    for (to, cmid) in [(GROUP.to_string(), "bad-g"), (format!("usr{C}"), "bad-c")] {
+        let (status, body) = send_picture(&stack, gw, A, &to, &bad, cmid).await;
+        assert_eq!(status, 202, "{to} {body}");
+    }
+    // The scan runs (started now, so both messages refer to the file).
+    stack.start_pipeline("scan").await;
+    assert_eq!(scanned(&stack, &bad).await, "flagged");
+    // Everyone who could see it is told live, and nobody gets it.
+    let told_b = notice(&mut b, "file.unavailable", &bad).await;
+    assert_eq!(told_b["topic"], json!(GROUP), "{told_b}");
+    assert_eq!(told_b["by"], json!("scan"), "{told_b}");
+    let told_c = notice(&mut c, "file.unavailable", &bad).await;
+    assert_eq!(told_c["topic"], json!(format!("usr{A}")), "{told_c}");
+    for uid in [A, B, C] {
+        let got = download(gw, &token(uid), &bad, false, None).await;
+        assert_eq!(got.status, 410, "user {uid}");
+        assert!(!got.body.windows(8).any(|w| w == b"minutes "));
+    }
+    let (status, body) = send_picture(&stack, gw, B, &format!("usr{C}"), &bad, "fwd-bad").await;
+    assert_eq!(status, 410, "a flagged file is not forwarded: {body}");
+
+    // A clean picture in the group; an operator blocks its message: gone
+    // for everyone, told live; an `ok` audit brings it back.
+    let picture = png(300_000, 9);
+    let (status, ctrl) = upload(gw, &token(A), "p.png", "image/png", &picture).await;
+    assert_eq!(status, 200, "{ctrl}");
+    let good = ctrl["ctrl"]["params"]["url"].as_str().unwrap().to_string();
+    let (status, body) = send_picture(&stack, gw, A, GROUP, &good, "good-g").await;
+    assert_eq!(status, 202, "{body}");
+    let seq = body["seq"].as_i64().expect("seq");
+    assert_eq!(scanned(&stack, &good).await, "clean");
+    assert_eq!(
+        download(gw, &token(B), &good, false, None).await.status,
+        200
+    );
+    audit(&stack, gw, "audit-block-1", seq, "blocked").await;
+    let told = notice(&mut b, "file.unavailable", &good).await;
+    assert_eq!(told["by"], json!("audit"), "{told}");
+    for uid in [A, B] {
+        assert_eq!(
+            download(gw, &token(uid), &good, false, None).await.status,
+            410
+        );
+    }
+    audit(&stack, gw, "audit-ok-1", seq, "ok").await;
+    notice(&mut b, "file.available", &good).await;
+    let back = download(gw, &token(B), &good, false, None).await;
+    assert_eq!(back.status, 200);
+    assert_eq!(back.body, picture);
+    // An `ok` audit never brings back what the scan flagged.
+    let flagged_seq: i64 =
+        sqlx::query_scalar("SELECT seq FROM im_file_refs WHERE file_id = ? AND topic = ?")
+            .bind(bad.trim_start_matches("/v0/file/s/"))
+            .bind(GROUP)
+            .fetch_optional(&stack.pool())
+            .await
+            .unwrap()
+            .unwrap_or(0);
+    if flagged_seq > 0 {
+        audit(&stack, gw, "audit-ok-2", flagged_seq, "ok").await;
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        assert_eq!(download(gw, &token(B), &bad, false, None).await.status, 410);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn uploads_nobody_refers_to_and_uploads_never_finished_are_swept() {
+    let mut stack = Stack::prepared(None).await;
+    let dir = std::path::PathBuf::from(&stack.world.config.files.store_url);
+    stack.world.config.files.unreferenced_ttl_secs = 2;
+    stack.world.config.files.upload_timeout_secs = 1;
+    for p in ["store", "members"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    stack.create_group(GROUP, A, &[B]).await;
+    let token = stack.token(A, "web");
+    let mut urls = Vec::new();
+    for seed in [1, 2] {
+        let (status, ctrl) = upload(gw, &token, "p.png", "image/png", &png(10_000, seed)).await;
+        assert_eq!(status, 200, "{ctrl}");
+        urls.push(ctrl["ctrl"]["params"]["url"].as_str().unwrap().to_string());
+    }
+    let (kept, dropped) = (&urls[0], &urls[1]);
+    let (status, body) = send_picture(&stack, gw, A, GROUP, kept, "kept").await;
+    assert_eq!(status, 202, "{body}");
+    // What a gateway killed half way through an upload leaves: a record
+    // still `uploading`, an hour old.
+    sqlx::query(
+        "INSERT INTO im_files (file_id, uploader_uid, object_key, state, created_at) \
+         VALUES ('killedmidupload2345abcdefg', ?, 'x', 'uploading', NOW(3) - INTERVAL 1 HOUR)",
+    )
+    .bind(A)
+    .execute(&stack.pool())
+    .await
+    .unwrap();
+    assert_eq!(walk(&dir).len(), 2);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    stack.shard_pass(None).await;
+
+    let left: Vec<(String, String)> =
+        sqlx::query_as("SELECT CAST(file_id AS CHAR), state FROM im_files ORDER BY file_id")
+            .fetch_all(&stack.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        left,
+        vec![(
+            kept.trim_start_matches("/v0/file/s/").to_string(),
+            "stored".to_string()
+        )],
+        "only the file a message refers to is kept"
+    );
+    assert_eq!(
+        walk(&dir).len(),
+        1,
+        "the unreferenced upload's object is gone"
+    );
+    assert_eq!(download(gw, &token, dropped, false, None).await.status, 404);
+    assert_eq!(
+        download(gw, &stack.token(B, "web"), kept, false, None)
+            .await
+            .status,
+        200
+    );
+}

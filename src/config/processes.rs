@@ -282,6 +282,16 @@ pub struct FilesConfig {
     pub upload_timeout_secs: u64,
     /// An upload no message or profile refers to is removed after this.
     pub unreferenced_ttl_secs: u64,
+    /// What the `scan` pipeline asks about each upload
+    /// ([`crate::files::scan::Scanner`]): `clean` (everything is clean:
+    /// the local stack's default), `eicar` (the test scanner: flags a file
+    /// holding the EICAR test string), `exec:<program> <args…>` (the file
+    /// on stdin; exit 0 clean, 1 flagged, else an error, retried), or an
+    /// `http://`/`https://` webhook (POSTed the file's tenant, id, object
+    /// key, size and type; answers `{"verdict":"clean"|"flagged"}`).
+    pub scanner: String,
+    /// How long one scan may take before it is retried.
+    pub scan_timeout_secs: u64,
 }
 
 impl Default for FilesConfig {
@@ -292,6 +302,8 @@ impl Default for FilesConfig {
             max_upload_bytes: 8 * 1024 * 1024,
             upload_timeout_secs: 600,
             unreferenced_ttl_secs: 24 * 3600,
+            scanner: "clean".into(),
+            scan_timeout_secs: 120,
         }
     }
 }

@@ -349,6 +349,7 @@ mod tests {
             "ChatSettingsChanged",
             "IncognitoChanged",
             "FileUploaded",
+            "FileAvailabilityChanged",
         ]);
         assert_branches_match::<ReceiptEvent>(&["ReadReceipt", "RecvReceipt"]);
         assert_branches_match::<SessionControlEvent>(&[

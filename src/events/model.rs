@@ -583,6 +583,7 @@ pub enum UserEventBody {
     ChatSettingsChanged(ChatSettings),
     IncognitoChanged(IncognitoChanged),
     FileUploaded(FileUploaded),
+    FileAvailabilityChanged(FileAvailabilityChanged),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -701,6 +702,20 @@ pub struct FileUploaded {
     pub name: String,
 }
 
+/// A file became unavailable to everyone (the scan flagged it, or an
+/// operator's audit blocked a message carrying it), or available again
+/// (an `ok` audit). Keyed by its uploader; `topics` are the conversations
+/// with a message referring to it then, told live.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileAvailabilityChanged {
+    pub file_id: String,
+    pub available: bool,
+    /// `scan` or `audit`.
+    pub by: String,
+    #[serde(default)]
+    pub topics: Vec<String>,
+}
+
 impl UserEventBody {
     pub fn name(&self) -> &'static str {
         match self {
@@ -720,6 +735,7 @@ impl UserEventBody {
             UserEventBody::ChatSettingsChanged(_) => "ChatSettingsChanged",
             UserEventBody::IncognitoChanged(_) => "IncognitoChanged",
             UserEventBody::FileUploaded(_) => "FileUploaded",
+            UserEventBody::FileAvailabilityChanged(_) => "FileAvailabilityChanged",
         }
     }
 }

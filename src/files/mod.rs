@@ -7,8 +7,10 @@
 
 pub mod id;
 pub mod range;
+pub mod scan;
 pub mod sniff;
 pub mod store;
+pub mod sweep;
 
 use sqlx::mysql::MySqlPool;
 
@@ -57,6 +59,8 @@ pub struct FileRecord {
     pub mime: String,
     pub name: String,
     pub state: State,
+    /// What the scan said: `pending`, `clean` or `flagged`.
+    pub scan: String,
 }
 
 /// Records an upload that is starting (`uploading`: never served).
@@ -113,15 +117,16 @@ pub async fn get(pool: &MySqlPool, id: &FileId) -> sqlx::Result<Option<FileRecor
         String,
         String,
         String,
+        String,
     )> = sqlx::query_as(
-        "SELECT file_id, uploader_uid, object_key, size, mime, name, state \
+        "SELECT file_id, uploader_uid, object_key, size, mime, name, state, scan \
              FROM im_files WHERE file_id = ?",
     )
     .bind(id.as_str())
     .fetch_optional(pool)
     .await?;
     Ok(
-        row.and_then(|(file_id, uploader, key, size, mime, name, state)| {
+        row.and_then(|(file_id, uploader, key, size, mime, name, state, scan)| {
             Some(FileRecord {
                 id: FileId::parse(&file_id.0)?,
                 uploader,
@@ -130,6 +135,7 @@ pub async fn get(pool: &MySqlPool, id: &FileId) -> sqlx::Result<Option<FileRecor
                 mime,
                 name,
                 state: State::parse(&state),
+                scan,
             })
         }),
     )
@@ -186,4 +192,89 @@ pub async fn refer(pool: &MySqlPool, id: &FileId, topic: &str, seq: i64) -> sqlx
     .execute(pool)
     .await?;
     Ok(())
+}
+
+/// Who made a file unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The scan flagged its bytes: final.
+    Scan,
+    /// An operator blocked a message carrying it (`file.audit.update`);
+    /// an `ok` audit of that message takes it back.
+    Audit,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Scan => "scan",
+            Verdict::Audit => "audit",
+        }
+    }
+}
+
+/// Makes a stored file unavailable to everyone (`410`); false when it was
+/// not stored (unavailable already, deleted, or never completed).
+pub async fn make_unavailable(pool: &MySqlPool, id: &FileId, by: Verdict) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE im_files SET state = 'unavailable', unavailable_by = ? \
+         WHERE file_id = ? AND state = 'stored'",
+    )
+    .bind(by.as_str())
+    .bind(id.as_str())
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Serves again a file an operator's audit made unavailable (never one
+/// the scan flagged); true when it was.
+pub async fn restore_audited(pool: &MySqlPool, id: &FileId) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE im_files SET state = 'stored', unavailable_by = '' \
+         WHERE file_id = ? AND state = 'unavailable' AND unavailable_by = 'audit'",
+    )
+    .bind(id.as_str())
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Records the scan's outcome (`clean` or `flagged`).
+pub async fn scanned(pool: &MySqlPool, id: &FileId, outcome: &str) -> sqlx::Result<()> {
+    sqlx::query("UPDATE im_files SET scan = ? WHERE file_id = ?")
+        .bind(outcome)
+        .bind(id.as_str())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The files message `(topic, seq)` refers to.
+pub async fn of_message(pool: &MySqlPool, topic: &str, seq: i64) -> sqlx::Result<Vec<FileId>> {
+    let rows: Vec<(crate::exact::Exact,)> =
+        sqlx::query_as("SELECT file_id FROM im_file_refs WHERE topic = ? AND seq = ?")
+            .bind(topic)
+            .bind(seq)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(id,)| FileId::parse(&id.0))
+        .collect())
+}
+
+/// Most conversations told live that a file became unavailable.
+pub const MAX_TOPICS_TOLD: i64 = 1000;
+
+/// The conversations with a message referring to the file.
+pub async fn topics_of(pool: &MySqlPool, id: &FileId) -> sqlx::Result<Vec<String>> {
+    let rows: Vec<(crate::exact::Exact,)> = sqlx::query_as(
+        "SELECT DISTINCT topic FROM im_file_refs WHERE file_id = ? AND topic <> '' LIMIT ?",
+    )
+    .bind(id.as_str())
+    .bind(MAX_TOPICS_TOLD)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|(t,)| t.into_string()).collect())
 }

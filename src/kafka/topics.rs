@@ -22,6 +22,7 @@ pub const PIPELINES_WITH_DLQ: &[(&str, TopicKind)] = &[
     ("commands", TopicKind::AdminCommands),
     ("relations", TopicKind::UserEvents),
     ("notify", TopicKind::UserEvents),
+    ("scan", TopicKind::UserEvents),
     ("notifications", TopicKind::GroupEvents),
     ("pushsend", TopicKind::PushTasks),
 ];

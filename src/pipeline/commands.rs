@@ -17,8 +17,9 @@ use serde_json::json;
 
 use crate::events::{
     now_ms, AdminCommand, AdminCommandBody, AdminResult, AuthVersion, DeviceRevoked, Empty,
-    EventCodec, FileAuditUpdated, GroupEvent, GroupEventBody, MessageReportResolved, SeqRange,
-    SessionControlBody, SessionControlEvent,
+    EventCodec, FileAuditUpdated, FileAvailabilityChanged, GroupEvent, GroupEventBody,
+    MessageReportResolved, SeqRange, SessionControlBody, SessionControlEvent, UserEvent,
+    UserEventBody,
 };
 use crate::governance::exec::{derived_event_id, CommandScope, Origin};
 use crate::governance::{Action, Actor, Executor, Refused};
@@ -275,20 +276,33 @@ impl CommandsHandler {
                     .pools
                     .get(tenant)
                     .map_err(|e| Refused(404, e.to_string()))?;
-                let recorded = crate::references::files::exists(pool, &f.topic, f.seq)
+                let unavailable = |e: sqlx::Error| Refused(503, e.to_string());
+                // Its uploaded files as the send path recorded them (never
+                // lagging), or the file index's entry (a file inline).
+                let uploaded = crate::files::of_message(pool, &f.topic, f.seq)
                     .await
-                    .map_err(|e| Refused(503, e.to_string()))?;
+                    .map_err(unavailable)?;
+                let recorded = !uploaded.is_empty()
+                    || crate::references::files::exists(pool, &f.topic, f.seq)
+                        .await
+                        .map_err(unavailable)?;
                 if !recorded {
                     return Err(Refused(
                         404,
                         format!("no file message {} in {}", f.seq, f.topic),
                     ));
                 }
+                let blocked = audit == crate::references::files::Audit::Blocked;
+                let mut event_ids = Vec::new();
+                for id in &uploaded {
+                    event_ids.extend(self.audit_file(cmd, pool, id, blocked).await?);
+                }
                 let body = GroupEventBody::FileAuditUpdated(FileAuditUpdated {
                     seq: f.seq,
                     status: audit.as_str().into(),
                 });
-                return self.group_event(cmd, &f.topic, body).await;
+                event_ids.extend(self.group_event(cmd, &f.topic, body).await?);
+                return Ok(event_ids);
             }
             AdminCommandBody::AbuseReportResolve(r) => {
                 let resolution = crate::references::reports::Status::parse(&r.resolution)
@@ -404,6 +418,52 @@ impl CommandsHandler {
     /// Produces one group event on `topic` (key `{tenant}:{topic}`, so it
     /// applies in order with the conversation's other events) with an id
     /// derived from the command; the actor is the operator.
+    /// An audit of an uploaded file: `blocked` makes it unavailable to
+    /// everyone (written first: every download and send checks it), `ok`
+    /// serves again one an audit made unavailable (never one the scan
+    /// flagged). Either is told live (`FileAvailabilityChanged`, keyed by
+    /// its uploader); a blocked file is told again when the command runs
+    /// again after a crash, so nobody misses it.
+    async fn audit_file(
+        &self,
+        cmd: &AdminCommand,
+        pool: &sqlx::MySqlPool,
+        id: &crate::files::FileId,
+        blocked: bool,
+    ) -> Result<Vec<String>, Refused> {
+        use crate::files::{self, State, Verdict};
+        let unavailable = |e: sqlx::Error| Refused(503, e.to_string());
+        let tell = if blocked {
+            files::make_unavailable(pool, id, Verdict::Audit)
+                .await
+                .map_err(unavailable)?;
+            true
+        } else {
+            files::restore_audited(pool, id)
+                .await
+                .map_err(unavailable)?
+        };
+        let Some(record) = files::get(pool, id).await.map_err(unavailable)? else {
+            return Ok(Vec::new());
+        };
+        if !tell || (record.state == State::Unavailable) != blocked {
+            return Ok(Vec::new());
+        }
+        let topics = files::topics_of(pool, id).await.map_err(unavailable)?;
+        let body = UserEventBody::FileAvailabilityChanged(FileAvailabilityChanged {
+            file_id: id.to_string(),
+            available: !blocked,
+            by: Verdict::Audit.as_str().into(),
+            topics,
+        });
+        let event = UserEvent::new(&cmd.tenant_id, record.uploader, 0, body);
+        self.producer
+            .send(TopicKind::UserEvents, &event.key(), &event, None)
+            .await
+            .map_err(|e| Refused(503, e.to_string()))?;
+        Ok(vec![event.event_id])
+    }
+
     async fn group_event(
         &self,
         cmd: &AdminCommand,

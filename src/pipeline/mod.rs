@@ -21,6 +21,7 @@ pub mod records;
 pub mod references;
 pub mod relations;
 pub mod runner;
+pub mod scan;
 pub mod search;
 pub mod stats;
 pub mod store;
@@ -57,6 +58,7 @@ pub const PIPELINES: &[&str] = &[
     "references",
     "search",
     "notifications",
+    "scan",
 ];
 
 /// Loads `topologies/<name>.toml` (from the configured directory, else the
@@ -256,6 +258,17 @@ pub async fn with_handler<W: WithHandler>(
                 .await
         }
         "search" => then.with(search::SearchHandler::new(codec, config)).await,
+        "scan" => {
+            let producer = EventProducer::new(&config.kafka, codec.clone())?;
+            let store = crate::files::store::FileStore::from_config(&config.files)?;
+            let scanner = crate::files::scan::Scanner::parse(&config.files.scanner)
+                .map_err(anyhow::Error::msg)?;
+            let timeout = std::time::Duration::from_secs(config.files.scan_timeout_secs.max(1));
+            then.with(scan::ScanHandler::new(
+                codec, pools, producer, store, scanner, timeout,
+            ))
+            .await
+        }
         "pushsend" => {
             let sender = pushsend::PushSender::from_config(&config.push)?;
             then.with(pushsend::PushSendHandler::new(codec, redis, sender))

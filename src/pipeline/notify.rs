@@ -9,7 +9,7 @@
 use crate::redis_util::Redis;
 use serde_json::{json, Value};
 
-use crate::events::{EventCodec, UserEvent, UserEventBody};
+use crate::events::{EventCodec, FileAvailabilityChanged, UserEvent, UserEventBody};
 use crate::realtime::{bus, Envelope, Kind, TargetType};
 use crate::tinode;
 
@@ -90,6 +90,13 @@ fn describe(e: &UserEvent) -> (String, &'static str, Value) {
             "file.uploaded",
             json!({"url": format!("/v0/file/s/{}", f.file_id), "size": f.size, "mime": f.mime}),
         ),
+        // The uploader's devices; the conversations referring to it are
+        // told by `file_frames`.
+        UserEventBody::FileAvailabilityChanged(f) => (
+            "sys".into(),
+            file_event(f),
+            json!({"url": file_url(&f.file_id), "by": f.by}),
+        ),
         UserEventBody::IncognitoChanged(i) => (
             "sys".into(),
             "presence.settings",
@@ -100,6 +107,71 @@ fn describe(e: &UserEvent) -> (String, &'static str, Value) {
             "push.settings",
             json!({"dnd": p.dnd, "topic": p.topic.as_deref().map(|t| tinode::client_topic(t, e.uid)), "muted": p.topic_muted}),
         ),
+    }
+}
+
+fn file_url(file_id: &str) -> String {
+    format!("/v0/file/s/{file_id}")
+}
+
+fn file_event(f: &FileAvailabilityChanged) -> &'static str {
+    if f.available {
+        "file.available"
+    } else {
+        "file.unavailable"
+    }
+}
+
+/// Beyond its uploader, who is told that a file became unavailable (or
+/// available again): every session that can see a message referring to
+/// it, in each conversation of `f.topics` — a group's sessions attached
+/// to it and those whose chat list holds it, both users of a one-to-one
+/// chat (each with the chat as they name it). The frame is the same
+/// `{pres topic="me" what="upd" src="sys" event="file.unavailable"}`,
+/// `params.topic` naming the conversation.
+fn file_frames(e: &UserEvent, f: &FileAvailabilityChanged) -> Vec<Envelope> {
+    let frame = |topic: String| {
+        json!({"pres": {"topic": "me", "src": "sys", "what": "upd", "event": file_event(f),
+            "params": {"url": file_url(&f.file_id), "by": f.by, "topic": topic}}})
+        .to_string()
+    };
+    let mut out = Vec::new();
+    for topic in &f.topics {
+        match tinode::parse_p2p_topic(topic) {
+            Some((a, b)) => {
+                for uid in [a, b] {
+                    let shown = tinode::client_topic(topic, uid);
+                    out.push(envelope(e, TargetType::User, uid.to_string(), frame(shown)));
+                }
+            }
+            None => {
+                for target_type in [TargetType::Topic, TargetType::Watchers] {
+                    out.push(envelope(
+                        e,
+                        target_type,
+                        topic.clone(),
+                        frame(topic.clone()),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `payload`, from event `e`, for `target`.
+fn envelope(e: &UserEvent, target_type: TargetType, target: String, payload: String) -> Envelope {
+    Envelope {
+        event_id: e.event_id.clone(),
+        tenant_id: e.tenant_id.clone(),
+        kind: Kind::Deliver,
+        target_type,
+        target,
+        skip_sid: String::new(),
+        dedup_key: String::new(),
+        occurred_at: e.occurred_at,
+        payload,
+        exclude: Vec::new(),
     }
 }
 
@@ -121,25 +193,20 @@ impl Handler for NotifyHandler {
             if !gate.admit(i) {
                 continue;
             }
-            let envelope = Envelope {
-                event_id: e.event_id.clone(),
-                tenant_id: e.tenant_id.clone(),
-                kind: Kind::Deliver,
-                target_type: TargetType::User,
-                target: e.uid.to_string(),
-                skip_sid: String::new(),
-                dedup_key: String::new(),
-                occurred_at: e.occurred_at,
-                payload: frame(&e),
-                exclude: Vec::new(),
-            };
+            let mut envelopes = vec![envelope(&e, TargetType::User, e.uid.to_string(), frame(&e))];
+            if let UserEventBody::FileAvailabilityChanged(f) = &e.body {
+                envelopes.extend(file_frames(&e, f));
+            }
             // A user's sessions may be on any gateway.
-            if let Err(err) = bus::publish(&mut redis, None, &envelope).await {
-                gate.fail(RecordFailure::new(
-                    i,
-                    redis_failure(&err),
-                    format!("redis: {err}"),
-                ));
+            for envelope in &envelopes {
+                if let Err(err) = bus::publish(&mut redis, None, envelope).await {
+                    gate.fail(RecordFailure::new(
+                        i,
+                        redis_failure(&err),
+                        format!("redis: {err}"),
+                    ));
+                    break;
+                }
             }
         }
         gate.outcome()

@@ -191,7 +191,9 @@ impl RelationsHandler {
             }
             UserEventBody::SystemNotification(_)
             | UserEventBody::BadgeRefresh(_)
-            | UserEventBody::FileUploaded(_) => {}
+            | UserEventBody::FileUploaded(_)
+            // Its producer wrote the file's state before producing it.
+            | UserEventBody::FileAvailabilityChanged(_) => {}
         }
         Ok(())
     }

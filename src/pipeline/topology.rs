@@ -41,6 +41,11 @@ pub struct Topology {
     /// a database that came back older. Off for Redis, Kafka and index sinks.
     #[serde(default)]
     pub checkpoints: bool,
+    /// Runs on its own consumer, never in a unit: its work may be slow or
+    /// wait on an outside service (the scan), and in a unit it would hold
+    /// the unit's other pipelines back.
+    #[serde(default)]
+    pub alone: bool,
 }
 
 mod defaults {
@@ -144,6 +149,7 @@ impl Topology {
             "references" => include_str!("../../topologies/references.toml"),
             "search" => include_str!("../../topologies/search.toml"),
             "notifications" => include_str!("../../topologies/notifications.toml"),
+            "scan" => include_str!("../../topologies/scan.toml"),
             _ => return None,
         };
         Self::parse(text, &format!("topologies/{name}.toml")).ok()

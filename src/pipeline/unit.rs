@@ -135,6 +135,11 @@ fn parse_units(
                 seen.insert(p.clone()),
                 "{shown}: pipeline {p} is in two units"
             );
+            anyhow::ensure!(
+                !t.alone,
+                "{shown}: unit {}: pipeline {p} runs alone (its topology's `alone`)",
+                u.name
+            );
         }
     }
     Ok(file.unit)
@@ -818,7 +823,11 @@ mod tests {
         let units = parse_units(BUILTIN, "units.toml", topology).unwrap();
         // Every source read by two or more pipelines is consumed once.
         let mut by_source: HashMap<String, Vec<&str>> = HashMap::new();
-        for p in super::super::PIPELINES {
+        // Those that run alone on purpose: their own consumer.
+        for p in super::super::PIPELINES
+            .iter()
+            .filter(|p| !topology(p).unwrap().alone)
+        {
             by_source
                 .entry(topology(p).unwrap().source)
                 .or_default()

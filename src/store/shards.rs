@@ -294,6 +294,9 @@ pub struct ShardManager {
     check_every: Option<std::time::Duration>,
     check_topics: usize,
     purge_max: u64,
+    /// Where uploaded files live, and how long they are kept
+    /// (`files::sweep`); `None` when the store cannot be opened.
+    files: Option<(crate::files::store::FileStore, crate::config::FilesConfig)>,
 }
 
 impl ShardManager {
@@ -318,6 +321,13 @@ impl ShardManager {
                 .then(|| std::time::Duration::from_secs(config.shards.check_interval_secs)),
             check_topics: config.shards.check_topics_per_run.max(1),
             purge_max: config.shards.dedup_purge_per_run,
+            files: match crate::files::store::FileStore::from_config(&config.files) {
+                Ok(store) => Some((store, config.files.clone())),
+                Err(e) => {
+                    tracing::error!(error = %e, "files.store_url: uploads are not swept");
+                    None
+                }
+            },
         })
     }
 
@@ -369,6 +379,16 @@ impl ShardManager {
             (pass.sealed, pass.held) =
                 seal_ready(tenant, pool, now, self.sealing_days, &mut backlog).await?;
             export_gauges(tenant, pool, &mut redis, now).await;
+            // Files left behind never fail the pass: the next one goes on.
+            if let Some((store, files)) = &self.files {
+                match crate::files::sweep::sweep(tenant, pool, store, files).await {
+                    Ok(swept) if swept != Default::default() => {
+                        tracing::info!(%tenant, ?swept, "files swept")
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(%tenant, error = %e, "file sweep failed"),
+                }
+            }
             out.push((tenant.clone(), pass));
         }
         metrics::gauge!(crate::metrics::SHARD_LAST_PASS)

@@ -1,0 +1,259 @@
+//! What a scanner says about an upload's bytes (issue 41, seed 002 §2.2):
+//! the `scan` pipeline asks the scanner `files.scanner` names for each
+//! `FileUploaded` and makes a flagged file unavailable to everyone.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures::StreamExt;
+use object_store::path::Path;
+use serde::Deserialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::store::FileStore;
+
+/// The EICAR anti-malware test string: every scanner flags it, and
+/// nothing else carries it by accident.
+pub const EICAR: &[u8] = br"X5O!P%@AP[4\PZX54(P^)7CC)7}$EICAR-STANDARD-ANTIVIRUS-TEST-FILE!$H+H*";
+
+/// A scanner, as `files.scanner` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scanner {
+    /// Everything is clean (the local stack's default).
+    Clean,
+    /// The test scanner: flags a file holding [`EICAR`] anywhere.
+    Eicar,
+    /// A program given the file on stdin: exit 0 clean, 1 flagged (its
+    /// first line of output the reason), anything else an error.
+    Exec(Vec<String>),
+    /// A webhook POSTed the file's [`Subject`] as JSON, answering
+    /// `{"verdict": "clean"|"flagged", "reason"?}`.
+    Webhook(String),
+}
+
+/// What a scanner says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Clean,
+    Flagged(String),
+}
+
+/// The file a webhook is asked about (it reads the bytes from the store
+/// itself).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Subject<'a> {
+    pub tenant: &'a str,
+    pub file_id: &'a str,
+    pub object_key: &'a str,
+    pub size: i64,
+    pub mime: &'a str,
+}
+
+impl Scanner {
+    /// `files.scanner`; an error names what is wrong.
+    pub fn parse(spec: &str) -> Result<Scanner, String> {
+        let spec = spec.trim();
+        if spec == "clean" {
+            Ok(Scanner::Clean)
+        } else if spec == "eicar" {
+            Ok(Scanner::Eicar)
+        } else if let Some(cmd) = spec.strip_prefix("exec:") {
+            let argv: Vec<String> = cmd.split_whitespace().map(str::to_string).collect();
+            if argv.is_empty() {
+                return Err("files.scanner exec: names no program".into());
+            }
+            Ok(Scanner::Exec(argv))
+        } else if spec.starts_with("http://") || spec.starts_with("https://") {
+            url::Url::parse(spec).map_err(|e| format!("files.scanner {spec:?}: {e}"))?;
+            Ok(Scanner::Webhook(spec.to_string()))
+        } else {
+            Err(format!(
+                "files.scanner {spec:?}: expected clean, eicar, exec:<program> <args…> or an http(s):// webhook"
+            ))
+        }
+    }
+
+    /// Scans `subject`, whose bytes are `key` in `store`, within
+    /// `timeout`. An error is for retrying: the scan has not decided.
+    pub async fn scan(
+        &self,
+        store: &FileStore,
+        key: &Path,
+        subject: &Subject<'_>,
+        timeout: Duration,
+    ) -> Result<Outcome, String> {
+        let scanning = async {
+            match self {
+                Scanner::Clean => Ok(Outcome::Clean),
+                Scanner::Eicar => eicar(store, key).await,
+                Scanner::Exec(argv) => exec(argv, store, key).await,
+                Scanner::Webhook(url) => webhook(url, subject, timeout).await,
+            }
+        };
+        tokio::time::timeout(timeout, scanning)
+            .await
+            .map_err(|_| format!("the scan took longer than {} s", timeout.as_secs()))?
+    }
+}
+
+/// Finds [`EICAR`] anywhere in a stream of chunks (across their borders).
+#[derive(Default)]
+pub struct EicarFinder {
+    tail: Vec<u8>,
+}
+
+impl EicarFinder {
+    /// True once the string has been seen.
+    pub fn feed(&mut self, chunk: &[u8]) -> bool {
+        self.tail.extend_from_slice(chunk);
+        let found = self.tail.windows(EICAR.len()).any(|w| w == EICAR);
+        let keep = EICAR.len() - 1;
+        if self.tail.len() > keep {
+            self.tail.drain(..self.tail.len() - keep);
+        }
+        found
+    }
+}
+
+async fn eicar(store: &FileStore, key: &Path) -> Result<Outcome, String> {
+    let mut bytes = store.read(key, None).await.map_err(|e| e.to_string())?;
+    let mut finder = EicarFinder::default();
+    while let Some(chunk) = bytes.next().await {
+        if finder.feed(&chunk.map_err(|e| e.to_string())?) {
+            return Ok(Outcome::Flagged("EICAR test file".into()));
+        }
+    }
+    Ok(Outcome::Clean)
+}
+
+async fn exec(argv: &[String], store: &FileStore, key: &Path) -> Result<Outcome, String> {
+    let mut child = tokio::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", argv[0]))?;
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    // Read its answer while it is fed, so neither side waits on a full pipe.
+    let answer = tokio::spawn(async move {
+        let mut out = Vec::new();
+        let _ = (&mut stdout).take(4096).read_to_end(&mut out).await;
+        out
+    });
+    let mut bytes = store.read(key, None).await.map_err(|e| e.to_string())?;
+    while let Some(chunk) = bytes.next().await {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        // A scanner may stop reading once it has decided.
+        if stdin.write_all(&chunk).await.is_err() {
+            break;
+        }
+    }
+    drop(stdin);
+    let status = child.wait().await.map_err(|e| e.to_string())?;
+    let out = answer.await.unwrap_or_default();
+    match status.code() {
+        Some(0) => Ok(Outcome::Clean),
+        Some(1) => {
+            let reason = String::from_utf8_lossy(&out)
+                .lines()
+                .next()
+                .unwrap_or("flagged")
+                .chars()
+                .take(200)
+                .collect();
+            Ok(Outcome::Flagged(reason))
+        }
+        _ => Err(format!("{} ended {status}", argv[0])),
+    }
+}
+
+#[derive(Deserialize)]
+struct Verdict {
+    verdict: String,
+    #[serde(default)]
+    reason: String,
+}
+
+async fn webhook(url: &str, subject: &Subject<'_>, timeout: Duration) -> Result<Outcome, String> {
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let answer = client
+        .post(url)
+        .json(subject)
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    if !answer.status().is_success() {
+        return Err(format!("{url} answered {}", answer.status()));
+    }
+    let verdict: Verdict = answer.json().await.map_err(|e| format!("{url}: {e}"))?;
+    match verdict.verdict.as_str() {
+        "clean" => Ok(Outcome::Clean),
+        "flagged" => Ok(Outcome::Flagged(if verdict.reason.is_empty() {
+            "flagged".into()
+        } else {
+            verdict.reason.chars().take(200).collect()
+        })),
+        other => Err(format!("{url}: unknown verdict {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scanners_are_named() {
+        assert_eq!(Scanner::parse("clean"), Ok(Scanner::Clean));
+        assert_eq!(Scanner::parse(" eicar "), Ok(Scanner::Eicar));
+        assert_eq!(
+            Scanner::parse("exec:/usr/bin/clamdscan --no-summary -"),
+            Ok(Scanner::Exec(vec![
+                "/usr/bin/clamdscan".into(),
+                "--no-summary".into(),
+                "-".into()
+            ]))
+        );
+        assert!(matches!(
+            Scanner::parse("https://scan.example/v1"),
+            Ok(Scanner::Webhook(_))
+        ));
+        for bad in ["", "exec:", "clamav", "ftp://x"] {
+            assert!(Scanner::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// The string is found wherever chunks cut it (a seeded generator:
+    /// the seed is printed).
+    #[test]
+    fn eicar_is_found_across_any_chunk_borders() {
+        let seed: u64 = rand::random();
+        println!("seed {seed}");
+        let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
+        for _ in 0..200 {
+            let before = rand::Rng::gen_range(&mut rng, 0..300);
+            let after = rand::Rng::gen_range(&mut rng, 0..300);
+            let mut file = vec![b'a'; before];
+            file.extend_from_slice(EICAR);
+            file.extend(std::iter::repeat_n(b'z', after));
+            let mut clean = file.clone();
+            clean[before + 10] = b'#';
+            for (bytes, expected) in [(&file, true), (&clean, false)] {
+                let mut finder = EicarFinder::default();
+                let mut found = false;
+                let mut rest = &bytes[..];
+                while !rest.is_empty() {
+                    let n = rand::Rng::gen_range(&mut rng, 1..=rest.len().min(50));
+                    found |= finder.feed(&rest[..n]);
+                    rest = &rest[n..];
+                }
+                assert_eq!(found, expected, "seed {seed}");
+            }
+        }
+    }
+}
