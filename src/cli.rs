@@ -77,6 +77,8 @@ pub enum BenchCommand {
     Fanout(crate::bench::fanout::FanoutArgs),
     /// History page latency (hot path and MySQL across two months) and request coalescing.
     History(crate::bench::history::HistoryArgs),
+    /// File uploads and downloads: a large upload's gateway memory, concurrent uploads, downloads per second.
+    Files(crate::bench::files::FilesArgs),
     /// The chat list and unread badge of a user in many conversations.
     Conversations(crate::bench::conversations::ConversationsArgs),
     /// The search index: indexing docs/s, then query p50/p99 at a fixed rate.

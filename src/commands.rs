@@ -165,6 +165,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(crate::cli::BenchCommand::History(args)) => {
             crate::bench::history::run(&config, args).await
         }
+        Command::Bench(crate::cli::BenchCommand::Files(args)) => {
+            crate::bench::files::run(&config, args).await
+        }
         Command::Bench(crate::cli::BenchCommand::Conversations(args)) => {
             crate::bench::conversations::run(&config, args).await
         }

@@ -1574,3 +1574,197 @@ async fn poison_content_refused_at_the_door() {
     report.failures.extend(outcome.failures());
     report.assert();
 }
+
+/// The files' object store stopped for 30 s while a user uploads, one
+/// upload after another: every upload is answered within the store's
+/// bound (`files.store_timeout_secs` — a clear `503`, never a hang), a
+/// refused one leaves no record, and once the store is back uploads work
+/// again at once. (moto keeps nothing across a restart: the bucket is made
+/// again, as an operator's store would still have it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn file_store_down_30_s_during_uploads() {
+    let _serial = SERIAL.lock().await;
+    let bucket = format!("imstream-faults-files-{}", rand::random::<u32>());
+    let mut stack = Stack::prepared(None).await;
+    stack.world.config.files.store_options = common::s3_bucket(&bucket).await;
+    stack.world.config.files.store_url = format!("s3://{bucket}/files");
+    stack.world.config.files.store_timeout_secs = 3;
+    let gw = stack.start_gateway("gw").await;
+    let token = stack.token(7001, "web");
+    let picture = |i: u32| {
+        let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
+        bytes.extend((0..20_000u32).map(|j| (j.wrapping_mul(31).wrapping_add(i)) as u8));
+        bytes
+    };
+    let (status, ctrl) = common::upload(gw, &token, "before.png", "image/png", &picture(0)).await;
+    assert_eq!(status, 200, "the store is up: {ctrl}");
+
+    let mut down = ServiceDown::stop("s3").await;
+    let stopped = Instant::now();
+    let mut refused = 0;
+    let mut i = 1;
+    while stopped.elapsed() < Duration::from_secs(30) {
+        let asked = Instant::now();
+        let (status, ctrl) =
+            common::upload(gw, &token, "during.png", "image/png", &picture(i)).await;
+        let took = asked.elapsed();
+        assert_eq!(status, 503, "the store is down: {ctrl}");
+        assert_eq!(ctrl["ctrl"]["params"]["retry"], json!(true), "{ctrl}");
+        assert!(took < Duration::from_secs(10), "answered after {took:?}");
+        refused += 1;
+        i += 1;
+    }
+    down.start().await;
+    common::s3_bucket(&bucket).await;
+    // Back: the next uploads are kept and served.
+    let back = Instant::now();
+    let mut kept = Vec::new();
+    while kept.len() < 3 {
+        let (status, ctrl) =
+            common::upload(gw, &token, "after.png", "image/png", &picture(i)).await;
+        if status == 200 {
+            kept.push((
+                ctrl["ctrl"]["params"]["url"].as_str().unwrap().to_string(),
+                i,
+            ));
+        } else {
+            assert!(
+                back.elapsed() < Duration::from_secs(10),
+                "still {status} {ctrl}"
+            );
+        }
+        i += 1;
+    }
+    println!(
+        "fault=file-store-down refused={refused} back_after={:?}",
+        back.elapsed()
+    );
+    for (url, n) in &kept {
+        let got = reqwest::Client::new()
+            .get(format!("http://{gw}{url}"))
+            .header("X-Tinode-Auth", format!("Token {token}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.status().as_u16(), 200);
+        assert_eq!(got.bytes().await.unwrap().to_vec(), picture(*n));
+    }
+    // Nothing half registered: the first upload and the three after, each
+    // stored; no refused one left a record.
+    let states: Vec<(String, i64)> =
+        sqlx::query_as("SELECT state, COUNT(*) FROM im_files GROUP BY state ORDER BY state")
+            .fetch_all(&stack.pool())
+            .await
+            .unwrap();
+    assert_eq!(states, vec![("stored".to_string(), 4)], "refused={refused}");
+}
+
+/// A gateway `kill -9`'d half way through an upload: the file was never
+/// answered, so nothing may ever serve or keep it. Its record stays
+/// `uploading` (never served: a download is `404`), and once the upload
+/// could no longer be going on (`files.upload_timeout_secs` plus a minute,
+/// here made to have passed) the shard manager's sweep removes the record
+/// and whatever the store holds of it. Another gateway serves uploads the
+/// whole time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gateway_kill_9_mid_upload_leaves_nothing_registered() {
+    use tokio::io::AsyncWriteExt;
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::prepared(None).await;
+    let dir = PathBuf::from(&stack.world.config.files.store_url);
+    let mut config = stack.config().clone();
+    config.node.id = format!("gwK-{}", stack.world.id);
+    let file = write_config_file(&config, &format!("faults-upload-kill-{}", stack.world.id));
+    let addr = free_addr();
+    let args = ["gateway", "--listen", &addr.to_string()];
+    let mut gateway = Proc::spawn_logging(
+        &format!("faults-upload-kill-{}", stack.world.id),
+        &file,
+        &args,
+        "warn",
+    );
+    let (_, exits) = gateway.supervise_until_serving(addr).await;
+    assert!(exits.is_empty(), "{exits:?}");
+    let token = stack.token(7002, "web");
+
+    // 6 MB announced, 3 MB sent (a whole 5 MiB part has not filled yet),
+    // then the gateway dies.
+    let (content_type, form_body) =
+        common::upload_form("big.png", "image/png", &vec![7u8; 6_000_000]);
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v0/file/u/ HTTP/1.1\r\nHost: {addr}\r\nX-Tinode-Auth: Token {token}\r\n\
+         Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+        form_body.len()
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(&form_body[..3_000_000]).await.unwrap();
+    conn.flush().await.unwrap();
+    let pool = stack.pool();
+    common::wait_for("the upload's record", Duration::from_secs(10), || {
+        let pool = pool.clone();
+        async move {
+            let n: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM im_files WHERE state = 'uploading'")
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} uploading"))
+            }
+        }
+    })
+    .await;
+    gateway.kill_9().await;
+    drop(conn);
+
+    // Never served, whoever asks, on a gateway that lives.
+    let id: String = sqlx::query_scalar("SELECT CAST(file_id AS CHAR) FROM im_files")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    gateway.respawn();
+    let (_, exits) = gateway.supervise_until_serving(addr).await;
+    assert!(exits.is_empty(), "{exits:?}");
+    let got = reqwest::Client::new()
+        .get(format!("http://{addr}/v0/file/s/{id}"))
+        .header("X-Tinode-Auth", format!("Token {token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status().as_u16(), 404, "a half upload is never served");
+    let (status, ctrl) = common::upload(
+        addr,
+        &token,
+        "next.png",
+        "image/png",
+        b"\x89PNG\r\n\x1a\nnext",
+    )
+    .await;
+    assert_eq!(status, 200, "{ctrl}");
+
+    // The upload's time is up (as if its timeout and the minute after had
+    // passed): the sweep leaves only the completed upload.
+    sqlx::query("UPDATE im_files SET created_at = created_at - INTERVAL 1 DAY WHERE file_id = ?")
+        .bind(&id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    stack.shard_pass(None).await;
+    let left: Vec<(String, String)> =
+        sqlx::query_as("SELECT CAST(file_id AS CHAR), state FROM im_files")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].1, "stored", "{left:?}");
+    assert_ne!(left[0].0, id);
+    let objects = common::files_below(&dir);
+    assert_eq!(
+        objects.len(),
+        1,
+        "only the completed upload's object: {objects:?}"
+    );
+}

@@ -13,56 +13,12 @@ use std::net::SocketAddr;
 
 use serde_json::{json, Value};
 
-use common::{call, Stack};
+use common::{call, upload, upload_form as form, Stack};
 
 const A: i64 = 4101;
 const B: i64 = 4102;
 const C: i64 = 4103;
 const GROUP: &str = "grpFilesRoom";
-
-/// A multipart form with one field `file` named `name` (sent with the
-/// content type `claimed`, which the server must not believe).
-fn form(name: &str, claimed: &str, bytes: &[u8]) -> (String, Vec<u8>) {
-    let boundary = format!("imstream-test-{}", rand::random::<u64>());
-    let mut body = Vec::new();
-    body.extend_from_slice(
-        format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
-             Content-Type: {claimed}\r\n\r\n"
-        )
-        .as_bytes(),
-    );
-    body.extend_from_slice(bytes);
-    body.extend_from_slice(
-        format!(
-            "\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n7\r\n--{boundary}--\r\n"
-        )
-        .as_bytes(),
-    );
-    (format!("multipart/form-data; boundary={boundary}"), body)
-}
-
-/// `POST /v0/file/u/` as Tinode's clients send it: status and the `{ctrl}`.
-async fn upload(
-    addr: SocketAddr,
-    token: &str,
-    name: &str,
-    claimed: &str,
-    bytes: &[u8],
-) -> (u16, Value) {
-    let (content_type, body) = form(name, claimed, bytes);
-    let resp = reqwest::Client::new()
-        .post(format!("http://{addr}/v0/file/u/"))
-        .header("X-Tinode-APIKey", "AQEAAAABAAD_rAp4DJh05a1HAwFT3A6K")
-        .header("X-Tinode-Auth", format!("Token {token}"))
-        .header("Content-Type", content_type)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
 
 struct Got {
     status: u16,
@@ -235,6 +191,32 @@ async fn a_file_reaches_its_messages_readers_and_nobody_else() {
     assert_eq!(status, 202, "{body}");
     assert_eq!(download(gw, &token(C), &url, false, None).await.status, 200);
 
+    // B is removed from the group: a file A sends there afterwards is not
+    // B's to read (the one sent while B was a member still is).
+    let (status, body) = call(
+        &stack,
+        gw,
+        A,
+        "DELETE",
+        &format!("/v1/groups/{GROUP}/members/{B}"),
+        json!({}),
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
+    let later = png(50_000, 77);
+    let (status, ctrl) = upload(gw, &token(A), "later.png", "image/png", &later).await;
+    assert_eq!(status, 200, "{ctrl}");
+    let later_url = ctrl["ctrl"]["params"]["url"].as_str().unwrap().to_string();
+    let (status, body) = send_picture(&stack, gw, A, GROUP, &later_url, "a-later").await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(
+        download(gw, &token(B), &later_url, false, None)
+            .await
+            .status,
+        404,
+        "a removed member, a file sent after the removal"
+    );
+
     // Another spelling of the address names nothing.
     let upper = url.replace(
         &url["/v0/file/s/".len()..],
@@ -312,7 +294,7 @@ async fn uploads_past_the_limit_or_malformed_are_refused_and_leave_nothing() {
         .await
         .unwrap();
     assert_eq!(kept, 0, "no record of a refused upload");
-    let objects = walk(&dir);
+    let objects = common::files_below(&dir);
     assert!(
         objects.is_empty(),
         "no object of a refused upload: {objects:?}"
@@ -328,24 +310,7 @@ async fn uploads_past_the_limit_or_malformed_are_refused_and_leave_nothing() {
         .to_str()
         .unwrap()
         .starts_with("attachment"));
-    assert_eq!(walk(&dir).len(), 1);
-}
-
-/// Every file below `dir`.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
+    assert_eq!(common::files_below(&dir).len(), 1);
 }
 
 /// The first `{pres topic="me" what="upd"}` of `event` about `url` that
@@ -502,21 +467,69 @@ async fn uploads_nobody_refers_to_and_uploads_never_finished_are_swept() {
     let dir = std::path::PathBuf::from(&stack.world.config.files.store_url);
     stack.world.config.files.unreferenced_ttl_secs = 2;
     stack.world.config.files.upload_timeout_secs = 1;
-    for p in ["store", "members"] {
+    stack.world.config.files.deleted_retention_secs = 1;
+    for p in ["store", "members", "references"] {
         stack.start_pipeline(p).await;
     }
     let gw = stack.start_gateway("gw").await;
     stack.create_group(GROUP, A, &[B]).await;
     let token = stack.token(A, "web");
     let mut urls = Vec::new();
-    for seed in [1, 2] {
+    for seed in [1, 2, 3] {
         let (status, ctrl) = upload(gw, &token, "p.png", "image/png", &png(10_000, seed)).await;
         assert_eq!(status, 200, "{ctrl}");
         urls.push(ctrl["ctrl"]["params"]["url"].as_str().unwrap().to_string());
     }
-    let (kept, dropped) = (&urls[0], &urls[1]);
+    let (kept, dropped, recalled) = (&urls[0], &urls[1], &urls[2]);
     let (status, body) = send_picture(&stack, gw, A, GROUP, kept, "kept").await;
     assert_eq!(status, 202, "{body}");
+    // A recalls a message with a picture: B loses it at once, and it goes
+    // after the retention (the references projection queues it).
+    let (status, body) = send_picture(&stack, gw, A, GROUP, recalled, "recalled").await;
+    assert_eq!(status, 202, "{body}");
+    let seq = body["seq"].as_i64().unwrap();
+    let token_b = stack.token(B, "web");
+    assert_eq!(
+        download(gw, &token_b, recalled, false, None).await.status,
+        200
+    );
+    let (status, body) = call(
+        &stack,
+        gw,
+        A,
+        "DELETE",
+        &format!("/v1/groups/{GROUP}/messages/{seq}"),
+        json!({}),
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
+    assert_eq!(
+        download(gw, &token_b, recalled, false, None).await.status,
+        404
+    );
+    let id = recalled.trim_start_matches("/v0/file/s/").to_string();
+    common::wait_for(
+        "the recalled picture queued to go",
+        std::time::Duration::from_secs(20),
+        || {
+            let (pool, id) = (stack.pool(), id.clone());
+            async move {
+                let queued: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM im_files WHERE file_id = ? AND delete_after IS NOT NULL",
+                )
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                if queued == 1 {
+                    Ok(())
+                } else {
+                    Err("not queued".to_string())
+                }
+            }
+        },
+    )
+    .await;
     // What a gateway killed half way through an upload leaves: a record
     // still `uploading`, an hour old.
     sqlx::query(
@@ -527,7 +540,7 @@ async fn uploads_nobody_refers_to_and_uploads_never_finished_are_swept() {
     .execute(&stack.pool())
     .await
     .unwrap();
-    assert_eq!(walk(&dir).len(), 2);
+    assert_eq!(common::files_below(&dir).len(), 3);
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     stack.shard_pass(None).await;
 
@@ -545,7 +558,7 @@ async fn uploads_nobody_refers_to_and_uploads_never_finished_are_swept() {
         "only the file a message refers to is kept"
     );
     assert_eq!(
-        walk(&dir).len(),
+        common::files_below(&dir).len(),
         1,
         "the unreferenced upload's object is gone"
     );
@@ -554,6 +567,104 @@ async fn uploads_nobody_refers_to_and_uploads_never_finished_are_swept() {
         download(gw, &stack.token(B, "web"), kept, false, None)
             .await
             .status,
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_uploaded_picture_is_served_to_every_user_of_the_tenant() {
+    let mut stack = Stack::prepared(None).await;
+    for p in ["store", "members", "relations"] {
+        stack.start_pipeline(p).await;
+    }
+    let gw = stack.start_gateway("gw").await;
+    stack.create_group(GROUP, A, &[B]).await;
+    let tokens: std::collections::HashMap<i64, String> = [A, B, C]
+        .map(|u| (u, stack.token(u, "web")))
+        .into_iter()
+        .collect();
+    let token = |uid: i64| tokens[&uid].clone();
+    let mut urls = Vec::new();
+    for seed in [1, 2, 3] {
+        let (status, ctrl) =
+            upload(gw, &token(A), "me.png", "image/png", &png(200_000, seed)).await;
+        assert_eq!(status, 200, "{ctrl}");
+        urls.push(ctrl["ctrl"]["params"]["url"].as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        download(gw, &token(C), &urls[0], true, None).await.status,
+        404
+    );
+
+    // Nobody makes someone else's upload their picture (it would show the
+    // file to the whole tenant): the same answer as for no file at all.
+    let (status, body) = call(
+        &stack,
+        gw,
+        B,
+        "PUT",
+        "/v1/me/profile",
+        json!({"photo": urls[0]}),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = call(
+        &stack,
+        gw,
+        B,
+        "PUT",
+        "/v1/me/profile",
+        json!({"photo": "/v0/file/s/abcdefghijklmnopqrstuvwxyz"}),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        download(gw, &token(C), &urls[0], true, None).await.status,
+        404
+    );
+
+    // A's own picture, over HTTP: everyone loads it, as an <img> does.
+    let (status, body) = call(
+        &stack,
+        gw,
+        A,
+        "PUT",
+        "/v1/me/profile",
+        json!({"photo": urls[0]}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    for uid in [B, C] {
+        let got = download(gw, &token(uid), &urls[0], true, None).await;
+        assert_eq!(got.status, 200, "user {uid}");
+        assert_eq!(got.body, png(200_000, 1));
+    }
+    // Over the web app's `{set desc public photo}` (`data` the delete
+    // marker, `ref` the upload).
+    let mut ws = common::Ws::connect(gw, &token(A)).await;
+    ws.request(json!({"sub": {"topic": "me"}})).await;
+    let (_, set) = ws
+        .request(json!({"set": {"topic": "me", "desc": {"public": {"fn": "A",
+            "photo": {"data": "\u{2421}", "ref": urls[1]}}}}}))
+        .await;
+    assert_eq!(set["ctrl"]["code"], json!(200), "{set}");
+    assert_eq!(
+        download(gw, &token(C), &urls[1], true, None).await.status,
+        200
+    );
+    // A group's picture, by its owner: shown to whoever sees the group.
+    let (status, body) = call(
+        &stack,
+        gw,
+        A,
+        "PUT",
+        &format!("/v1/groups/{GROUP}/profile"),
+        json!({"photo": urls[2]}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(
+        download(gw, &token(C), &urls[2], true, None).await.status,
         200
     );
 }

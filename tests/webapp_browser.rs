@@ -95,6 +95,8 @@ async fn stack_with_webapp() -> Stack {
     cmd.env_remove("IMSTREAM_PASSWORD");
     let ran = common::process::run_async(cmd, Some(&format!("{DAVE_PASSWORD}\n"))).await;
     assert!(ran.ok, "imstream users add: {}", ran.printed());
+    // The test scanner: a file holding the EICAR string is flagged.
+    stack.world.config.files.scanner = "eicar".into();
     for p in imstream::pipeline::PIPELINES {
         stack.start_pipeline(p).await;
     }

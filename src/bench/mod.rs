@@ -8,6 +8,7 @@ pub mod conversations;
 pub mod cost;
 pub mod deliveries;
 pub mod fanout;
+pub mod files;
 pub mod history;
 pub mod legacy;
 pub mod recovery;

@@ -282,6 +282,9 @@ pub struct FilesConfig {
     pub upload_timeout_secs: u64,
     /// An upload no message or profile refers to is removed after this.
     pub unreferenced_ttl_secs: u64,
+    /// A file whose last message went (recalled, deleted for everyone,
+    /// moderated) is removed after this; readers lose it at once.
+    pub deleted_retention_secs: u64,
     /// What the `scan` pipeline asks about each upload
     /// ([`crate::files::scan::Scanner`]): `clean` (everything is clean:
     /// the local stack's default), `eicar` (the test scanner: flags a file
@@ -292,6 +295,10 @@ pub struct FilesConfig {
     pub scanner: String,
     /// How long one scan may take before it is retried.
     pub scan_timeout_secs: u64,
+    /// Longest one call to the store may take (a part written, an upload
+    /// completed, a download begun): past it the client gets `503` and
+    /// the upload is dropped, never half kept.
+    pub store_timeout_secs: u64,
 }
 
 impl Default for FilesConfig {
@@ -302,8 +309,10 @@ impl Default for FilesConfig {
             max_upload_bytes: 8 * 1024 * 1024,
             upload_timeout_secs: 600,
             unreferenced_ttl_secs: 24 * 3600,
+            deleted_retention_secs: 7 * 24 * 3600,
             scanner: "clean".into(),
             scan_timeout_secs: 120,
+            store_timeout_secs: 20,
         }
     }
 }

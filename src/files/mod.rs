@@ -184,9 +184,10 @@ pub async fn refer(pool: &MySqlPool, id: &FileId, topic: &str, seq: i64) -> sqlx
         .bind(seq)
         .execute(pool)
         .await?;
+    // Referred to again: no longer queued to go.
     sqlx::query(
-        "UPDATE im_files SET referenced_at = COALESCE(referenced_at, CURRENT_TIMESTAMP(3)) \
-         WHERE file_id = ?",
+        "UPDATE im_files SET referenced_at = COALESCE(referenced_at, CURRENT_TIMESTAMP(3)), \
+         delete_after = NULL WHERE file_id = ?",
     )
     .bind(id.as_str())
     .execute(pool)
@@ -277,4 +278,75 @@ pub async fn topics_of(pool: &MySqlPool, id: &FileId) -> sqlx::Result<Vec<String
     .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().map(|(t,)| t.into_string()).collect())
+}
+
+/// Most files one message's content may refer to.
+pub const MAX_FILES_PER_MESSAGE: usize = 32;
+
+/// The uploaded files a message's Drafty `content` refers to: this
+/// server's download addresses in its entities' `ref` and `preref`, each
+/// once, in order.
+pub fn referenced(content: &serde_json::Value) -> Vec<FileId> {
+    let mut ids: Vec<FileId> = Vec::new();
+    let entities = content.get("ent").and_then(|e| e.as_array());
+    for data in entities.into_iter().flatten().filter_map(|e| e.get("data")) {
+        for field in ["ref", "preref"] {
+            let Some(id) = data
+                .get(field)
+                .and_then(|r| r.as_str())
+                .and_then(FileId::from_reference)
+            else {
+                continue;
+            };
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+    ids
+}
+
+/// Messages `[low, hi)` of `topic` no longer refer to anything (recalled,
+/// deleted for everyone, moderated): their references go, and a file no
+/// message or profile refers to any more is queued to go after
+/// `retention_secs` (`delete_after`; the sweep removes it, a new reference
+/// takes it back). Idempotent.
+pub async fn unrefer(
+    pool: &MySqlPool,
+    topic: &str,
+    low: i64,
+    hi: i64,
+    retention_secs: u64,
+) -> sqlx::Result<usize> {
+    let ids: Vec<(crate::exact::Exact,)> = sqlx::query_as(
+        "SELECT DISTINCT file_id FROM im_file_refs WHERE topic = ? AND seq >= ? AND seq < ?",
+    )
+    .bind(topic)
+    .bind(low)
+    .bind(hi)
+    .fetch_all(pool)
+    .await?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    sqlx::query("DELETE FROM im_file_refs WHERE topic = ? AND seq >= ? AND seq < ?")
+        .bind(topic)
+        .bind(low)
+        .bind(hi)
+        .execute(pool)
+        .await?;
+    let mut queued = 0;
+    for (id,) in &ids {
+        let done = sqlx::query(
+            "UPDATE im_files SET delete_after = COALESCE(delete_after, NOW(3) + INTERVAL ? SECOND) \
+             WHERE file_id = ? AND NOT EXISTS (SELECT 1 FROM im_file_refs r WHERE r.file_id = ?)",
+        )
+        .bind(retention_secs)
+        .bind(&id.0)
+        .bind(&id.0)
+        .execute(pool)
+        .await?;
+        queued += done.rows_affected() as usize;
+    }
+    Ok(queued)
 }

@@ -5,6 +5,7 @@
 //! parts, never held whole in memory; downloads stream out, by range.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -27,6 +28,22 @@ const PARTS_IN_FLIGHT: usize = 0;
 #[derive(Clone, Debug)]
 pub struct FileStore {
     location: ArchiveLocation,
+    /// Longest one call to the store may take (`files.store_timeout_secs`):
+    /// a store that is down is answered as such, not waited for.
+    timeout: Duration,
+}
+
+/// `op`, or a timeout error once `limit` has passed.
+async fn bounded<T>(
+    limit: Duration,
+    op: impl std::future::Future<Output = Result<T, object_store::Error>>,
+) -> Result<T, object_store::Error> {
+    tokio::time::timeout(limit, op).await.unwrap_or_else(|_| {
+        Err(object_store::Error::Generic {
+            store: "files",
+            source: format!("no answer within {} s", limit.as_secs()).into(),
+        })
+    })
 }
 
 /// A download's bytes.
@@ -36,6 +53,7 @@ impl FileStore {
     pub fn from_config(files: &FilesConfig) -> Result<FileStore, LocationError> {
         Ok(FileStore {
             location: ArchiveLocation::parse(&files.store_url, &files.store_options)?,
+            timeout: Duration::from_secs(files.store_timeout_secs.max(1)),
         })
     }
 
@@ -51,10 +69,11 @@ impl FileStore {
 
     /// Starts writing `key`: parts go out as they fill.
     pub async fn writer(&self, key: &Path) -> Result<Upload, object_store::Error> {
-        let upload = self.store().put_multipart(key).await?;
+        let upload = bounded(self.timeout, self.store().put_multipart(key)).await?;
         Ok(Upload {
             parts: WriteMultipart::new_with_chunk_size(upload, PART_BYTES),
             written: 0,
+            timeout: self.timeout,
         })
     }
 
@@ -68,13 +87,13 @@ impl FileStore {
             range: range.map(|(start, end)| GetRange::Bounded(start..end)),
             ..Default::default()
         };
-        let got = self.store().get_opts(key, options).await?;
+        let got = bounded(self.timeout, self.store().get_opts(key, options)).await?;
         Ok(got.into_stream().boxed())
     }
 
     /// Removes `key` (gone already is fine).
     pub async fn delete(&self, key: &Path) -> Result<(), object_store::Error> {
-        match self.store().delete(key).await {
+        match bounded(self.timeout, self.store().delete(key)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e),
         }
@@ -85,12 +104,13 @@ impl FileStore {
 pub struct Upload {
     parts: WriteMultipart,
     written: u64,
+    timeout: Duration,
 }
 
 impl Upload {
     /// Adds `chunk`, waiting while too many parts are in flight.
     pub async fn write(&mut self, chunk: &[u8]) -> Result<(), object_store::Error> {
-        self.parts.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+        bounded(self.timeout, self.parts.wait_for_capacity(PARTS_IN_FLIGHT)).await?;
         self.parts.write(chunk);
         self.written += chunk.len() as u64;
         Ok(())
@@ -103,12 +123,12 @@ impl Upload {
 
     /// Completes the object.
     pub async fn finish(self) -> Result<(), object_store::Error> {
-        self.parts.finish().await.map(|_| ())
+        bounded(self.timeout, self.parts.finish()).await.map(|_| ())
     }
 
     /// Gives the object up (parts already sent are discarded by the store).
     pub async fn abort(self) {
-        if let Err(e) = self.parts.abort().await {
+        if let Err(e) = bounded(self.timeout, self.parts.abort()).await {
             tracing::warn!(error = %e, "an abandoned upload's parts were not discarded");
         }
     }

@@ -1,8 +1,10 @@
 //! Files nobody needs any more, removed by the shard manager's pass
 //! (issue 41): uploads a gateway began and never finished (it was killed
 //! or lost the store half way: the record says `uploading` past
-//! `files.upload_timeout_secs`), and uploads no message or profile
-//! referred to within `files.unreferenced_ttl_secs`. The record leaves
+//! `files.upload_timeout_secs`), uploads no message or profile
+//! referred to within `files.unreferenced_ttl_secs`, and files whose last
+//! message went (recalled, deleted for everyone, moderated: the references
+//! projection queued them) once `delete_after` has passed. The record leaves
 //! serving first (a conditional update, so a file referred to meanwhile is
 //! kept), then the object goes, then the record: a pass cut short anywhere
 //! is finished by the next one.
@@ -24,6 +26,8 @@ pub struct Swept {
     pub abandoned: u64,
     /// Uploads nothing referred to in time.
     pub unreferenced: u64,
+    /// Files whose last message went, past their retention.
+    pub retained: u64,
 }
 
 /// One sweep of a tenant's files.
@@ -69,9 +73,32 @@ pub async fn sweep(
             swept.unreferenced += 1;
         }
     }
+    let expired: Vec<(crate::exact::Exact, i64)> = sqlx::query_as(
+        "SELECT file_id, uploader_uid FROM im_files \
+         WHERE delete_after IS NOT NULL AND delete_after < NOW(3) LIMIT ?",
+    )
+    .bind(SWEEP_BATCH)
+    .fetch_all(pool)
+    .await?;
+    for (id, uploader) in expired {
+        // Referred to again since (or by a profile): kept.
+        let leaving = sqlx::query(
+            "UPDATE im_files SET state = 'deleted' WHERE file_id = ? AND delete_after < NOW(3) \
+             AND NOT EXISTS (SELECT 1 FROM im_file_refs r WHERE r.file_id = ?)",
+        )
+        .bind(&id.0)
+        .bind(&id.0)
+        .execute(pool)
+        .await?;
+        if leaving.rows_affected() == 1 {
+            remove(tenant, pool, store, &id.0, uploader, "deleted").await?;
+            swept.retained += 1;
+        }
+    }
     for (why, n) in [
         ("abandoned", swept.abandoned),
         ("unreferenced", swept.unreferenced),
+        ("retention", swept.retained),
     ] {
         if n > 0 {
             metrics::counter!(crate::metrics::FILES_SWEPT_TOTAL, "why" => why).increment(n);

@@ -361,9 +361,6 @@ async fn message_readable(
     }
 }
 
-/// Most files one message may refer to.
-pub const MAX_FILES_PER_MESSAGE: usize = 32;
-
 /// The files `uid`'s message `content` refers to (this server's download
 /// addresses in its entities' `ref` and `preref`), each one the sender
 /// may share (seed 002 §6.2 step 3, the file ACL): their own upload, or
@@ -376,29 +373,14 @@ pub async fn shared_in(
     uid: i64,
     content: &serde_json::Value,
 ) -> Result<Vec<FileId>, Refusal> {
-    let mut ids: Vec<FileId> = Vec::new();
-    let entities = content.get("ent").and_then(|e| e.as_array());
-    for entity in entities.into_iter().flatten() {
-        let Some(data) = entity.get("data") else {
-            continue;
-        };
-        for field in ["ref", "preref"] {
-            let Some(id) = data
-                .get(field)
-                .and_then(|r| r.as_str())
-                .and_then(FileId::from_reference)
-            else {
-                continue;
-            };
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-        }
-    }
-    if ids.len() > MAX_FILES_PER_MESSAGE {
+    let ids = files::referenced(content);
+    if ids.len() > files::MAX_FILES_PER_MESSAGE {
         return Err(Refusal(
             400,
-            format!("a message refers to at most {MAX_FILES_PER_MESSAGE} files"),
+            format!(
+                "a message refers to at most {} files",
+                files::MAX_FILES_PER_MESSAGE
+            ),
         ));
     }
     if ids.is_empty() {
@@ -421,6 +403,42 @@ pub async fn shared_in(
         }
     }
     Ok(ids)
+}
+
+/// A profile picture (a user's or a group's `photo`, as its profile
+/// change carries it) that is an upload of this server: only the caller's
+/// own upload may be one (`403` otherwise, the same for a file that does
+/// not exist; `410` for an unavailable one), since every user of the
+/// tenant may then load it. Recorded as a picture (`topic` empty, `seq`
+/// the caller) before the change is made, so its readers never find it
+/// refused; a change refused after this leaves the caller's own file
+/// readable as a picture, nothing more. Anything else (none, an inline
+/// `data:` picture, another address) is no upload: nothing to do.
+pub async fn picture(
+    gw: &Gateway,
+    tenant: &str,
+    uid: i64,
+    photo: Option<&str>,
+) -> Result<(), Refusal> {
+    let Some(id) = photo.and_then(FileId::from_reference) else {
+        return Ok(());
+    };
+    let pool = gw.pools.get(tenant).map_err(Refusal::internal)?;
+    let record = files::get(pool, &id).await.map_err(Refusal::unavailable)?;
+    match record {
+        Some(r) if r.uploader == uid && r.state == files::State::Stored => {
+            files::refer(pool, &id, "", uid)
+                .await
+                .map_err(Refusal::unavailable)
+        }
+        Some(r) if r.uploader == uid && r.state == files::State::Unavailable => {
+            Err(Refusal(410, format!("file {id} is no longer available")))
+        }
+        _ => Err(Refusal(
+            403,
+            format!("file {id} is not yours: a picture must be your own upload"),
+        )),
+    }
 }
 
 /// Records that message `seq` of `topic` refers to `ids`, before the

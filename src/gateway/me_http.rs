@@ -142,6 +142,9 @@ pub async fn set_profile(
     let claims = authenticate(&gw, &headers).await?;
     super::http::rate(&gw, &claims, super::limits::Action::Change).await?;
     let change = chats::user_profile_change(&body_json(&body)?).map_err(refused)?;
+    super::files::picture(&gw, &claims.ten, claims.uid, change.photo.as_deref())
+        .await
+        .map_err(refused)?;
     let id = chats::set_user_profile(&gw, &claims.ten, claims.uid, change)
         .await
         .map_err(refused)?;
@@ -158,6 +161,9 @@ pub async fn set_group_profile(
     let claims = authenticate(&gw, &headers).await?;
     super::http::rate(&gw, &claims, super::limits::Action::Change).await?;
     let change = chats::group_profile_change(&body_json(&body)?).map_err(refused)?;
+    super::files::picture(&gw, &claims.ten, claims.uid, change.photo.as_deref())
+        .await
+        .map_err(refused)?;
     let gov = &gw.governance;
     let standing = gov
         .standing(&claims.ten, &topic, claims.uid)

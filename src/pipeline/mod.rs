@@ -254,8 +254,12 @@ pub async fn with_handler<W: WithHandler>(
         }
         "stats" => then.with(stats::StatsHandler::new(codec, pools)).await,
         "references" => {
-            then.with(references::ReferencesHandler::new(codec, pools))
-                .await
+            then.with(references::ReferencesHandler::new(
+                codec,
+                pools,
+                config.files.deleted_retention_secs,
+            ))
+            .await
         }
         "search" => then.with(search::SearchHandler::new(codec, config)).await,
         "scan" => {

@@ -16,11 +16,18 @@ use super::records::{apply_in_order, Handler, Record, RecordFailure};
 pub struct ReferencesHandler {
     codec: EventCodec,
     pools: TenantPools,
+    /// How long a file whose last message went is kept
+    /// (`files.deleted_retention_secs`).
+    retention_secs: u64,
 }
 
 impl ReferencesHandler {
-    pub fn new(codec: EventCodec, pools: TenantPools) -> Self {
-        Self { codec, pools }
+    pub fn new(codec: EventCodec, pools: TenantPools, retention_secs: u64) -> Self {
+        Self {
+            codec,
+            pools,
+            retention_secs,
+        }
     }
 
     async fn apply(&self, e: &GroupEvent) -> Result<(), (FailureKind, String)> {
@@ -38,6 +45,38 @@ impl ReferencesHandler {
                     files::record(pool()?, &[(e.topic.clone(), m.seq, kind, m.created_at)])
                         .await
                         .map_err(db)?;
+                }
+                // Its uploads, as the send path recorded them (a replay
+                // writes them again).
+                let content = m
+                    .content
+                    .as_deref()
+                    .and_then(|c| serde_json::from_str(c).ok())
+                    .unwrap_or_default();
+                for id in crate::files::referenced(&content) {
+                    crate::files::refer(pool()?, &id, &e.topic, m.seq)
+                        .await
+                        .map_err(db)?;
+                }
+            }
+            // The message's uploads: unreachable for readers already (the
+            // read path), now queued to go once nothing else refers to them.
+            GroupEventBody::MessageRecalled(r) => {
+                crate::files::unrefer(pool()?, &e.topic, r.seq, r.seq + 1, self.retention_secs)
+                    .await
+                    .map_err(db)?;
+            }
+            GroupEventBody::MessageDeleted(d) => {
+                for range in &d.ranges {
+                    crate::files::unrefer(
+                        pool()?,
+                        &e.topic,
+                        range.low,
+                        range.hi,
+                        self.retention_secs,
+                    )
+                    .await
+                    .map_err(db)?;
                 }
             }
             GroupEventBody::MessageReported(r) => {

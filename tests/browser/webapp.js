@@ -45,7 +45,7 @@ let shot = 0;
 async function person(browser, label) {
   const context = await browser.newContext({ viewport: { width: 1100, height: 760 } });
   const page = await context.newPage();
-  const who = { label, context, page, requests: new Map(), errors: [], offsite: [], log: [] };
+  const who = { label, context, page, requests: new Map(), errors: [], offsite: [], log: [], notices: [], token: null, refs: [] };
   everyone.push(who);
   page.on('console', (m) => {
     if (m.type() === 'error') who.errors.push(m.text());
@@ -70,6 +70,16 @@ async function person(browser, label) {
       who.log.push('< ' + String(f.payload).slice(0, 300));
       let msg;
       try { msg = JSON.parse(f.payload); } catch (_) { return; }
+      // The session's token (an address with `auth`/`secret` needs it) and
+      // imstream's notices (`{pres topic="me" what="upd" event}`).
+      if (msg.ctrl && msg.ctrl.params && msg.ctrl.params.token) who.token = msg.ctrl.params.token;
+      if (msg.pres && msg.pres.event) who.notices.push(msg.pres);
+      // The uploads messages refer to (`ent[].data.ref`), by name.
+      const ents = msg.data && msg.data.content && msg.data.content.ent;
+      for (const e of Array.isArray(ents) ? ents : []) {
+        const ref = e && e.data && e.data.ref;
+        if (typeof ref === 'string' && ref.startsWith('/v0/file/s/')) who.refs.push({ name: e.data.name, ref });
+      }
       const reply = msg.ctrl || msg.meta;
       if (reply && reply.id && who.requests.has(reply.id)) {
         const r = who.requests.get(reply.id);
@@ -471,6 +481,41 @@ async function steps(browser) {
       if (!got.equals(pdf)) throw new Error(`B saved ${got.length} bytes, not the ${pdf.length} A sent`);
       await noErrorBox(b, 'saving a file');
       await screenshot(b, 'pdf-received');
+      // Carol, in neither chat, is refused its address (the same 404 as
+      // for no file at all).
+      const pdfRef = b.refs.find((r) => r.name === 'report.pdf');
+      if (!pdfRef) throw new Error('B: no {data} referring to report.pdf');
+      const carol = people.find((p) => p.label === 'c');
+      if (carol) {
+        const status = await carol.page.evaluate(async ([url, token]) =>
+          (await fetch(`${url}?auth=token&secret=${encodeURIComponent(token)}`)).status, [pdfRef.ref, carol.token]);
+        if (status !== 404) throw new Error(`c: a chat she is not in gave her its file: ${status}`);
+      }
+
+      // A sends a file the scan flags (it holds the EICAR test string; over
+      // the app's inline size, so it is uploaded): B sees it arrive, is told
+      // live that it is no longer available, and its address answers 410 to
+      // B and to A alike.
+      const eicar = Buffer.concat([
+        Buffer.from('X5O!P%@AP[4\\PZX54(P^)7CC)7}$EICAR-STANDARD-ANTIVIRUS-TEST-FILE!$H+H*\n'),
+        Buffer.from('notes '.repeat(50_000)),
+      ]);
+      await a.page.locator('#send-message-panel input[type=file]:not([accept])')
+        .setInputFiles({ name: 'notes.txt', mimeType: 'text/plain', buffer: eicar });
+      await a.page.locator('#send-message-panel a', { has: a.page.locator('i.material-icons', { hasText: /^send$/ }) }).first().click();
+      await b.page.locator('#messages-panel .attachment', { hasText: 'notes.txt' }).last().waitFor(WAIT);
+      const flagged = (who) => who.notices.find((p) => p.event === 'file.unavailable');
+      const told = Date.now() + 20000;
+      while (!(flagged(a) && flagged(b)) && Date.now() < told) await b.page.waitForTimeout(100);
+      for (const who of [a, b]) {
+        const notice = flagged(who);
+        if (!notice) throw new Error(`${who.label}: no live file.unavailable within 20 s`);
+        const status = await who.page.evaluate(async ([url, token]) =>
+          (await fetch(`${url}?auth=token&secret=${encodeURIComponent(token)}`)).status, [notice.params.url, who.token]);
+        if (status !== 410) throw new Error(`${who.label}: the flagged file answered ${status}, not 410`);
+      }
+      await noErrorBox(b, 'a flagged file');
+      await screenshot(b, 'file-flagged');
 
       // A turns Incognito on (Settings → Security): B's list shows her
       // offline at once, and still after she signs in again, where the

@@ -92,6 +92,67 @@ pub async fn s3_bucket(bucket: &str) -> std::collections::BTreeMap<String, Strin
     .collect()
 }
 
+/// A multipart form with one field `file` named `name` (sent with the
+/// content type `claimed`, which the server must not believe).
+pub fn upload_form(name: &str, claimed: &str, bytes: &[u8]) -> (String, Vec<u8>) {
+    let boundary = format!("imstream-test-{}", rand::random::<u64>());
+    let mut body = Vec::new();
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
+             Content-Type: {claimed}\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(bytes);
+    body.extend_from_slice(
+        format!(
+            "\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n7\r\n--{boundary}--\r\n"
+        )
+        .as_bytes(),
+    );
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// `POST /v0/file/u/` as Tinode's clients send it: status and the `{ctrl}`.
+pub async fn upload(
+    addr: std::net::SocketAddr,
+    token: &str,
+    name: &str,
+    claimed: &str,
+    bytes: &[u8],
+) -> (u16, serde_json::Value) {
+    let (content_type, body) = upload_form(name, claimed, bytes);
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/v0/file/u/"))
+        .header("X-Tinode-APIKey", "AQEAAAABAAD_rAp4DJh05a1HAwFT3A6K")
+        .header("X-Tinode-Auth", format!("Token {token}"))
+        .header("Content-Type", content_type)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// Every file below `dir`.
+pub fn files_below(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_below(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
 static STACK: OnceLock<()> = OnceLock::new();
 
 /// Starts the local stack unless its services already answer.

@@ -47,10 +47,24 @@ impl Session {
         };
         // The whole description is checked before anything is created: a
         // picture or note the group could not keep refuses the create.
-        if let Some(Err(Refusal(code, text))) = public
+        let checked = match public
             .as_ref()
             .map(crate::gateway::chats::group_profile_change)
         {
+            Some(Err(refusal)) => Err(refusal),
+            // An uploaded picture must be the creator's own.
+            Some(Ok(change)) => {
+                crate::gateway::files::picture(
+                    &self.gateway,
+                    &who.tenant,
+                    who.uid,
+                    change.photo.as_deref(),
+                )
+                .await
+            }
+            None => Ok(()),
+        };
+        if let Err(Refusal(code, text)) = checked {
             self.reply(ctrl(id.as_deref(), Some(&asked), code, &text, None))
                 .await;
             return;

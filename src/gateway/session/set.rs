@@ -225,6 +225,13 @@ impl Session {
         let who = self.identity.clone().expect("logged in");
         if topic == "me" {
             let change = chats::user_profile_change(public)?;
+            crate::gateway::files::picture(
+                &self.gateway,
+                &who.tenant,
+                who.uid,
+                change.photo.as_deref(),
+            )
+            .await?;
             chats::set_user_profile(&self.gateway, &who.tenant, who.uid, change).await?;
             return Ok(());
         }
@@ -235,6 +242,13 @@ impl Session {
             ));
         }
         let change = chats::group_profile_change(public)?;
+        crate::gateway::files::picture(
+            &self.gateway,
+            &who.tenant,
+            who.uid,
+            change.photo.as_deref(),
+        )
+        .await?;
         let gov = &self.gateway.governance;
         let standing = gov
             .standing(&who.tenant, topic, who.uid)
