@@ -503,10 +503,22 @@ async fn uploads_nobody_refers_to_and_uploads_never_finished_are_swept() {
     )
     .await;
     assert!(status < 300, "{status} {body}");
-    assert_eq!(
-        download(gw, &token_b, recalled, false, None).await.status,
-        404
-    );
+    // As soon as the recall is applied (the read path decides on the
+    // message as stored).
+    common::wait_for(
+        "B refused the recalled picture",
+        std::time::Duration::from_secs(10),
+        || {
+            let token_b = token_b.clone();
+            async move {
+                match download(gw, &token_b, recalled, false, None).await.status {
+                    404 => Ok(()),
+                    other => Err(other.to_string()),
+                }
+            }
+        },
+    )
+    .await;
     let id = recalled.trim_start_matches("/v0/file/s/").to_string();
     common::wait_for(
         "the recalled picture queued to go",

@@ -95,8 +95,16 @@ async fn stack_with_webapp() -> Stack {
     cmd.env_remove("IMSTREAM_PASSWORD");
     let ran = common::process::run_async(cmd, Some(&format!("{DAVE_PASSWORD}\n"))).await;
     assert!(ran.ok, "imstream users add: {}", ran.printed());
-    // The test scanner: a file holding the EICAR string is flagged.
-    stack.world.config.files.scanner = "eicar".into();
+    // A scanner program (`exec:`): a file holding the EICAR test string is
+    // flagged, a moment after the upload (as a real scanner takes), so the
+    // app's message referring to it is sent first.
+    let scanner = common::repo_root().join(format!("target/tmp/scan-{}.sh", stack.world.id));
+    std::fs::write(
+        &scanner,
+        "sleep 2\nif grep -q 'EICAR-STANDARD-ANTIVIRUS-TEST-FILE'; then echo 'EICAR test file'; exit 1; fi\nexit 0\n",
+    )
+    .expect("scanner script");
+    stack.world.config.files.scanner = format!("exec:/bin/sh {}", scanner.display());
     for p in imstream::pipeline::PIPELINES {
         stack.start_pipeline(p).await;
     }

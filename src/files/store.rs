@@ -100,6 +100,34 @@ impl FileStore {
     }
 }
 
+impl FileStore {
+    /// Removes what an upload cut short (its gateway killed) may have left
+    /// beside `key`: the local filesystem stages parts as `<key>#<n>`
+    /// files. (An S3 store's incomplete multipart uploads are for the
+    /// bucket's lifecycle rule: no record names them.)
+    pub fn discard_staged(&self, key: &Path) {
+        let Some(file) = self.location.local_file(key) else {
+            return;
+        };
+        let (Some(dir), Some(name)) = (file.parent(), file.file_name().and_then(|n| n.to_str()))
+        else {
+            return;
+        };
+        let staged = format!("{name}#");
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&staged))
+            {
+                if let Err(e) = std::fs::remove_file(entry.path()) {
+                    tracing::warn!(path = %entry.path().display(), error = %e, "a staged part was not removed");
+                }
+            }
+        }
+    }
+}
+
 /// An upload being written.
 pub struct Upload {
     parts: WriteMultipart,

@@ -117,7 +117,9 @@ async fn remove(
     state: &str,
 ) -> anyhow::Result<()> {
     if let Some(file) = FileId::parse(id) {
-        store.delete(&store.key(tenant, uploader, &file)).await?;
+        let key = store.key(tenant, uploader, &file);
+        store.delete(&key).await?;
+        store.discard_staged(&key);
     }
     sqlx::query("DELETE FROM im_files WHERE file_id = ? AND state = ?")
         .bind(id)

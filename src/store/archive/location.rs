@@ -30,6 +30,8 @@ pub struct ArchiveLocation {
     prefix: Path,
     /// The root as configured, for messages.
     shown: String,
+    /// The local filesystem: an object's path is `/<its key>`.
+    local: bool,
 }
 
 impl fmt::Debug for ArchiveLocation {
@@ -98,6 +100,7 @@ impl ArchiveLocation {
             store,
             prefix: path,
             shown: root.to_string(),
+            local: false,
         })
     }
 
@@ -111,7 +114,14 @@ impl ArchiveLocation {
             store: Arc::new(object_store::local::LocalFileSystem::new()),
             prefix,
             shown: root.to_string(),
+            local: true,
         })
+    }
+
+    /// The file an object of the local filesystem is (`None` elsewhere).
+    pub fn local_file(&self, key: &Path) -> Option<std::path::PathBuf> {
+        self.local
+            .then(|| std::path::PathBuf::from(format!("/{}", key.as_ref())))
     }
 
     /// The location `shards.archive_url` (or the older `archive_dir`) names.
