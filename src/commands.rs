@@ -566,6 +566,10 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
     )
     .await?;
     seed_demo(config).await?;
+    // The operator's view, where every process serves it (the gateway's
+    // public port serves health only): the benchmarks read it.
+    crate::telemetry::serve_ops(config.telemetry.listen, readiness.clone(), shutdown.clone())
+        .await?;
 
     let tokens = crate::auth::Tokens::new(&config);
     println!("imstream dev is up:");
@@ -594,7 +598,7 @@ async fn dev(config: &Config, args: DevArgs) -> anyhow::Result<()> {
     println!("  schema registry     http://{}", registry.addr);
     println!(
         "  metrics, health     http://{}/metrics  /healthz  /readyz",
-        gateway.addr
+        config.telemetry.listen
     );
     for user in &config.auth.dev_users {
         let token = tokens.issue(&user.tenant, user.uid, "dev", 0, 0).token;

@@ -55,17 +55,10 @@ async fn download(
     }
 }
 
-/// A picture's bytes: PNG's signature, then `len` pseudo-random bytes.
+/// A picture's bytes: PNG's signature, then `len` pseudo-random bytes
+/// (the benchmark's).
 fn png(len: usize, seed: u64) -> Vec<u8> {
-    let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
-    let mut x = seed | 1;
-    bytes.extend((0..len).map(|_| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x as u8
-    }));
-    bytes
+    imstream::bench::files::picture(len as u64 + 8, seed)
 }
 
 /// A message of `uid` in `topic` (`grp…`, or a peer's uid for one to one)
@@ -583,6 +576,19 @@ async fn uploads_nobody_refers_to_and_uploads_never_finished_are_swept() {
     );
 }
 
+/// `PUT /v1/me/profile` of `uid` with `photo`.
+async fn set_photo(stack: &Stack, gw: SocketAddr, uid: i64, photo: &str) -> (u16, Value) {
+    call(
+        stack,
+        gw,
+        uid,
+        "PUT",
+        "/v1/me/profile",
+        json!({ "photo": photo }),
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_uploaded_picture_is_served_to_every_user_of_the_tenant() {
     let mut stack = Stack::prepared(None).await;
@@ -610,25 +616,9 @@ async fn an_uploaded_picture_is_served_to_every_user_of_the_tenant() {
 
     // Nobody makes someone else's upload their picture (it would show the
     // file to the whole tenant): the same answer as for no file at all.
-    let (status, body) = call(
-        &stack,
-        gw,
-        B,
-        "PUT",
-        "/v1/me/profile",
-        json!({"photo": urls[0]}),
-    )
-    .await;
+    let (status, body) = set_photo(&stack, gw, B, &urls[0]).await;
     assert_eq!(status, 403, "{body}");
-    let (status, body) = call(
-        &stack,
-        gw,
-        B,
-        "PUT",
-        "/v1/me/profile",
-        json!({"photo": "/v0/file/s/abcdefghijklmnopqrstuvwxyz"}),
-    )
-    .await;
+    let (status, body) = set_photo(&stack, gw, B, "/v0/file/s/abcdefghijklmnopqrstuvwxyz").await;
     assert_eq!(status, 403, "{body}");
     assert_eq!(
         download(gw, &token(C), &urls[0], true, None).await.status,
@@ -636,15 +626,7 @@ async fn an_uploaded_picture_is_served_to_every_user_of_the_tenant() {
     );
 
     // A's own picture, over HTTP: everyone loads it, as an <img> does.
-    let (status, body) = call(
-        &stack,
-        gw,
-        A,
-        "PUT",
-        "/v1/me/profile",
-        json!({"photo": urls[0]}),
-    )
-    .await;
+    let (status, body) = set_photo(&stack, gw, A, &urls[0]).await;
     assert_eq!(status, 202, "{body}");
     for uid in [B, C] {
         let got = download(gw, &token(uid), &urls[0], true, None).await;

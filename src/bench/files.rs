@@ -55,7 +55,7 @@ const MB: u64 = 1_000_000;
 
 /// `len` bytes of a picture: PNG's signature, then bytes that do not
 /// compress.
-fn picture(len: u64, seed: u64) -> Vec<u8> {
+pub fn picture(len: u64, seed: u64) -> Vec<u8> {
     let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
     let mut x = seed | 1;
     bytes.extend((8..len).map(|_| {
@@ -167,12 +167,15 @@ pub async fn run(config: &Config, args: FilesArgs) -> anyhow::Result<()> {
 
     // Concurrent uploads, one per user.
     let each = args.each_mb * MB;
+    // Every file made first: the uploads then start together.
+    let files: Vec<Vec<u8>> = (0..args.concurrent)
+        .map(|i| picture(each, i as u64 + 2))
+        .collect();
     let costs = Costs::start();
     let started = Instant::now();
     let mut running = Vec::new();
-    for i in 0..args.concurrent {
+    for (i, bytes) in files.into_iter().enumerate() {
         let (web, url, token) = (web.clone(), url.clone(), token(base_uid + 1 + i as i64));
-        let bytes = picture(each, i as u64 + 2);
         running.push(tokio::spawn(async move {
             let asked = Instant::now();
             upload(&web, &url, &token, bytes)
