@@ -338,6 +338,16 @@ async fn scanned(stack: &Stack, url: &str) -> String {
     panic!("{url} not scanned within 20 s");
 }
 
+/// The seq of the message of `GROUP` that refers to the file at `url`.
+async fn file_seq(stack: &Stack, url: &str) -> i64 {
+    sqlx::query_scalar("SELECT seq FROM im_file_refs WHERE file_id = ? AND topic = ?")
+        .bind(url.trim_start_matches("/v0/file/s/"))
+        .bind(GROUP)
+        .fetch_one(&stack.pool())
+        .await
+        .unwrap()
+}
+
 /// An operator's `file.audit.update` of message `seq` of `GROUP`.
 async fn audit(stack: &Stack, gw: SocketAddr, id: &str, seq: i64, status: &str) {
     let resp = reqwest::Client::new()
@@ -438,19 +448,44 @@ async fn a_flagged_or_blocked_file_is_gone_for_everyone_at_once_and_told_live() 
     let back = download(gw, &token(B), &good, false, None).await;
     assert_eq!(back.status, 200);
     assert_eq!(back.body, picture);
-    // An `ok` audit never brings back what the scan flagged.
-    let flagged_seq: i64 =
-        sqlx::query_scalar("SELECT seq FROM im_file_refs WHERE file_id = ? AND topic = ?")
-            .bind(bad.trim_start_matches("/v0/file/s/"))
-            .bind(GROUP)
-            .fetch_optional(&stack.pool())
-            .await
-            .unwrap()
-            .unwrap_or(0);
-    if flagged_seq > 0 {
-        audit(&stack, gw, "audit-ok-2", flagged_seq, "ok").await;
-        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-        assert_eq!(download(gw, &token(B), &bad, false, None).await.status, 410);
+    // An `ok` audit never brings back what the scan flagged: neither when
+    // the scan came first, nor when an operator's block did (the scan's
+    // verdict takes over). Commands run in order: a later block, told
+    // live, says the `ok`s before it are done.
+    stack.stop_pipeline("scan").await;
+    let (status, ctrl) = upload(gw, &token(A), "again.txt", "text/plain", &text).await;
+    assert_eq!(status, 200, "{ctrl}");
+    let blocked_first = ctrl["ctrl"]["params"]["url"].as_str().unwrap().to_string();
+    let (status, body) = send_picture(&stack, gw, A, GROUP, &blocked_first, "bad-2").await;
+    assert_eq!(status, 202, "{body}");
+    audit(
+        &stack,
+        gw,
+        "audit-block-2",
+        file_seq(&stack, &blocked_first).await,
+        "blocked",
+    )
+    .await;
+    let told = notice(&mut b, "file.unavailable", &blocked_first).await;
+    assert_eq!(told["by"], json!("audit"), "{told}");
+    stack.start_pipeline("scan").await;
+    assert_eq!(scanned(&stack, &blocked_first).await, "flagged");
+    audit(&stack, gw, "audit-ok-2", file_seq(&stack, &bad).await, "ok").await;
+    audit(
+        &stack,
+        gw,
+        "audit-ok-3",
+        file_seq(&stack, &blocked_first).await,
+        "ok",
+    )
+    .await;
+    audit(&stack, gw, "audit-block-3", seq, "blocked").await;
+    notice(&mut b, "file.unavailable", &good).await;
+    for flagged in [&bad, &blocked_first] {
+        assert_eq!(
+            download(gw, &token(B), flagged, false, None).await.status,
+            410
+        );
     }
 }
 
@@ -468,12 +503,12 @@ async fn uploads_nobody_refers_to_and_uploads_never_finished_are_swept() {
     stack.create_group(GROUP, A, &[B]).await;
     let token = stack.token(A, "web");
     let mut urls = Vec::new();
-    for seed in [1, 2, 3] {
+    for seed in [1, 2, 3, 4] {
         let (status, ctrl) = upload(gw, &token, "p.png", "image/png", &png(10_000, seed)).await;
         assert_eq!(status, 200, "{ctrl}");
         urls.push(ctrl["ctrl"]["params"]["url"].as_str().unwrap().to_string());
     }
-    let (kept, dropped, recalled) = (&urls[0], &urls[1], &urls[2]);
+    let (kept, dropped, recalled, edited) = (&urls[0], &urls[1], &urls[2], &urls[3]);
     let (status, body) = send_picture(&stack, gw, A, GROUP, kept, "kept").await;
     assert_eq!(status, 202, "{body}");
     // A recalls a message with a picture: B loses it at once, and it goes
@@ -512,24 +547,82 @@ async fn uploads_nobody_refers_to_and_uploads_never_finished_are_swept() {
         },
     )
     .await;
-    let id = recalled.trim_start_matches("/v0/file/s/").to_string();
+    // A message edited to carry a picture, then recalled: the picture goes
+    // with it (its reference is the message's, not the edit's).
+    let (status, body) = call(
+        &stack,
+        gw,
+        A,
+        "POST",
+        &format!("/v1/groups/{GROUP}/messages"),
+        json!({"content": "see below", "client_msg_id": "plain"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let plain = body["seq"].as_i64().unwrap();
+    let content = json!({
+        "txt": " ", "fmt": [{"at": 0, "len": 1, "key": 0}],
+        "ent": [{"tp": "IM", "data": {"mime": "image/png", "ref": edited, "name": "e.png"}}]
+    });
+    let (status, body) = call(
+        &stack,
+        gw,
+        A,
+        "PATCH",
+        &format!("/v1/groups/{GROUP}/messages/{plain}"),
+        json!({"content": content, "client_msg_id": "edit"}),
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
+    assert_eq!(
+        download(gw, &token_b, edited, false, None).await.status,
+        200
+    );
+    let (status, body) = call(
+        &stack,
+        gw,
+        A,
+        "DELETE",
+        &format!("/v1/groups/{GROUP}/messages/{plain}"),
+        json!({}),
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
     common::wait_for(
-        "the recalled picture queued to go",
+        "B refused the edited-in picture",
+        std::time::Duration::from_secs(10),
+        || {
+            let token_b = token_b.clone();
+            async move {
+                match download(gw, &token_b, edited, false, None).await.status {
+                    404 => Ok(()),
+                    other => Err(other.to_string()),
+                }
+            }
+        },
+    )
+    .await;
+    let ids: Vec<String> = [recalled, edited]
+        .map(|u| u.trim_start_matches("/v0/file/s/").to_string())
+        .to_vec();
+    common::wait_for(
+        "the recalled pictures queued to go",
         std::time::Duration::from_secs(20),
         || {
-            let (pool, id) = (stack.pool(), id.clone());
+            let (pool, ids) = (stack.pool(), ids.clone());
             async move {
                 let queued: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM im_files WHERE file_id = ? AND delete_after IS NOT NULL",
+                    "SELECT COUNT(*) FROM im_files WHERE file_id IN (?, ?) AND delete_after IS NOT NULL",
                 )
-                .bind(id)
+                .bind(&ids[0])
+                .bind(&ids[1])
                 .fetch_one(&pool)
                 .await
                 .unwrap();
-                if queued == 1 {
+                if queued == 2 {
                     Ok(())
                 } else {
-                    Err("not queued".to_string())
+                    Err(format!("{queued} of 2 queued"))
                 }
             }
         },
@@ -545,7 +638,7 @@ async fn uploads_nobody_refers_to_and_uploads_never_finished_are_swept() {
     .execute(&stack.pool())
     .await
     .unwrap();
-    assert_eq!(common::files_below(&dir).len(), 3);
+    assert_eq!(common::files_below(&dir).len(), 4);
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     stack.shard_pass(None).await;
 

@@ -176,23 +176,40 @@ pub async fn refs(pool: &MySqlPool, id: &FileId) -> sqlx::Result<Vec<FileRef>> {
 }
 
 /// Records that message `(topic, seq)` (or a profile picture: `topic`
-/// empty, `seq` the user or group) refers to the file. Idempotent.
-pub async fn refer(pool: &MySqlPool, id: &FileId, topic: &str, seq: i64) -> sqlx::Result<()> {
+/// empty, `seq` the user) refers to the file. Idempotent. False, and
+/// nothing recorded, when the file is no longer kept (the sweep took it
+/// meanwhile): the caller refuses what would refer to it.
+pub async fn refer(pool: &MySqlPool, id: &FileId, topic: &str, seq: i64) -> sqlx::Result<bool> {
+    // First the file (its row lock orders this against the sweep's
+    // conditional update): referred to, no longer queued to go.
+    let kept = sqlx::query(
+        "UPDATE im_files SET referenced_at = COALESCE(referenced_at, CURRENT_TIMESTAMP(3)), \
+         delete_after = NULL WHERE file_id = ? AND state IN ('stored', 'unavailable')",
+    )
+    .bind(id.as_str())
+    .execute(pool)
+    .await?;
+    if kept.rows_affected() == 0 {
+        return Ok(false);
+    }
     sqlx::query("INSERT IGNORE INTO im_file_refs (file_id, topic, seq) VALUES (?, ?, ?)")
         .bind(id.as_str())
         .bind(topic)
         .bind(seq)
         .execute(pool)
         .await?;
-    // Referred to again: no longer queued to go.
-    sqlx::query(
-        "UPDATE im_files SET referenced_at = COALESCE(referenced_at, CURRENT_TIMESTAMP(3)), \
-         delete_after = NULL WHERE file_id = ?",
-    )
-    .bind(id.as_str())
-    .execute(pool)
-    .await?;
-    Ok(())
+    Ok(true)
+}
+
+/// Whether the file is some profile's picture (every user of the tenant
+/// may read it already).
+pub async fn is_picture(pool: &MySqlPool, id: &FileId) -> sqlx::Result<bool> {
+    let n: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM im_file_refs WHERE file_id = ? AND topic = ''")
+            .bind(id.as_str())
+            .fetch_one(pool)
+            .await?;
+    Ok(n > 0)
 }
 
 /// Who made a file unavailable.
@@ -215,12 +232,18 @@ impl Verdict {
 }
 
 /// Makes a stored file unavailable to everyone (`410`); false when it was
-/// not stored (unavailable already, deleted, or never completed).
+/// not stored (unavailable already, deleted, or never completed). The
+/// scan's verdict also takes over an audit's (an `ok` audit must never
+/// serve what the scan flagged).
 pub async fn make_unavailable(pool: &MySqlPool, id: &FileId, by: Verdict) -> sqlx::Result<bool> {
-    let done = sqlx::query(
+    let states = match by {
+        Verdict::Scan => "'stored', 'unavailable'",
+        Verdict::Audit => "'stored'",
+    };
+    let done = sqlx::query(&format!(
         "UPDATE im_files SET state = 'unavailable', unavailable_by = ? \
-         WHERE file_id = ? AND state = 'stored'",
-    )
+         WHERE file_id = ? AND state IN ({states})"
+    ))
     .bind(by.as_str())
     .bind(id.as_str())
     .execute(pool)
@@ -233,7 +256,8 @@ pub async fn make_unavailable(pool: &MySqlPool, id: &FileId, by: Verdict) -> sql
 pub async fn restore_audited(pool: &MySqlPool, id: &FileId) -> sqlx::Result<bool> {
     let done = sqlx::query(
         "UPDATE im_files SET state = 'stored', unavailable_by = '' \
-         WHERE file_id = ? AND state = 'unavailable' AND unavailable_by = 'audit'",
+         WHERE file_id = ? AND state = 'unavailable' AND unavailable_by = 'audit' \
+         AND scan <> 'flagged'",
     )
     .bind(id.as_str())
     .execute(pool)

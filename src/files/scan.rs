@@ -10,7 +10,7 @@ use object_store::path::Path;
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::store::FileStore;
+use super::store::{ByteStream, FileStore};
 
 /// The EICAR anti-malware test string: every scanner flags it, and
 /// nothing else carries it by accident.
@@ -36,6 +36,8 @@ pub enum Scanner {
 pub enum Outcome {
     Clean,
     Flagged(String),
+    /// The store has no such object (swept or lost): nothing to scan.
+    Missing,
 }
 
 /// The file a webhook is asked about (it reads the bytes from the store
@@ -115,8 +117,20 @@ impl EicarFinder {
     }
 }
 
+/// The object's bytes, or `Missing` when the store has none.
+async fn bytes_of(store: &FileStore, key: &Path) -> Result<Result<ByteStream, Outcome>, String> {
+    match store.read(key, None).await {
+        Ok(bytes) => Ok(Ok(bytes)),
+        Err(object_store::Error::NotFound { .. }) => Ok(Err(Outcome::Missing)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 async fn eicar(store: &FileStore, key: &Path) -> Result<Outcome, String> {
-    let mut bytes = store.read(key, None).await.map_err(|e| e.to_string())?;
+    let mut bytes = match bytes_of(store, key).await? {
+        Ok(bytes) => bytes,
+        Err(missing) => return Ok(missing),
+    };
     let mut finder = EicarFinder::default();
     while let Some(chunk) = bytes.next().await {
         if finder.feed(&chunk.map_err(|e| e.to_string())?) {
@@ -127,6 +141,10 @@ async fn eicar(store: &FileStore, key: &Path) -> Result<Outcome, String> {
 }
 
 async fn exec(argv: &[String], store: &FileStore, key: &Path) -> Result<Outcome, String> {
+    let mut bytes = match bytes_of(store, key).await? {
+        Ok(bytes) => bytes,
+        Err(missing) => return Ok(missing),
+    };
     let mut child = tokio::process::Command::new(&argv[0])
         .args(&argv[1..])
         .stdin(Stdio::piped())
@@ -137,13 +155,21 @@ async fn exec(argv: &[String], store: &FileStore, key: &Path) -> Result<Outcome,
         .map_err(|e| format!("{}: {e}", argv[0]))?;
     let mut stdin = child.stdin.take().ok_or("no stdin")?;
     let mut stdout = child.stdout.take().ok_or("no stdout")?;
-    // Read its answer while it is fed, so neither side waits on a full pipe.
+    // Read its answer while it is fed, so neither side waits on a full
+    // pipe: all of it (a scanner that talks must not die of SIGPIPE), the
+    // first 4 KiB kept.
     let answer = tokio::spawn(async move {
         let mut out = Vec::new();
-        let _ = (&mut stdout).take(4096).read_to_end(&mut out).await;
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            let room = 4096usize.saturating_sub(out.len());
+            out.extend_from_slice(&buf[..n.min(room)]);
+        }
         out
     });
-    let mut bytes = store.read(key, None).await.map_err(|e| e.to_string())?;
     while let Some(chunk) = bytes.next().await {
         let chunk = chunk.map_err(|e| e.to_string())?;
         // A scanner may stop reading once it has decided.

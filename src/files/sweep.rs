@@ -48,8 +48,9 @@ pub async fn sweep(
     .fetch_all(pool)
     .await?;
     for (id, uploader) in stale {
-        remove(tenant, pool, store, &id.0, uploader, "uploading").await?;
-        swept.abandoned += 1;
+        if remove(tenant, pool, store, &id.0, uploader, "uploading").await {
+            swept.abandoned += 1;
+        }
     }
     let unreferenced: Vec<(crate::exact::Exact, i64)> = sqlx::query_as(
         "SELECT file_id, uploader_uid FROM im_files WHERE state IN ('stored', 'deleted') \
@@ -69,8 +70,9 @@ pub async fn sweep(
         .execute(pool)
         .await?;
         if leaving.rows_affected() == 1 {
-            remove(tenant, pool, store, &id.0, uploader, "deleted").await?;
-            swept.unreferenced += 1;
+            if remove(tenant, pool, store, &id.0, uploader, "deleted").await {
+                swept.unreferenced += 1;
+            }
         }
     }
     let expired: Vec<(crate::exact::Exact, i64)> = sqlx::query_as(
@@ -91,8 +93,9 @@ pub async fn sweep(
         .execute(pool)
         .await?;
         if leaving.rows_affected() == 1 {
-            remove(tenant, pool, store, &id.0, uploader, "deleted").await?;
-            swept.retained += 1;
+            if remove(tenant, pool, store, &id.0, uploader, "deleted").await {
+                swept.retained += 1;
+            }
         }
     }
     for (why, n) in [
@@ -107,7 +110,9 @@ pub async fn sweep(
     Ok(swept)
 }
 
-/// The object, then its record (still in `state`).
+/// The object, then its record (still in `state`); whether both went. A
+/// file that cannot go now is logged and left for the next pass: it never
+/// stops the others.
 async fn remove(
     tenant: &str,
     pool: &MySqlPool,
@@ -115,16 +120,26 @@ async fn remove(
     id: &str,
     uploader: i64,
     state: &str,
-) -> anyhow::Result<()> {
-    if let Some(file) = FileId::parse(id) {
-        let key = store.key(tenant, uploader, &file);
-        store.delete(&key).await?;
-        store.discard_staged(&key);
+) -> bool {
+    let removed = async {
+        if let Some(file) = FileId::parse(id) {
+            let key = store.key(tenant, uploader, &file);
+            store.delete(&key).await?;
+            store.discard_staged(&key);
+        }
+        sqlx::query("DELETE FROM im_files WHERE file_id = ? AND state = ?")
+            .bind(id)
+            .bind(state)
+            .execute(pool)
+            .await?;
+        anyhow::Ok(())
     }
-    sqlx::query("DELETE FROM im_files WHERE file_id = ? AND state = ?")
-        .bind(id)
-        .bind(state)
-        .execute(pool)
-        .await?;
-    Ok(())
+    .await;
+    match removed {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(tenant, file = id, error = %e, "a file was not swept; the next pass tries again");
+            false
+        }
+    }
 }

@@ -425,14 +425,25 @@ pub async fn picture(
     };
     let pool = gw.pools.get(tenant).map_err(Refusal::internal)?;
     let record = files::get(pool, &id).await.map_err(Refusal::unavailable)?;
+    let gone = || Refusal(410, format!("file {id} is no longer available"));
     match record {
         Some(r) if r.uploader == uid && r.state == files::State::Stored => {
-            files::refer(pool, &id, "", uid)
-                .await
-                .map_err(Refusal::unavailable)
+            match files::refer(pool, &id, "", uid).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(gone()),
+                Err(e) => Err(Refusal::unavailable(e)),
+            }
         }
-        Some(r) if r.uploader == uid && r.state == files::State::Unavailable => {
-            Err(Refusal(410, format!("file {id} is no longer available")))
+        Some(r) if r.uploader == uid && r.state == files::State::Unavailable => Err(gone()),
+        // Someone's picture already (a client sending a group's current
+        // photo again with a new name): readable by all, nothing to add.
+        Some(r)
+            if r.state == files::State::Stored
+                && files::is_picture(pool, &id)
+                    .await
+                    .map_err(Refusal::unavailable)? =>
+        {
+            Ok(())
         }
         _ => Err(Refusal(
             403,
@@ -453,9 +464,13 @@ pub async fn record_refs(
 ) -> Result<(), Refusal> {
     let pool = gw.pools.get(tenant).map_err(Refusal::internal)?;
     for id in ids {
-        files::refer(pool, id, topic, seq)
+        // Swept since it was checked (nothing referred to it for a day).
+        if !files::refer(pool, id, topic, seq)
             .await
-            .map_err(Refusal::unavailable)?;
+            .map_err(Refusal::unavailable)?
+        {
+            return Err(Refusal(410, format!("file {id} is no longer available")));
+        }
     }
     Ok(())
 }

@@ -155,6 +155,9 @@ pub(super) async fn send_as(
     };
     let allocation = gw.sender.allocate(&request).await;
     if let (Some(seq), false) = (allocation.seq(), shared.is_empty()) {
+        // An edit's files go with the message it replaces (recalling that
+        // one takes them too).
+        let seq = request.edit_of.unwrap_or(seq);
         super::files::record_refs(gw, &request.tenant, &request.topic, seq, &shared)
             .await
             .map_err(refused)?;

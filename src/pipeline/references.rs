@@ -39,8 +39,10 @@ impl ReferencesHandler {
         };
         match &e.body {
             GroupEventBody::MessageSent(m) => {
-                // An edit (a replacement message) is not a file of its own.
-                let edit = matches!(tinode::replaced_seq(m.head.as_deref()), Ok(Some(_)));
+                // An edit (a replacement message) is not a file of its own:
+                // its uploads go with the message it replaces.
+                let replaced = tinode::replaced_seq(m.head.as_deref()).ok().flatten();
+                let edit = replaced.is_some();
                 if let Some(kind) = files::file_kind(m.content.as_deref()).filter(|_| !edit) {
                     files::record(pool()?, &[(e.topic.clone(), m.seq, kind, m.created_at)])
                         .await
@@ -53,8 +55,9 @@ impl ReferencesHandler {
                     .as_deref()
                     .and_then(|c| serde_json::from_str(c).ok())
                     .unwrap_or_default();
+                // (A file swept since is not referred to again.)
                 for id in crate::files::referenced(&content) {
-                    crate::files::refer(pool()?, &id, &e.topic, m.seq)
+                    crate::files::refer(pool()?, &id, &e.topic, replaced.unwrap_or(m.seq))
                         .await
                         .map_err(db)?;
                 }

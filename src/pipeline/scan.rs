@@ -85,6 +85,7 @@ impl ScanHandler {
             .record(started.elapsed().as_secs_f64());
         let outcome = match outcome {
             Outcome::Clean => "clean",
+            Outcome::Missing => "missing",
             Outcome::Flagged(reason) => {
                 tracing::warn!(tenant = %e.tenant_id, file = %id, uploader = e.uid, %reason, "an upload was flagged by the scan");
                 files::make_unavailable(pool, &id, Verdict::Scan)

@@ -105,6 +105,9 @@ impl Session {
         let sender = self.gateway.sender.clone();
         let allocation = sender.allocate(&request).await;
         if let (Some(seq), false) = (allocation.seq(), shared.is_empty()) {
+            // An edit's files go with the message it replaces (recalling
+            // that one takes them too).
+            let seq = request.edit_of.unwrap_or(seq);
             let recorded = crate::gateway::files::record_refs(
                 &self.gateway,
                 &request.tenant,
