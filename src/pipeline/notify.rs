@@ -155,9 +155,10 @@ fn file_frames(e: &UserEvent, f: &FileAvailabilityChanged) -> Vec<Envelope> {
                 }
             }
         }
-        // One event, several conversations of one user: each is told.
+        // One event, several conversations of one user: each is told (a
+        // later event about the same file is told again: its own id).
         for told in out.iter_mut().filter(|o| o.dedup_key.is_empty()) {
-            told.dedup_key = format!("file:{}:{}:{topic}", f.file_id, f.available);
+            told.dedup_key = format!("{}:{topic}", e.event_id);
         }
     }
     out
