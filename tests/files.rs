@@ -489,6 +489,26 @@ async fn a_flagged_or_blocked_file_is_gone_for_everyone_at_once_and_told_live() 
     }
 }
 
+/// A recalls message `seq` of `GROUP`; then B is refused `url` (as soon
+/// as the recall is applied: the read path decides on the message as
+/// stored).
+async fn recall_then_refused(stack: &Stack, gw: SocketAddr, seq: i64, token_b: &str, url: &str) {
+    let path = format!("/v1/groups/{GROUP}/messages/{seq}");
+    let (status, body) = call(stack, gw, A, "DELETE", &path, json!({})).await;
+    assert!(status < 300, "{status} {body}");
+    common::wait_for(
+        "B refused the recalled file",
+        std::time::Duration::from_secs(10),
+        || async move {
+            match download(gw, token_b, url, false, None).await.status {
+                404 => Ok(()),
+                other => Err(other.to_string()),
+            }
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn uploads_nobody_refers_to_and_uploads_never_finished_are_swept() {
     let mut stack = Stack::prepared(None).await;
@@ -521,32 +541,7 @@ async fn uploads_nobody_refers_to_and_uploads_never_finished_are_swept() {
         download(gw, &token_b, recalled, false, None).await.status,
         200
     );
-    let (status, body) = call(
-        &stack,
-        gw,
-        A,
-        "DELETE",
-        &format!("/v1/groups/{GROUP}/messages/{seq}"),
-        json!({}),
-    )
-    .await;
-    assert!(status < 300, "{status} {body}");
-    // As soon as the recall is applied (the read path decides on the
-    // message as stored).
-    common::wait_for(
-        "B refused the recalled picture",
-        std::time::Duration::from_secs(10),
-        || {
-            let token_b = token_b.clone();
-            async move {
-                match download(gw, &token_b, recalled, false, None).await.status {
-                    404 => Ok(()),
-                    other => Err(other.to_string()),
-                }
-            }
-        },
-    )
-    .await;
+    recall_then_refused(&stack, gw, seq, &token_b, recalled).await;
     // A message edited to carry a picture, then recalled: the picture goes
     // with it (its reference is the message's, not the edit's).
     let (status, body) = call(
@@ -578,30 +573,7 @@ async fn uploads_nobody_refers_to_and_uploads_never_finished_are_swept() {
         download(gw, &token_b, edited, false, None).await.status,
         200
     );
-    let (status, body) = call(
-        &stack,
-        gw,
-        A,
-        "DELETE",
-        &format!("/v1/groups/{GROUP}/messages/{plain}"),
-        json!({}),
-    )
-    .await;
-    assert!(status < 300, "{status} {body}");
-    common::wait_for(
-        "B refused the edited-in picture",
-        std::time::Duration::from_secs(10),
-        || {
-            let token_b = token_b.clone();
-            async move {
-                match download(gw, &token_b, edited, false, None).await.status {
-                    404 => Ok(()),
-                    other => Err(other.to_string()),
-                }
-            }
-        },
-    )
-    .await;
+    recall_then_refused(&stack, gw, plain, &token_b, edited).await;
     let ids: Vec<String> = [recalled, edited]
         .map(|u| u.trim_start_matches("/v0/file/s/").to_string())
         .to_vec();
