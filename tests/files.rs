@@ -338,6 +338,15 @@ async fn scanned(stack: &Stack, url: &str) -> String {
     panic!("{url} not scanned within 20 s");
 }
 
+/// A, B and C's web session tokens (taken before the stack is borrowed
+/// mutably again).
+fn web_tokens(stack: &Stack) -> std::collections::HashMap<i64, String> {
+    [A, B, C]
+        .map(|u| (u, stack.token(u, "web")))
+        .into_iter()
+        .collect()
+}
+
 /// The seq of the message of `GROUP` that refers to the file at `url`.
 async fn file_seq(stack: &Stack, url: &str) -> i64 {
     sqlx::query_scalar("SELECT seq FROM im_file_refs WHERE file_id = ? AND topic = ?")
@@ -382,10 +391,7 @@ async fn a_flagged_or_blocked_file_is_gone_for_everyone_at_once_and_told_live() 
     }
     let gw = stack.start_gateway("gw").await;
     stack.create_group(GROUP, A, &[B]).await;
-    let tokens: std::collections::HashMap<i64, String> = [A, B, C]
-        .map(|u| (u, stack.token(u, "web")))
-        .into_iter()
-        .collect();
+    let tokens = web_tokens(&stack);
     let token = |uid: i64| tokens[&uid].clone();
     // B reads the group; C has a one-to-one chat with A.
     let mut b = common::Ws::connect(gw, &token(B)).await;
@@ -662,10 +668,7 @@ async fn an_uploaded_picture_is_served_to_every_user_of_the_tenant() {
     }
     let gw = stack.start_gateway("gw").await;
     stack.create_group(GROUP, A, &[B]).await;
-    let tokens: std::collections::HashMap<i64, String> = [A, B, C]
-        .map(|u| (u, stack.token(u, "web")))
-        .into_iter()
-        .collect();
+    let tokens = web_tokens(&stack);
     let token = |uid: i64| tokens[&uid].clone();
     let mut urls = Vec::new();
     for seed in [1, 2, 3] {
