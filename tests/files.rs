@@ -495,6 +495,82 @@ async fn a_flagged_or_blocked_file_is_gone_for_everyone_at_once_and_told_live() 
     }
 }
 
+/// A scanner reached but failing on one file (a file crafted to make it
+/// fail): the file is asked about three times, then held unavailable to
+/// everyone (`410`, told live, outcome `failed`), and the uploads after it
+/// are still scanned, in order. A scanner that cannot be reached at all
+/// fails nothing: its files wait, and are scanned once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_file_the_scanner_fails_on_is_held_and_the_uploads_after_it_are_scanned() {
+    let mut stack = Stack::prepared(None).await;
+    let script = common::repo_root().join(format!("target/tmp/scan-fails-{}.sh", stack.world.id));
+    std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+    std::fs::write(
+        &script,
+        "t=$(mktemp); cat > \"$t\"\n\
+         if grep -q 'MAKES-THE-SCANNER-FAIL' \"$t\"; then rm -f \"$t\"; echo 'no idea' >&2; exit 3; fi\n\
+         if grep -q 'EICAR-STANDARD-ANTIVIRUS-TEST-FILE' \"$t\"; then rm -f \"$t\"; echo 'EICAR'; exit 1; fi\n\
+         rm -f \"$t\"; exit 0\n",
+    )
+    .unwrap();
+    // First no scanner at all (the program is missing).
+    stack.world.config.files.scanner = "exec:/nonexistent/scanner".into();
+    stack.start_pipeline("notify").await;
+    stack.start_pipeline("scan").await;
+    let gw = stack.start_gateway("gw").await;
+    let token = stack.token(A, "web");
+    let mut a = common::Ws::connect(gw, &token).await;
+    let up = |name: &'static str, bytes: Vec<u8>| {
+        let token = token.clone();
+        async move {
+            let (status, ctrl) = upload(gw, &token, name, "text/plain", &bytes).await;
+            assert_eq!(status, 200, "{ctrl}");
+            ctrl["ctrl"]["params"]["url"].as_str().unwrap().to_string()
+        }
+    };
+    let waiting = up("waits.txt", b"an ordinary note".to_vec()).await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let id = waiting.trim_start_matches("/v0/file/s/");
+    let scan: String = sqlx::query_scalar("SELECT scan FROM im_files WHERE file_id = ?")
+        .bind(id)
+        .fetch_one(&stack.pool())
+        .await
+        .unwrap();
+    assert_eq!(scan, "pending", "an unreachable scanner decides nothing");
+    assert_eq!(
+        download(gw, &token, &waiting, false, None).await.status,
+        200
+    );
+
+    // The scanner back; a file it fails on, then a flagged and a clean one.
+    stack.stop_pipeline("scan").await;
+    stack.world.config.files.scanner = format!("exec:/bin/sh {}", script.display());
+    let failing = up("odd.txt", b"this MAKES-THE-SCANNER-FAIL, always".to_vec()).await;
+    let mut eicar = b"after it: ".to_vec();
+    eicar.extend_from_slice(imstream::files::scan::EICAR);
+    let flagged = up("bad.txt", eicar).await;
+    let clean = up("fine.txt", b"a clean note".to_vec()).await;
+    stack.start_pipeline("scan").await;
+    assert_eq!(scanned(&stack, &waiting).await, "clean");
+    assert_eq!(scanned(&stack, &failing).await, "failed");
+    assert_eq!(scanned(&stack, &flagged).await, "flagged");
+    assert_eq!(scanned(&stack, &clean).await, "clean");
+    let told = notice(&mut a, "file.unavailable", &failing).await;
+    assert_eq!(told["by"], json!("scan"), "{told}");
+    for (url, status) in [
+        (&failing, 410),
+        (&flagged, 410),
+        (&clean, 200),
+        (&waiting, 200),
+    ] {
+        assert_eq!(
+            download(gw, &token, url, false, None).await.status,
+            status,
+            "{url}"
+        );
+    }
+}
+
 /// A recalls message `seq` of `GROUP`; then B is refused `url` (as soon
 /// as the recall is applied: the read path decides on the message as
 /// stored).

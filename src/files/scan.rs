@@ -40,6 +40,31 @@ pub enum Outcome {
     Missing,
 }
 
+/// Why a scan did not decide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScanError {
+    /// The scanner or the store could not be reached: every file would
+    /// fail alike, so the scan waits for them (retried, in order).
+    Unreachable(String),
+    /// The scanner was reached and could not decide about this file: it
+    /// failed on it, answered something else than a verdict, or took
+    /// longer than `files.scan_timeout_secs`. Asked again a few times,
+    /// then the file is held unavailable (a file that makes the scanner
+    /// fail must not hold every later upload unscanned).
+    Undecided(String),
+}
+
+impl std::fmt::Display for ScanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScanError::Unreachable(why) => write!(f, "unreachable: {why}"),
+            ScanError::Undecided(why) => write!(f, "undecided: {why}"),
+        }
+    }
+}
+
+use ScanError::{Undecided, Unreachable};
+
 /// The file a webhook is asked about (it reads the bytes from the store
 /// itself).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -76,14 +101,14 @@ impl Scanner {
     }
 
     /// Scans `subject`, whose bytes are `key` in `store`, within
-    /// `timeout`. An error is for retrying: the scan has not decided.
+    /// `timeout`.
     pub async fn scan(
         &self,
         store: &FileStore,
         key: &Path,
         subject: &Subject<'_>,
         timeout: Duration,
-    ) -> Result<Outcome, String> {
+    ) -> Result<Outcome, ScanError> {
         let scanning = async {
             match self {
                 Scanner::Clean => Ok(Outcome::Clean),
@@ -94,7 +119,7 @@ impl Scanner {
         };
         tokio::time::timeout(timeout, scanning)
             .await
-            .map_err(|_| format!("the scan took longer than {} s", timeout.as_secs()))?
+            .map_err(|_| Undecided(format!("the scan took longer than {} s", timeout.as_secs())))?
     }
 }
 
@@ -118,29 +143,34 @@ impl EicarFinder {
 }
 
 /// The object's bytes, or `Missing` when the store has none.
-async fn bytes_of(store: &FileStore, key: &Path) -> Result<Result<ByteStream, Outcome>, String> {
+async fn bytes_of(store: &FileStore, key: &Path) -> Result<Result<ByteStream, Outcome>, ScanError> {
     match store.read(key, None).await {
         Ok(bytes) => Ok(Ok(bytes)),
         Err(object_store::Error::NotFound { .. }) => Ok(Err(Outcome::Missing)),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(Unreachable(format!("the store: {e}"))),
     }
 }
 
-async fn eicar(store: &FileStore, key: &Path) -> Result<Outcome, String> {
+/// A chunk of the file, or the store's failure half way.
+fn chunk_of(chunk: Result<bytes::Bytes, object_store::Error>) -> Result<bytes::Bytes, ScanError> {
+    chunk.map_err(|e| Unreachable(format!("the store: {e}")))
+}
+
+async fn eicar(store: &FileStore, key: &Path) -> Result<Outcome, ScanError> {
     let mut bytes = match bytes_of(store, key).await? {
         Ok(bytes) => bytes,
         Err(missing) => return Ok(missing),
     };
     let mut finder = EicarFinder::default();
     while let Some(chunk) = bytes.next().await {
-        if finder.feed(&chunk.map_err(|e| e.to_string())?) {
+        if finder.feed(&chunk_of(chunk)?) {
             return Ok(Outcome::Flagged("EICAR test file".into()));
         }
     }
     Ok(Outcome::Clean)
 }
 
-async fn exec(argv: &[String], store: &FileStore, key: &Path) -> Result<Outcome, String> {
+async fn exec(argv: &[String], store: &FileStore, key: &Path) -> Result<Outcome, ScanError> {
     let mut bytes = match bytes_of(store, key).await? {
         Ok(bytes) => bytes,
         Err(missing) => return Ok(missing),
@@ -152,9 +182,10 @@ async fn exec(argv: &[String], store: &FileStore, key: &Path) -> Result<Outcome,
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("{}: {e}", argv[0]))?;
-    let mut stdin = child.stdin.take().ok_or("no stdin")?;
-    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+        .map_err(|e| Unreachable(format!("{}: {e}", argv[0])))?;
+    let (Some(mut stdin), Some(mut stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(Unreachable(format!("{}: no pipes", argv[0])));
+    };
     // Read its answer while it is fed, so neither side waits on a full
     // pipe: all of it (a scanner that talks must not die of SIGPIPE), the
     // first 4 KiB kept.
@@ -171,14 +202,17 @@ async fn exec(argv: &[String], store: &FileStore, key: &Path) -> Result<Outcome,
         out
     });
     while let Some(chunk) = bytes.next().await {
-        let chunk = chunk.map_err(|e| e.to_string())?;
+        let chunk = chunk_of(chunk)?;
         // A scanner may stop reading once it has decided.
         if stdin.write_all(&chunk).await.is_err() {
             break;
         }
     }
     drop(stdin);
-    let status = child.wait().await.map_err(|e| e.to_string())?;
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| Unreachable(format!("{}: {e}", argv[0])))?;
     let out = answer.await.unwrap_or_default();
     match status.code() {
         Some(0) => Ok(Outcome::Clean),
@@ -192,7 +226,7 @@ async fn exec(argv: &[String], store: &FileStore, key: &Path) -> Result<Outcome,
                 .collect();
             Ok(Outcome::Flagged(reason))
         }
-        _ => Err(format!("{} ended {status}", argv[0])),
+        _ => Err(Undecided(format!("{} ended {status}", argv[0]))),
     }
 }
 
@@ -203,21 +237,38 @@ struct Verdict {
     reason: String,
 }
 
-async fn webhook(url: &str, subject: &Subject<'_>, timeout: Duration) -> Result<Outcome, String> {
+async fn webhook(
+    url: &str,
+    subject: &Subject<'_>,
+    timeout: Duration,
+) -> Result<Outcome, ScanError> {
     let client = reqwest::Client::builder()
         .timeout(timeout)
         .build()
-        .map_err(|e| e.to_string())?;
-    let answer = client
-        .post(url)
-        .json(subject)
-        .send()
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
-    if !answer.status().is_success() {
-        return Err(format!("{url} answered {}", answer.status()));
+        .map_err(|e| Unreachable(e.to_string()))?;
+    let answer = client.post(url).json(subject).send().await.map_err(|e| {
+        if e.is_timeout() {
+            Undecided(format!("{url}: {e}"))
+        } else {
+            Unreachable(format!("{url}: {e}"))
+        }
+    })?;
+    let status = answer.status();
+    if !status.is_success() {
+        // Down, overloaded or behind a proxy that lost it: for every file
+        // alike. Any other refusal is about this one.
+        let down = matches!(status.as_u16(), 429 | 502 | 503 | 504);
+        let why = format!("{url} answered {status}");
+        return Err(if down {
+            Unreachable(why)
+        } else {
+            Undecided(why)
+        });
     }
-    let verdict: Verdict = answer.json().await.map_err(|e| format!("{url}: {e}"))?;
+    let verdict: Verdict = answer
+        .json()
+        .await
+        .map_err(|e| Undecided(format!("{url}: {e}")))?;
     match verdict.verdict.as_str() {
         "clean" => Ok(Outcome::Clean),
         "flagged" => Ok(Outcome::Flagged(if verdict.reason.is_empty() {
@@ -225,7 +276,7 @@ async fn webhook(url: &str, subject: &Subject<'_>, timeout: Duration) -> Result<
         } else {
             verdict.reason.chars().take(200).collect()
         })),
-        other => Err(format!("{url}: unknown verdict {other:?}")),
+        other => Err(Undecided(format!("{url}: unknown verdict {other:?}"))),
     }
 }
 

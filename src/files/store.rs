@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use bytes::BytesMut;
 use futures::StreamExt;
 use object_store::path::Path;
-use object_store::{GetOptions, GetRange, ObjectStore, WriteMultipart};
+use object_store::{GetOptions, GetRange, MultipartUpload, ObjectStore, PutPayload};
 
 use crate::config::FilesConfig;
 use crate::store::archive::location::{ArchiveLocation, LocationError};
@@ -19,10 +20,6 @@ use super::FileId;
 
 /// Bytes each uploaded part carries (S3's smallest part is 5 MiB).
 const PART_BYTES: usize = 5 * 1024 * 1024;
-/// Parts in flight to the store while the next one fills: none, so an
-/// upload holds at most one part in memory (the client waits while it is
-/// sent; a large upload costs the gateway one part, not the file).
-const PARTS_IN_FLIGHT: usize = 0;
 
 /// The files' object store.
 #[derive(Clone, Debug)]
@@ -71,7 +68,8 @@ impl FileStore {
     pub async fn writer(&self, key: &Path) -> Result<Upload, object_store::Error> {
         let upload = bounded(self.timeout, self.store().put_multipart(key)).await?;
         Ok(Upload {
-            parts: WriteMultipart::new_with_chunk_size(upload, PART_BYTES),
+            upload,
+            part: BytesMut::new(),
             written: 0,
             timeout: self.timeout,
         })
@@ -128,19 +126,45 @@ impl FileStore {
     }
 }
 
-/// An upload being written.
+/// An upload being written. It holds one part's buffer, allocated once
+/// and reused for every part (the client waits while a full part is sent):
+/// a large upload costs the gateway one part, not the file, and not a
+/// fresh allocation per part for the allocator to keep.
 pub struct Upload {
-    parts: WriteMultipart,
+    upload: Box<dyn MultipartUpload>,
+    part: BytesMut,
     written: u64,
     timeout: Duration,
 }
 
 impl Upload {
-    /// Adds `chunk`, waiting while too many parts are in flight.
-    pub async fn write(&mut self, chunk: &[u8]) -> Result<(), object_store::Error> {
-        bounded(self.timeout, self.parts.wait_for_capacity(PARTS_IN_FLIGHT)).await?;
-        self.parts.write(chunk);
-        self.written += chunk.len() as u64;
+    /// Adds `chunk`, sending each part as it fills.
+    pub async fn write(&mut self, mut chunk: &[u8]) -> Result<(), object_store::Error> {
+        while !chunk.is_empty() {
+            if self.part.capacity() == 0 {
+                self.part.reserve(PART_BYTES);
+            }
+            let take = (PART_BYTES - self.part.len()).min(chunk.len());
+            self.part.extend_from_slice(&chunk[..take]);
+            self.written += take as u64;
+            chunk = &chunk[take..];
+            if self.part.len() == PART_BYTES {
+                self.send_part().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the buffered bytes as the next part, then takes the buffer
+    /// back for the next one (a store still holding it costs a new one).
+    async fn send_part(&mut self) -> Result<(), object_store::Error> {
+        let sent = std::mem::take(&mut self.part).freeze();
+        let put = self.upload.put_part(PutPayload::from_bytes(sent.clone()));
+        bounded(self.timeout, put).await?;
+        if let Ok(mut buffer) = sent.try_into_mut() {
+            buffer.clear();
+            self.part = buffer;
+        }
         Ok(())
     }
 
@@ -149,14 +173,19 @@ impl Upload {
         self.written
     }
 
-    /// Completes the object.
-    pub async fn finish(self) -> Result<(), object_store::Error> {
-        bounded(self.timeout, self.parts.finish()).await.map(|_| ())
+    /// Sends what is left and completes the object.
+    pub async fn finish(mut self) -> Result<(), object_store::Error> {
+        if !self.part.is_empty() {
+            self.send_part().await?;
+        }
+        bounded(self.timeout, self.upload.complete())
+            .await
+            .map(|_| ())
     }
 
     /// Gives the object up (parts already sent are discarded by the store).
-    pub async fn abort(self) {
-        if let Err(e) = bounded(self.timeout, self.parts.abort()).await {
+    pub async fn abort(mut self) {
+        if let Err(e) = bounded(self.timeout, self.upload.abort()).await {
             tracing::warn!(error = %e, "an abandoned upload's parts were not discarded");
         }
     }

@@ -190,7 +190,19 @@ async fn keep(
         return Err(e);
     }
     if let Err(e) = upload.finish().await {
-        let _ = files::abandon(pool, &id).await;
+        // The store may have completed the object all the same (its answer
+        // lost, or too late): removed now, or the record stays `uploading`
+        // for the sweep to remove both, never an object nothing names.
+        match gw.files.delete(&key).await {
+            Ok(()) => {
+                gw.files.discard_staged(&key);
+                let _ = files::abandon(pool, &id).await;
+            }
+            Err(gone) => tracing::warn!(
+                file = %id, error = %gone,
+                "an upload the store did not complete is left to the sweep"
+            ),
+        }
         return Err(unavailable(e));
     }
     let mime = sniff::content_type(&head);

@@ -5,12 +5,14 @@
 //! user event that the notify pipeline tells live to its uploader and to
 //! every conversation with a message referring to it. The scan's outcome
 //! is recorded last, so a crash in between scans the file again (the event
-//! may then be told twice; never not at all).
+//! may then be told twice; never not at all). A file the scanner cannot
+//! decide about (it fails on it or times out, three times) is held
+//! unavailable the same way, its outcome `failed`.
 
 use std::time::Duration;
 
 use crate::events::{EventCodec, FileAvailabilityChanged, UserEvent, UserEventBody};
-use crate::files::scan::{Outcome, Scanner, Subject};
+use crate::files::scan::{Outcome, ScanError, Scanner, Subject};
 use crate::files::store::FileStore;
 use crate::files::{self, FileId, State, Verdict};
 use crate::kafka::producer::EventProducer;
@@ -19,6 +21,10 @@ use crate::tenant::{db_failure, TenantPools};
 
 use super::failure::{produce_failure, FailureKind};
 use super::records::{apply_in_order, Handler, Record, RecordFailure};
+
+/// Times the scanner is asked about a file it cannot decide on (a second
+/// apart, then two) before the file is held unavailable.
+const UNDECIDED_ATTEMPTS: u32 = 3;
 
 pub struct ScanHandler {
     codec: EventCodec,
@@ -75,12 +81,33 @@ impl ScanHandler {
         };
         let key = self.store.key(&e.tenant_id, record.uploader, &id);
         let started = std::time::Instant::now();
-        // The scanner unreachable or undecided: retried, never skipped.
-        let outcome = self
-            .scanner
-            .scan(&self.store, &key, &subject, self.timeout)
-            .await
-            .map_err(|err| (FailureKind::Outage, format!("scan of {id}: {err}")))?;
+        // The scanner (or the store) unreachable: retried, in order, never
+        // skipped. Reached but undecided about this file: asked again a
+        // few times, then the file is held unavailable, fail-closed (a
+        // file crafted to make the scanner fail must neither pass nor
+        // hold every later upload unscanned).
+        let (mut attempt, mut undecided) = (1, false);
+        let outcome = loop {
+            match self
+                .scanner
+                .scan(&self.store, &key, &subject, self.timeout)
+                .await
+            {
+                Ok(outcome) => break outcome,
+                Err(ScanError::Unreachable(why)) => {
+                    return Err((FailureKind::Outage, format!("scan of {id}: {why}")))
+                }
+                Err(ScanError::Undecided(why)) if attempt < UNDECIDED_ATTEMPTS => {
+                    tracing::warn!(tenant = %e.tenant_id, file = %id, attempt, %why, "the scanner did not decide; asked again");
+                    tokio::time::sleep(Duration::from_secs(attempt as u64)).await;
+                    attempt += 1;
+                }
+                Err(ScanError::Undecided(why)) => {
+                    undecided = true;
+                    break Outcome::Flagged(format!("could not be scanned: {why}"));
+                }
+            }
+        };
         metrics::histogram!(crate::metrics::FILE_SCAN_SECONDS)
             .record(started.elapsed().as_secs_f64());
         let outcome = match outcome {
@@ -103,7 +130,11 @@ impl ScanHandler {
                     .send(TopicKind::UserEvents, &event.key(), &event, None)
                     .await
                     .map_err(|err| (produce_failure(&err), err.to_string()))?;
-                "flagged"
+                if undecided {
+                    "failed"
+                } else {
+                    "flagged"
+                }
             }
         };
         metrics::counter!(crate::metrics::FILE_SCANS_TOTAL, "outcome" => outcome).increment(1);
