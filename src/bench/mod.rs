@@ -14,6 +14,7 @@ pub mod legacy;
 pub mod recovery;
 pub mod search;
 pub mod send;
+pub mod traffic;
 
 use hdrhistogram::Histogram;
 

@@ -52,6 +52,7 @@ struct Figures {
     p50_ms: f64,
     p99_ms: f64,
     cpu_per_1000: f64,
+    traffic: super::traffic::PerUnit,
 }
 
 pub async fn run(config: &Config, args: SendArgs) -> anyhow::Result<()> {
@@ -73,11 +74,18 @@ pub async fn run(config: &Config, args: SendArgs) -> anyhow::Result<()> {
         println!();
     }
     println!("CPU per 1,000 acked messages by rate (box CPU-seconds, send until stored in MySQL):");
-    println!("  offered msg/s   acked   ack p50 / p99 ms   CPU-s per 1,000");
+    println!("  offered msg/s   acked   ack p50 / p99 ms   CPU-s per 1,000   Redis cmds / trips per msg   MySQL stmts per msg");
     for f in &curve {
         println!(
-            "  {:>13}   {:>5}   {:>7.1} / {:<7.1}   {:.3}",
-            f.rate, f.acked, f.p50_ms, f.p99_ms, f.cpu_per_1000
+            "  {:>13}   {:>5}   {:>7.1} / {:<7.1}   {:<15.3}   {:>10.1} / {:<13.1}   {:.2}",
+            f.rate,
+            f.acked,
+            f.p50_ms,
+            f.p99_ms,
+            f.cpu_per_1000,
+            f.traffic.commands,
+            f.traffic.round_trips,
+            f.traffic.statements
         );
     }
     let costs: Vec<f64> = curve.iter().map(|f| f.cpu_per_1000).collect();
@@ -185,6 +193,7 @@ async fn run_at(config: &Config, args: &SendArgs) -> anyhow::Result<Figures> {
         )));
     }
     let stored_at_start = stored(&pool, run).await?;
+    let traffic = super::traffic::Traffic::start(config, &pool).await;
     let costs = super::Costs::start();
     let mut hist = super::histogram();
     let (mut sent, mut acked, mut errors) = (0u64, 0u64, HashMap::<String, u64>::new());
@@ -229,6 +238,8 @@ async fn run_at(config: &Config, args: &SendArgs) -> anyhow::Result<Figures> {
         "{} (from the first send until the last is in MySQL)",
         costs.report(acked, "messages")
     );
+    let traffic = traffic.per(acked).await;
+    println!("{}", traffic.line("message"));
     if total < acked as i64 {
         println!(
             "WARNING: {} acked messages not stored after 120 s",
@@ -241,6 +252,7 @@ async fn run_at(config: &Config, args: &SendArgs) -> anyhow::Result<Figures> {
         p50_ms: hist.value_at_quantile(0.5) as f64 / 1000.0,
         p99_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
         cpu_per_1000: costs.per_thousand(acked),
+        traffic,
     })
 }
 
