@@ -495,11 +495,12 @@ async fn a_flagged_or_blocked_file_is_gone_for_everyone_at_once_and_told_live() 
     }
 }
 
-/// A scanner reached but failing on one file (a file crafted to make it
-/// fail): the file is asked about three times, then held unavailable to
-/// everyone (`410`, told live, outcome `failed`), and the uploads after it
-/// are still scanned, in order. A scanner that cannot be reached at all
-/// fails nothing: its files wait, and are scanned once it is back.
+/// A scanner failing on one file (a file crafted to make it fail): asked
+/// twice, then about a clean check sample, which it decides, so the file
+/// is held unavailable to everyone (`410`, told live, outcome `failed`),
+/// and the uploads after it are still scanned, in order. A scanner that
+/// cannot be reached at all fails nothing (its check fails too): its
+/// files wait, and are scanned once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_file_the_scanner_fails_on_is_held_and_the_uploads_after_it_are_scanned() {
     let mut stack = Stack::prepared(None).await;
@@ -739,7 +740,7 @@ async fn set_photo(stack: &Stack, gw: SocketAddr, uid: i64, photo: &str) -> (u16
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_uploaded_picture_is_served_to_every_user_of_the_tenant() {
     let mut stack = Stack::prepared(None).await;
-    for p in ["store", "members", "relations"] {
+    for p in ["store", "members", "relations", "references"] {
         stack.start_pipeline(p).await;
     }
     let gw = stack.start_gateway("gw").await;
@@ -790,6 +791,14 @@ async fn an_uploaded_picture_is_served_to_every_user_of_the_tenant() {
         download(gw, &token(C), &urls[1], true, None).await.status,
         200
     );
+    // The picture it replaced is no longer anyone's to load (its uploader
+    // keeps it until it is swept, after the retention).
+    until_status(gw, &token(C), &urls[0], 404).await;
+    assert_eq!(
+        download(gw, &token(A), &urls[0], true, None).await.status,
+        200
+    );
+    assert!(queued_to_go(&stack, &urls[0]).await);
     // A group's picture, by its owner: shown to whoever sees the group.
     let (status, body) = call(
         &stack,
@@ -805,4 +814,46 @@ async fn an_uploaded_picture_is_served_to_every_user_of_the_tenant() {
         download(gw, &token(C), &urls[2], true, None).await.status,
         200
     );
+    // The group's picture becomes A's own picture: the one it replaced
+    // goes; the one now shown by both stays while either shows it.
+    let (status, body) = call(
+        &stack,
+        gw,
+        A,
+        "PUT",
+        &format!("/v1/groups/{GROUP}/profile"),
+        json!({"photo": urls[1]}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    until_status(gw, &token(C), &urls[2], 404).await;
+    assert!(queued_to_go(&stack, &urls[2]).await);
+    assert!(!queued_to_go(&stack, &urls[1]).await);
+    assert_eq!(
+        download(gw, &token(C), &urls[1], true, None).await.status,
+        200
+    );
+}
+
+/// Waits (10 s at most) until `uid`'s download of `url` answers `status`.
+async fn until_status(gw: SocketAddr, token: &str, url: &str, status: u16) {
+    for _ in 0..100 {
+        if download(gw, token, url, true, None).await.status == status {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{url} never answered {status}");
+}
+
+/// Whether the file at `url` is queued for removal (`delete_after`).
+async fn queued_to_go(stack: &Stack, url: &str) -> bool {
+    sqlx::query_scalar::<_, Option<chrono::NaiveDateTime>>(
+        "SELECT delete_after FROM im_files WHERE file_id = ?",
+    )
+    .bind(url.trim_start_matches("/v0/file/s/"))
+    .fetch_one(&stack.pool())
+    .await
+    .unwrap()
+    .is_some()
 }

@@ -239,7 +239,11 @@ async fn run_at(config: &Config, args: &SendArgs) -> anyhow::Result<Figures> {
         costs.report(acked, "messages")
     );
     let traffic = traffic.per(acked).await;
-    println!("{}", traffic.line("message"));
+    match &traffic {
+        Some(t) => println!("{}", t.line("message")),
+        None => println!("redis / mysql traffic: not known (a server did not answer)"),
+    }
+    let traffic = traffic.unwrap_or_default();
     if total < acked as i64 {
         println!(
             "WARNING: {} acked messages not stored after 120 s",

@@ -25,44 +25,46 @@ struct Counters {
 
 /// A measured window's Redis and MySQL traffic.
 pub struct Traffic {
-    redis: Option<redis::Client>,
+    /// One connection for both readings (a new one would add its own
+    /// handshake to the window).
+    redis: Option<redis::aio::MultiplexedConnection>,
     pool: sqlx::MySqlPool,
-    start: Counters,
+    /// `None` when a server did not answer at the start: the window's
+    /// figures are then not known (never lifetime totals).
+    start: Option<Counters>,
 }
 
 impl Traffic {
     pub async fn start(config: &Config, pool: &sqlx::MySqlPool) -> Traffic {
-        let redis = redis::Client::open(config.redis.url.as_str()).ok();
+        let redis = match redis::Client::open(config.redis.url.as_str()) {
+            Ok(client) => client.get_multiplexed_async_connection().await.ok(),
+            Err(_) => None,
+        };
         let mut t = Traffic {
             redis,
             pool: pool.clone(),
-            start: Counters::default(),
+            start: None,
         };
         t.start = t.counters().await;
         t
     }
 
-    async fn counters(&self) -> Counters {
+    async fn counters(&self) -> Option<Counters> {
         let mut c = Counters::default();
-        if let Some(client) = &self.redis {
-            if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
-                let mut pipe = redis::pipe();
-                pipe.cmd("INFO")
-                    .arg("commandstats")
-                    .cmd("INFO")
-                    .arg("stats");
-                if let Ok((commands, stats)) = pipe.query_async::<(String, String)>(&mut conn).await
-                {
-                    c.commands = command_calls(&commands);
-                    c.reads = field(&stats, "total_reads_processed");
-                }
-            }
-        }
+        let mut conn = self.redis.clone()?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("INFO")
+            .arg("commandstats")
+            .cmd("INFO")
+            .arg("stats");
+        let (commands, stats) = pipe.query_async::<(String, String)>(&mut conn).await.ok()?;
+        c.commands = command_calls(&commands);
+        c.reads = field(&stats, "total_reads_processed");
         let status: Vec<(String, String)> =
             sqlx::query_as("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit')")
                 .fetch_all(&self.pool)
                 .await
-                .unwrap_or_default();
+                .ok()?;
         for (name, value) in status {
             let n = value.parse().unwrap_or(0);
             match name.as_str() {
@@ -71,21 +73,22 @@ impl Traffic {
                 _ => {}
             }
         }
-        c
+        Some(c)
     }
 
-    /// Per `units` since `start`.
-    pub async fn per(&self, units: u64) -> PerUnit {
-        let end = self.counters().await;
+    /// Per `units` since `start` (`None`: a server did not answer).
+    pub async fn per(&self, units: u64) -> Option<PerUnit> {
+        let start = self.start.as_ref()?;
+        let end = self.counters().await?;
         let per = |n: u64| n as f64 / units.max(1) as f64;
         let mut by_name: Vec<(String, u64)> = end
             .commands
             .iter()
             .map(|(name, n)| {
-                let before = self.start.commands.get(name).copied().unwrap_or(0);
-                // The starting batch's `INFO stats` ran after its
-                // commandstats were read: the one INFO of ours counted.
-                let ours = u64::from(name == "info");
+                let before = start.commands.get(name).copied().unwrap_or(0);
+                // Redis counts a command once it has run: both INFOs of
+                // the starting batch are in the window.
+                let ours = 2 * u64::from(name == "info");
                 (name.clone(), n.saturating_sub(before).saturating_sub(ours))
             })
             .filter(|(_, n)| *n > 0)
@@ -93,8 +96,8 @@ impl Traffic {
         by_name.sort_by(|a, b| b.1.cmp(&a.1));
         let total: u64 = by_name.iter().map(|(_, n)| n).sum();
         // The closing INFO batch is one of the reads.
-        let reads = end.reads.saturating_sub(self.start.reads).saturating_sub(1);
-        PerUnit {
+        let reads = end.reads.saturating_sub(start.reads).saturating_sub(1);
+        Some(PerUnit {
             commands: per(total),
             round_trips: per(reads),
             top: by_name
@@ -102,9 +105,9 @@ impl Traffic {
                 .take(8)
                 .map(|(name, n)| (name.to_uppercase(), per(*n)))
                 .collect(),
-            statements: per(end.statements.saturating_sub(self.start.statements)),
-            commits: per(end.commits.saturating_sub(self.start.commits)),
-        }
+            statements: per(end.statements.saturating_sub(start.statements)),
+            commits: per(end.commits.saturating_sub(start.commits)),
+        })
     }
 }
 

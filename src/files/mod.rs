@@ -147,7 +147,8 @@ pub const MAX_REFS_CHECKED: i64 = 100;
 /// One thing that refers to a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileRef {
-    /// The message's topic; empty for a profile picture.
+    /// The message's topic; for a profile picture empty (as the gateway
+    /// accepted it) or `@<owner>` (the profile showing it).
     pub topic: String,
     /// The message's seq (for a picture: the user or group).
     pub seq: i64,
@@ -204,12 +205,79 @@ pub async fn refer(pool: &MySqlPool, id: &FileId, topic: &str, seq: i64) -> sqlx
 /// Whether the file is some profile's picture (every user of the tenant
 /// may read it already).
 pub async fn is_picture(pool: &MySqlPool, id: &FileId) -> sqlx::Result<bool> {
-    let n: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM im_file_refs WHERE file_id = ? AND topic = ''")
-            .bind(id.as_str())
-            .fetch_one(pool)
-            .await?;
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM im_file_refs WHERE file_id = ? AND (topic = '' OR topic LIKE '@%')",
+    )
+    .bind(id.as_str())
+    .fetch_one(pool)
+    .await?;
     Ok(n > 0)
+}
+
+/// Whether a reference's `topic` makes the file a profile picture: empty
+/// (as the gateway records a picture it accepts) or `@<owner>` (as the
+/// profile projections record the picture a profile has).
+pub fn is_picture_ref(topic: &str) -> bool {
+    topic.is_empty() || topic.starts_with('@')
+}
+
+/// `owner`'s profile (`usr<uid>` or a group's name) now has `photo` as its
+/// picture (an upload's address, an inline picture, or none: empty). The
+/// upload is recorded as that profile's picture (`@<owner>`, again on a
+/// replay), and the uploads that were its picture before are released:
+/// no longer readable as a picture unless another profile still shows
+/// them, queued to go after `retention_secs` unless something else refers
+/// to them. A replay converges: each change re-records its own picture.
+pub async fn set_picture(
+    pool: &MySqlPool,
+    owner: &str,
+    photo: &str,
+    retention_secs: u64,
+) -> sqlx::Result<()> {
+    let tag = format!("@{owner}");
+    let keep = FileId::from_reference(photo);
+    if let Some(id) = &keep {
+        // (A file swept since is not referred to again.)
+        refer(pool, id, &tag, 0).await?;
+    }
+    let before: Vec<(crate::exact::Exact,)> =
+        sqlx::query_as("SELECT DISTINCT file_id FROM im_file_refs WHERE topic = ?")
+            .bind(&tag)
+            .fetch_all(pool)
+            .await?;
+    for (old,) in before {
+        if keep.as_ref().is_some_and(|k| k.as_str() == old.0) {
+            continue;
+        }
+        sqlx::query("DELETE FROM im_file_refs WHERE file_id = ? AND topic = ?")
+            .bind(&old.0)
+            .bind(&tag)
+            .execute(pool)
+            .await?;
+        let shown: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM im_file_refs WHERE file_id = ? AND topic LIKE '@%'",
+        )
+        .bind(&old.0)
+        .fetch_one(pool)
+        .await?;
+        if shown == 0 {
+            // The gateway's record of it as a picture goes too.
+            sqlx::query("DELETE FROM im_file_refs WHERE file_id = ? AND topic = ''")
+                .bind(&old.0)
+                .execute(pool)
+                .await?;
+        }
+        sqlx::query(
+            "UPDATE im_files SET delete_after = COALESCE(delete_after, NOW(3) + INTERVAL ? SECOND) \
+             WHERE file_id = ? AND NOT EXISTS (SELECT 1 FROM im_file_refs r WHERE r.file_id = ?)",
+        )
+        .bind(retention_secs)
+        .bind(&old.0)
+        .bind(&old.0)
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
 }
 
 /// Who made a file unavailable.
@@ -295,7 +363,8 @@ pub const MAX_TOPICS_TOLD: i64 = 1000;
 /// The conversations with a message referring to the file.
 pub async fn topics_of(pool: &MySqlPool, id: &FileId) -> sqlx::Result<Vec<String>> {
     let rows: Vec<(crate::exact::Exact,)> = sqlx::query_as(
-        "SELECT DISTINCT topic FROM im_file_refs WHERE file_id = ? AND topic <> '' LIMIT ?",
+        "SELECT DISTINCT topic FROM im_file_refs WHERE file_id = ? AND topic <> '' \
+         AND topic NOT LIKE '@%' LIMIT ?",
     )
     .bind(id.as_str())
     .bind(MAX_TOPICS_TOLD)

@@ -40,30 +40,31 @@ pub enum Outcome {
     Missing,
 }
 
+/// A plain, clean text the scanner is asked about when it could not
+/// decide on a file: whether the file or the scanner is at fault.
+pub const CHECK_SAMPLE: &[u8] =
+    b"imstream scanner check: a plain text file with nothing in it to flag.\n";
+
 /// Why a scan did not decide.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScanError {
-    /// The scanner or the store could not be reached: every file would
-    /// fail alike, so the scan waits for them (retried, in order).
-    Unreachable(String),
-    /// The scanner was reached and could not decide about this file: it
-    /// failed on it, answered something else than a verdict, or took
-    /// longer than `files.scan_timeout_secs`. Asked again a few times,
-    /// then the file is held unavailable (a file that makes the scanner
-    /// fail must not hold every later upload unscanned).
-    Undecided(String),
+    /// The store could not give the bytes: every file would fail alike,
+    /// so the scan waits for it (retried, in order).
+    Store(String),
+    /// The scanner did not decide: unreachable, failed, answered no
+    /// verdict, or took longer than `files.scan_timeout_secs`. Whether the
+    /// file or the scanner is at fault, [`Scanner::check`] tells.
+    Scanner(String),
 }
 
 impl std::fmt::Display for ScanError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ScanError::Unreachable(why) => write!(f, "unreachable: {why}"),
-            ScanError::Undecided(why) => write!(f, "undecided: {why}"),
+            ScanError::Store(why) => write!(f, "the store: {why}"),
+            ScanError::Scanner(why) => write!(f, "the scanner: {why}"),
         }
     }
 }
-
-use ScanError::{Undecided, Unreachable};
 
 /// The file a webhook is asked about (it reads the bytes from the store
 /// itself).
@@ -110,17 +111,71 @@ impl Scanner {
         timeout: Duration,
     ) -> Result<Outcome, ScanError> {
         let scanning = async {
+            let bytes = || async {
+                match store.read(key, None).await {
+                    Ok(bytes) => Ok(Ok(bytes)),
+                    Err(object_store::Error::NotFound { .. }) => Ok(Err(Outcome::Missing)),
+                    Err(e) => Err(ScanError::Store(e.to_string())),
+                }
+            };
             match self {
                 Scanner::Clean => Ok(Outcome::Clean),
-                Scanner::Eicar => eicar(store, key).await,
-                Scanner::Exec(argv) => exec(argv, store, key).await,
+                Scanner::Eicar => match bytes().await? {
+                    Ok(bytes) => eicar(bytes).await,
+                    Err(missing) => Ok(missing),
+                },
+                Scanner::Exec(argv) => match bytes().await? {
+                    Ok(bytes) => exec(argv, bytes).await,
+                    Err(missing) => Ok(missing),
+                },
                 Scanner::Webhook(url) => webhook(url, subject, timeout).await,
             }
         };
-        tokio::time::timeout(timeout, scanning)
-            .await
-            .map_err(|_| Undecided(format!("the scan took longer than {} s", timeout.as_secs())))?
+        within(timeout, scanning).await
     }
+
+    /// Asks the scanner about [`CHECK_SAMPLE`] (for a webhook, written to
+    /// the store first, as `_scanner/check.txt` under the files' root):
+    /// `Clean` when the scanner works, so a file it did not decide on is
+    /// at fault itself.
+    pub async fn check(&self, store: &FileStore, timeout: Duration) -> Result<Outcome, ScanError> {
+        let sample = || -> ByteStream {
+            futures::stream::once(async { Ok(bytes::Bytes::from_static(CHECK_SAMPLE)) }).boxed()
+        };
+        let checking = async {
+            match self {
+                Scanner::Clean => Ok(Outcome::Clean),
+                Scanner::Eicar => eicar(sample()).await,
+                Scanner::Exec(argv) => exec(argv, sample()).await,
+                Scanner::Webhook(url) => {
+                    let key = store.check_key();
+                    store
+                        .put_small(&key, CHECK_SAMPLE)
+                        .await
+                        .map_err(|e| ScanError::Store(e.to_string()))?;
+                    let subject = Subject {
+                        tenant: "",
+                        file_id: "scanner-check",
+                        object_key: key.as_ref(),
+                        size: CHECK_SAMPLE.len() as i64,
+                        mime: "text/plain",
+                    };
+                    webhook(url, &subject, timeout).await
+                }
+            }
+        };
+        within(timeout, checking).await
+    }
+}
+
+/// `scanning`, or the scanner's failure once `timeout` has passed.
+async fn within(
+    timeout: Duration,
+    scanning: impl std::future::Future<Output = Result<Outcome, ScanError>>,
+) -> Result<Outcome, ScanError> {
+    tokio::time::timeout(timeout, scanning)
+        .await
+        .map_err(|_| ScanError::Scanner(format!("no verdict within {} s", timeout.as_secs())))?
 }
 
 /// Finds [`EICAR`] anywhere in a stream of chunks (across their borders).
@@ -142,25 +197,12 @@ impl EicarFinder {
     }
 }
 
-/// The object's bytes, or `Missing` when the store has none.
-async fn bytes_of(store: &FileStore, key: &Path) -> Result<Result<ByteStream, Outcome>, ScanError> {
-    match store.read(key, None).await {
-        Ok(bytes) => Ok(Ok(bytes)),
-        Err(object_store::Error::NotFound { .. }) => Ok(Err(Outcome::Missing)),
-        Err(e) => Err(Unreachable(format!("the store: {e}"))),
-    }
-}
-
 /// A chunk of the file, or the store's failure half way.
 fn chunk_of(chunk: Result<bytes::Bytes, object_store::Error>) -> Result<bytes::Bytes, ScanError> {
-    chunk.map_err(|e| Unreachable(format!("the store: {e}")))
+    chunk.map_err(|e| ScanError::Store(e.to_string()))
 }
 
-async fn eicar(store: &FileStore, key: &Path) -> Result<Outcome, ScanError> {
-    let mut bytes = match bytes_of(store, key).await? {
-        Ok(bytes) => bytes,
-        Err(missing) => return Ok(missing),
-    };
+async fn eicar(mut bytes: ByteStream) -> Result<Outcome, ScanError> {
     let mut finder = EicarFinder::default();
     while let Some(chunk) = bytes.next().await {
         if finder.feed(&chunk_of(chunk)?) {
@@ -170,11 +212,7 @@ async fn eicar(store: &FileStore, key: &Path) -> Result<Outcome, ScanError> {
     Ok(Outcome::Clean)
 }
 
-async fn exec(argv: &[String], store: &FileStore, key: &Path) -> Result<Outcome, ScanError> {
-    let mut bytes = match bytes_of(store, key).await? {
-        Ok(bytes) => bytes,
-        Err(missing) => return Ok(missing),
-    };
+async fn exec(argv: &[String], mut bytes: ByteStream) -> Result<Outcome, ScanError> {
     let mut child = tokio::process::Command::new(&argv[0])
         .args(&argv[1..])
         .stdin(Stdio::piped())
@@ -182,9 +220,9 @@ async fn exec(argv: &[String], store: &FileStore, key: &Path) -> Result<Outcome,
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| Unreachable(format!("{}: {e}", argv[0])))?;
+        .map_err(|e| ScanError::Scanner(format!("{}: {e}", argv[0])))?;
     let (Some(mut stdin), Some(mut stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err(Unreachable(format!("{}: no pipes", argv[0])));
+        return Err(ScanError::Scanner(format!("{}: no pipes", argv[0])));
     };
     // Read its answer while it is fed, so neither side waits on a full
     // pipe: all of it (a scanner that talks must not die of SIGPIPE), the
@@ -212,7 +250,7 @@ async fn exec(argv: &[String], store: &FileStore, key: &Path) -> Result<Outcome,
     let status = child
         .wait()
         .await
-        .map_err(|e| Unreachable(format!("{}: {e}", argv[0])))?;
+        .map_err(|e| ScanError::Scanner(format!("{}: {e}", argv[0])))?;
     let out = answer.await.unwrap_or_default();
     match status.code() {
         Some(0) => Ok(Outcome::Clean),
@@ -226,7 +264,7 @@ async fn exec(argv: &[String], store: &FileStore, key: &Path) -> Result<Outcome,
                 .collect();
             Ok(Outcome::Flagged(reason))
         }
-        _ => Err(Undecided(format!("{} ended {status}", argv[0]))),
+        _ => Err(ScanError::Scanner(format!("{} ended {status}", argv[0]))),
     }
 }
 
@@ -244,31 +282,23 @@ async fn webhook(
 ) -> Result<Outcome, ScanError> {
     let client = reqwest::Client::builder()
         .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
         .build()
-        .map_err(|e| Unreachable(e.to_string()))?;
-    let answer = client.post(url).json(subject).send().await.map_err(|e| {
-        if e.is_timeout() {
-            Undecided(format!("{url}: {e}"))
-        } else {
-            Unreachable(format!("{url}: {e}"))
-        }
-    })?;
+        .map_err(|e| ScanError::Scanner(e.to_string()))?;
+    let answer = client
+        .post(url)
+        .json(subject)
+        .send()
+        .await
+        .map_err(|e| ScanError::Scanner(format!("{url}: {e}")))?;
     let status = answer.status();
     if !status.is_success() {
-        // Down, overloaded or behind a proxy that lost it: for every file
-        // alike. Any other refusal is about this one.
-        let down = matches!(status.as_u16(), 429 | 502 | 503 | 504);
-        let why = format!("{url} answered {status}");
-        return Err(if down {
-            Unreachable(why)
-        } else {
-            Undecided(why)
-        });
+        return Err(ScanError::Scanner(format!("{url} answered {status}")));
     }
     let verdict: Verdict = answer
         .json()
         .await
-        .map_err(|e| Undecided(format!("{url}: {e}")))?;
+        .map_err(|e| ScanError::Scanner(format!("{url}: {e}")))?;
     match verdict.verdict.as_str() {
         "clean" => Ok(Outcome::Clean),
         "flagged" => Ok(Outcome::Flagged(if verdict.reason.is_empty() {
@@ -276,7 +306,9 @@ async fn webhook(
         } else {
             verdict.reason.chars().take(200).collect()
         })),
-        other => Err(Undecided(format!("{url}: unknown verdict {other:?}"))),
+        other => Err(ScanError::Scanner(format!(
+            "{url}: unknown verdict {other:?}"
+        ))),
     }
 }
 

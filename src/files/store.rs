@@ -60,6 +60,26 @@ impl FileStore {
             .path(&[tenant, &uploader.to_string(), id.as_str()])
     }
 
+    /// Where the scanner's check sample is written for a webhook to read
+    /// ([`super::scan::Scanner::check`]): beside the tenants' folders.
+    pub fn check_key(&self) -> Path {
+        self.location.path(&["_scanner", "check.txt"])
+    }
+
+    /// Writes a small object whole.
+    pub async fn put_small(
+        &self,
+        key: &Path,
+        bytes: &'static [u8],
+    ) -> Result<(), object_store::Error> {
+        bounded(
+            self.timeout,
+            self.store().put(key, PutPayload::from_static(bytes)),
+        )
+        .await
+        .map(|_| ())
+    }
+
     fn store(&self) -> &Arc<dyn ObjectStore> {
         self.location.store()
     }
@@ -176,7 +196,10 @@ impl Upload {
     /// Sends what is left and completes the object.
     pub async fn finish(mut self) -> Result<(), object_store::Error> {
         if !self.part.is_empty() {
-            self.send_part().await?;
+            if let Err(e) = self.send_part().await {
+                self.abort().await;
+                return Err(e);
+            }
         }
         bounded(self.timeout, self.upload.complete())
             .await

@@ -190,19 +190,12 @@ async fn keep(
         return Err(e);
     }
     if let Err(e) = upload.finish().await {
-        // The store may have completed the object all the same (its answer
-        // lost, or too late): removed now, or the record stays `uploading`
-        // for the sweep to remove both, never an object nothing names.
-        match gw.files.delete(&key).await {
-            Ok(()) => {
-                gw.files.discard_staged(&key);
-                let _ = files::abandon(pool, &id).await;
-            }
-            Err(gone) => tracing::warn!(
-                file = %id, error = %gone,
-                "an upload the store did not complete is left to the sweep"
-            ),
-        }
+        // The store may complete the object all the same (its answer lost,
+        // or late: a completion cut short by the timeout may still land
+        // after a delete now). The record stays `uploading`, never served,
+        // and the sweep removes it and whatever the store then holds once
+        // the upload could no longer be going on.
+        tracing::warn!(file = %id, error = %e, "an upload the store did not complete is left to the sweep");
         return Err(unavailable(e));
     }
     let mime = sniff::content_type(&head);
@@ -328,7 +321,7 @@ async fn readable(
         return Ok(record.uploader == uid);
     }
     for r in refs {
-        if r.topic.is_empty() {
+        if files::is_picture_ref(&r.topic) {
             return Ok(true);
         }
         match super::reads::ensure_member(gw, tenant, &r.topic, uid).await {

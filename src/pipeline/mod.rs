@@ -220,8 +220,13 @@ pub async fn with_handler<W: WithHandler>(
             .await
         }
         "relations" => {
-            then.with(relations::RelationsHandler::new(codec, pools, redis))
-                .await
+            then.with(relations::RelationsHandler::new(
+                codec,
+                pools,
+                redis,
+                config.files.deleted_retention_secs,
+            ))
+            .await
         }
         "notify" => then.with(notify::NotifyHandler::new(codec, redis)).await,
         "notifications" => {

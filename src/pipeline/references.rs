@@ -64,6 +64,14 @@ impl ReferencesHandler {
             }
             // The message's uploads: unreachable for readers already (the
             // read path), now queued to go once nothing else refers to them.
+            // The group's picture: the new one recorded, the old released.
+            GroupEventBody::GroupProfileChanged(p) => {
+                if let Some(photo) = &p.photo {
+                    crate::files::set_picture(pool()?, &e.topic, photo, self.retention_secs)
+                        .await
+                        .map_err(db)?;
+                }
+            }
             GroupEventBody::MessageRecalled(r) => {
                 crate::files::unrefer(pool()?, &e.topic, r.seq, r.seq + 1, self.retention_secs)
                     .await

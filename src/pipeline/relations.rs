@@ -21,14 +21,18 @@ pub struct RelationsHandler {
     codec: EventCodec,
     pools: TenantPools,
     redis: Redis,
+    /// How long a picture no profile shows any more is kept
+    /// (`files.deleted_retention_secs`).
+    retention_secs: u64,
 }
 
 impl RelationsHandler {
-    pub fn new(codec: EventCodec, pools: TenantPools, redis: Redis) -> Self {
+    pub fn new(codec: EventCodec, pools: TenantPools, redis: Redis, retention_secs: u64) -> Self {
         Self {
             codec,
             pools,
             redis,
+            retention_secs,
         }
     }
 
@@ -158,6 +162,13 @@ impl RelationsHandler {
                 .execute(pool)
                 .await
                 .map_err(db)?;
+                // The user's picture: the new one recorded, the old released.
+                if let Some(photo) = &p.photo {
+                    let owner = crate::tinode::names::user_id(e.uid);
+                    crate::files::set_picture(pool, &owner, photo, self.retention_secs)
+                        .await
+                        .map_err(db)?;
+                }
                 hot::refresh_user_profile(pool, &mut redis, &e.tenant_id, e.uid)
                     .await
                     .map_err(|err| match err {

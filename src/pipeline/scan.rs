@@ -5,9 +5,10 @@
 //! user event that the notify pipeline tells live to its uploader and to
 //! every conversation with a message referring to it. The scan's outcome
 //! is recorded last, so a crash in between scans the file again (the event
-//! may then be told twice; never not at all). A file the scanner cannot
-//! decide about (it fails on it or times out, three times) is held
-//! unavailable the same way, its outcome `failed`.
+//! may then be told twice; never not at all). A file the scanner does not
+//! decide on (twice), while it decides a clean check sample, is held
+//! unavailable the same way, its outcome `failed`; a scanner that decides
+//! nothing is waited for.
 
 use std::time::Duration;
 
@@ -22,9 +23,9 @@ use crate::tenant::{db_failure, TenantPools};
 use super::failure::{produce_failure, FailureKind};
 use super::records::{apply_in_order, Handler, Record, RecordFailure};
 
-/// Times the scanner is asked about a file it cannot decide on (a second
-/// apart, then two) before the file is held unavailable.
-const UNDECIDED_ATTEMPTS: u32 = 3;
+/// Times the scanner is asked about a file it does not decide on (a
+/// second apart) before its check sample tells whose fault it is.
+const SCANNER_ATTEMPTS: u32 = 2;
 
 pub struct ScanHandler {
     codec: EventCodec,
@@ -81,11 +82,14 @@ impl ScanHandler {
         };
         let key = self.store.key(&e.tenant_id, record.uploader, &id);
         let started = std::time::Instant::now();
-        // The scanner (or the store) unreachable: retried, in order, never
-        // skipped. Reached but undecided about this file: asked again a
-        // few times, then the file is held unavailable, fail-closed (a
-        // file crafted to make the scanner fail must neither pass nor
-        // hold every later upload unscanned).
+        // The store unreadable: retried, in order, never skipped. The
+        // scanner undecided (unreachable, failing, no verdict, too slow):
+        // asked once more; still undecided, the check sample tells whose
+        // fault it is. The scanner decides the sample: this file is at
+        // fault, held unavailable, fail-closed (a file crafted to make the
+        // scanner fail neither passes nor holds every later upload
+        // unscanned). It does not: the scanner is down, retried like the
+        // store, and no file is failed for it.
         let (mut attempt, mut undecided) = (1, false);
         let outcome = loop {
             match self
@@ -94,17 +98,36 @@ impl ScanHandler {
                 .await
             {
                 Ok(outcome) => break outcome,
-                Err(ScanError::Unreachable(why)) => {
-                    return Err((FailureKind::Outage, format!("scan of {id}: {why}")))
+                Err(ScanError::Store(why)) => {
+                    return Err((
+                        FailureKind::Outage,
+                        format!("scan of {id}: the store: {why}"),
+                    ))
                 }
-                Err(ScanError::Undecided(why)) if attempt < UNDECIDED_ATTEMPTS => {
+                Err(ScanError::Scanner(why)) if attempt < SCANNER_ATTEMPTS => {
                     tracing::warn!(tenant = %e.tenant_id, file = %id, attempt, %why, "the scanner did not decide; asked again");
-                    tokio::time::sleep(Duration::from_secs(attempt as u64)).await;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
                     attempt += 1;
                 }
-                Err(ScanError::Undecided(why)) => {
-                    undecided = true;
-                    break Outcome::Flagged(format!("could not be scanned: {why}"));
+                Err(ScanError::Scanner(why)) => {
+                    match self.scanner.check(&self.store, self.timeout).await {
+                        Ok(Outcome::Clean) => {
+                            undecided = true;
+                            break Outcome::Flagged(format!("could not be scanned: {why}"));
+                        }
+                        Ok(other) => {
+                            return Err((
+                                FailureKind::Outage,
+                                format!("scan of {id}: {why}; the scanner judged its clean check sample {other:?}"),
+                            ))
+                        }
+                        Err(down) => {
+                            return Err((
+                                FailureKind::Outage,
+                                format!("scan of {id}: {why}; its check failed too: {down}"),
+                            ))
+                        }
+                    }
                 }
             }
         };
