@@ -138,7 +138,7 @@ pub const IDENTITY_COLUMNS: &[(&str, &str, &str)] = &[
     ("im_files", "file_id", "VARBINARY(32) NOT NULL"),
     ("im_files", "object_key", "VARBINARY(512) NOT NULL"),
     ("im_file_refs", "file_id", "VARBINARY(32) NOT NULL"),
-    ("im_file_refs", "topic", "VARBINARY(64) NOT NULL"),
+    ("im_file_refs", "topic", "VARBINARY(80) NOT NULL"),
 ];
 
 /// The identity columns of every month table, with the exact type each
@@ -449,13 +449,16 @@ mod tests {
             include_str!("../migrations/tenant/0052_user_notifications.sql"),
             include_str!("../migrations/tenant/0060_durable_write_side.sql"),
             include_str!("../migrations/tenant/0068_files.sql"),
+            include_str!("../migrations/tenant/0071_profile_pictures.sql"),
         ];
         for (table, column, definition) in &listed[from_sql.len()..] {
             assert!(
-                later.iter().any(
-                    |m| m.contains(&format!("CREATE TABLE IF NOT EXISTS {table} ("))
-                        && m.contains(&format!("\n  {column} {definition},"))
-                ),
+                later.iter().any(|m| {
+                    (m.contains(&format!("CREATE TABLE IF NOT EXISTS {table} ("))
+                        && m.contains(&format!("\n  {column} {definition},")))
+                        || (m.contains(&format!("ALTER TABLE {table}\n"))
+                            && m.contains(&format!("MODIFY COLUMN {column} {definition};")))
+                }),
                 "{table}.{column} {definition}"
             );
         }

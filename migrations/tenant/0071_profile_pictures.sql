@@ -1,15 +1,20 @@
 -- A profile's picture recorded under the profile (issue 41): `topic`
--- `@<owner>` (`@usr<uid>` or `@<group>`), so that a picture replaced by
--- another is released (no longer readable as a picture, then swept after
+-- `@<owner>` (`@usr<uid>` or `@<group>`, a group's name up to 64 bytes:
+-- the column widens), so that a picture replaced by another is released
+-- (no longer readable as a picture, then swept after
 -- `files.deleted_retention_secs`). The pictures profiles show today are
--- recorded so; their earlier record (`topic` empty) stays until replaced.
+-- recorded so (the 26-character id after `/v0/file/s/`, an extension or a
+-- query after it ignored; only ids of files this tenant keeps); their
+-- earlier record (`topic` empty) stays until replaced.
+ALTER TABLE im_file_refs
+  MODIFY COLUMN topic VARBINARY(80) NOT NULL;
 INSERT IGNORE INTO im_file_refs (file_id, topic, seq)
-  SELECT SUBSTRING_INDEX(SUBSTRING_INDEX(SUBSTRING(p.photo, 12), '?', 1), '#', 1),
-         CONCAT('@usr', p.uid), 0
+  SELECT f.file_id, CONCAT('@usr', p.uid), 0
   FROM im_user_profiles p
-  WHERE p.photo LIKE '/v0/file/s/%';
+  JOIN im_files f ON f.file_id = CAST(SUBSTRING(p.photo, 12, 26) AS BINARY)
+  WHERE p.photo LIKE '/v0/file/s/%' AND f.state IN ('stored', 'unavailable');
 INSERT IGNORE INTO im_file_refs (file_id, topic, seq)
-  SELECT SUBSTRING_INDEX(SUBSTRING_INDEX(SUBSTRING(g.photo, 12), '?', 1), '#', 1),
-         CONCAT('@', g.topic), 0
+  SELECT f.file_id, CONCAT('@', g.topic), 0
   FROM im_groups g
-  WHERE g.photo LIKE '/v0/file/s/%';
+  JOIN im_files f ON f.file_id = CAST(SUBSTRING(g.photo, 12, 26) AS BINARY)
+  WHERE g.photo LIKE '/v0/file/s/%' AND f.state IN ('stored', 'unavailable');

@@ -292,10 +292,11 @@ pub struct FilesConfig {
     /// on stdin; exit 0 clean, 1 flagged, else no verdict), or an
     /// `http://`/`https://` webhook (POSTed the file's tenant, id, object
     /// key, size and type; answers `{"verdict":"clean"|"flagged"}`). No
-    /// verdict twice: a clean check sample is scanned; decided, the file
-    /// is held unavailable (`failed`); not, the scan waits for the scanner.
+    /// answer: the scan waits. An answer without a verdict twice: a clean
+    /// check sample is scanned; decided, the file is held unavailable
+    /// (`failed`); not, the scan waits for the scanner.
     pub scanner: String,
-    /// How long one scan may take before it counts as no verdict.
+    /// How long one scan may take before it counts as no answer (retried).
     pub scan_timeout_secs: u64,
     /// Longest one call to the store may take (a part written, an upload
     /// completed, a download begun): past it the client gets `503` and

@@ -202,11 +202,12 @@ pub async fn refer(pool: &MySqlPool, id: &FileId, topic: &str, seq: i64) -> sqlx
     Ok(true)
 }
 
-/// Whether the file is some profile's picture (every user of the tenant
-/// may read it already).
-pub async fn is_picture(pool: &MySqlPool, id: &FileId) -> sqlx::Result<bool> {
+/// Whether some profile shows the file as its picture now (as the profile
+/// projections recorded it; the gateway's own record of a picture it
+/// accepted does not count: that change may not have been made).
+pub async fn is_shown_picture(pool: &MySqlPool, id: &FileId) -> sqlx::Result<bool> {
     let n: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM im_file_refs WHERE file_id = ? AND (topic = '' OR topic LIKE '@%')",
+        "SELECT COUNT(*) FROM im_file_refs WHERE file_id = ? AND topic LIKE '@%'",
     )
     .bind(id.as_str())
     .fetch_one(pool)
@@ -224,7 +225,8 @@ pub fn is_picture_ref(topic: &str) -> bool {
 /// `owner`'s profile (`usr<uid>` or a group's name) now has `photo` as its
 /// picture (an upload's address, an inline picture, or none: empty). The
 /// upload is recorded as that profile's picture (`@<owner>`, again on a
-/// replay), and the uploads that were its picture before are released:
+/// replay), and the uploads that were its picture before are released, in
+/// one transaction (a failure leaves them as they were, for the retry):
 /// no longer readable as a picture unless another profile still shows
 /// them, queued to go after `retention_secs` unless something else refers
 /// to them. A replay converges: each change re-records its own picture.
@@ -240,10 +242,11 @@ pub async fn set_picture(
         // (A file swept since is not referred to again.)
         refer(pool, id, &tag, 0).await?;
     }
+    let mut tx = pool.begin().await?;
     let before: Vec<(crate::exact::Exact,)> =
-        sqlx::query_as("SELECT DISTINCT file_id FROM im_file_refs WHERE topic = ?")
+        sqlx::query_as("SELECT DISTINCT file_id FROM im_file_refs WHERE topic = ? FOR UPDATE")
             .bind(&tag)
-            .fetch_all(pool)
+            .fetch_all(&mut *tx)
             .await?;
     for (old,) in before {
         if keep.as_ref().is_some_and(|k| k.as_str() == old.0) {
@@ -252,32 +255,24 @@ pub async fn set_picture(
         sqlx::query("DELETE FROM im_file_refs WHERE file_id = ? AND topic = ?")
             .bind(&old.0)
             .bind(&tag)
-            .execute(pool)
+            .execute(&mut *tx)
             .await?;
         let shown: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM im_file_refs WHERE file_id = ? AND topic LIKE '@%'",
         )
         .bind(&old.0)
-        .fetch_one(pool)
+        .fetch_one(&mut *tx)
         .await?;
         if shown == 0 {
             // The gateway's record of it as a picture goes too.
             sqlx::query("DELETE FROM im_file_refs WHERE file_id = ? AND topic = ''")
                 .bind(&old.0)
-                .execute(pool)
+                .execute(&mut *tx)
                 .await?;
         }
-        sqlx::query(
-            "UPDATE im_files SET delete_after = COALESCE(delete_after, NOW(3) + INTERVAL ? SECOND) \
-             WHERE file_id = ? AND NOT EXISTS (SELECT 1 FROM im_file_refs r WHERE r.file_id = ?)",
-        )
-        .bind(retention_secs)
-        .bind(&old.0)
-        .bind(&old.0)
-        .execute(pool)
-        .await?;
+        queue_if_unreferenced(&mut *tx, &old.0, retention_secs).await?;
     }
-    Ok(())
+    tx.commit().await
 }
 
 /// Who made a file unavailable.
@@ -430,16 +425,26 @@ pub async fn unrefer(
         .await?;
     let mut queued = 0;
     for (id,) in &ids {
-        let done = sqlx::query(
-            "UPDATE im_files SET delete_after = COALESCE(delete_after, NOW(3) + INTERVAL ? SECOND) \
-             WHERE file_id = ? AND NOT EXISTS (SELECT 1 FROM im_file_refs r WHERE r.file_id = ?)",
-        )
-        .bind(retention_secs)
-        .bind(&id.0)
-        .bind(&id.0)
-        .execute(pool)
-        .await?;
-        queued += done.rows_affected() as usize;
+        queued += usize::from(queue_if_unreferenced(pool, &id.0, retention_secs).await?);
     }
     Ok(queued)
+}
+
+/// Queues file `id` to go `retention_secs` from now (unless queued
+/// already) when nothing refers to it any more: true when it was.
+async fn queue_if_unreferenced<'e>(
+    db: impl sqlx::Executor<'e, Database = sqlx::MySql>,
+    id: &str,
+    retention_secs: u64,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE im_files SET delete_after = COALESCE(delete_after, NOW(3) + INTERVAL ? SECOND) \
+         WHERE file_id = ? AND NOT EXISTS (SELECT 1 FROM im_file_refs r WHERE r.file_id = ?)",
+    )
+    .bind(retention_secs)
+    .bind(id)
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() > 0)
 }

@@ -48,20 +48,23 @@ pub const CHECK_SAMPLE: &[u8] =
 /// Why a scan did not decide.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScanError {
-    /// The store could not give the bytes: every file would fail alike,
-    /// so the scan waits for it (retried, in order).
-    Store(String),
-    /// The scanner did not decide: unreachable, failed, answered no
-    /// verdict, or took longer than `files.scan_timeout_secs`. Whether the
-    /// file or the scanner is at fault, [`Scanner::check`] tells.
-    Scanner(String),
+    /// The store or the scanner did not answer (unreadable, unreachable,
+    /// overloaded: 429 or 5xx, or no answer within
+    /// `files.scan_timeout_secs`): nothing is known about the file, and
+    /// no file is failed for it: the scan waits (retried, in order).
+    Down(String),
+    /// The scanner answered about this file without a verdict (another
+    /// exit code, killed by a signal, a 4xx, no verdict in the answer).
+    /// Whether the file or the scanner is at fault, [`Scanner::check`]
+    /// tells.
+    NoVerdict(String),
 }
 
 impl std::fmt::Display for ScanError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ScanError::Store(why) => write!(f, "the store: {why}"),
-            ScanError::Scanner(why) => write!(f, "the scanner: {why}"),
+            ScanError::Down(why) => write!(f, "no answer: {why}"),
+            ScanError::NoVerdict(why) => write!(f, "no verdict: {why}"),
         }
     }
 }
@@ -115,7 +118,7 @@ impl Scanner {
                 match store.read(key, None).await {
                     Ok(bytes) => Ok(Ok(bytes)),
                     Err(object_store::Error::NotFound { .. }) => Ok(Err(Outcome::Missing)),
-                    Err(e) => Err(ScanError::Store(e.to_string())),
+                    Err(e) => Err(ScanError::Down(e.to_string())),
                 }
             };
             match self {
@@ -152,7 +155,7 @@ impl Scanner {
                     store
                         .put_small(&key, CHECK_SAMPLE)
                         .await
-                        .map_err(|e| ScanError::Store(e.to_string()))?;
+                        .map_err(|e| ScanError::Down(e.to_string()))?;
                     let subject = Subject {
                         tenant: "",
                         file_id: "scanner-check",
@@ -175,7 +178,7 @@ async fn within(
 ) -> Result<Outcome, ScanError> {
     tokio::time::timeout(timeout, scanning)
         .await
-        .map_err(|_| ScanError::Scanner(format!("no verdict within {} s", timeout.as_secs())))?
+        .map_err(|_| ScanError::Down(format!("no answer within {} s", timeout.as_secs())))?
 }
 
 /// Finds [`EICAR`] anywhere in a stream of chunks (across their borders).
@@ -199,7 +202,7 @@ impl EicarFinder {
 
 /// A chunk of the file, or the store's failure half way.
 fn chunk_of(chunk: Result<bytes::Bytes, object_store::Error>) -> Result<bytes::Bytes, ScanError> {
-    chunk.map_err(|e| ScanError::Store(e.to_string()))
+    chunk.map_err(|e| ScanError::Down(e.to_string()))
 }
 
 async fn eicar(mut bytes: ByteStream) -> Result<Outcome, ScanError> {
@@ -220,9 +223,9 @@ async fn exec(argv: &[String], mut bytes: ByteStream) -> Result<Outcome, ScanErr
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| ScanError::Scanner(format!("{}: {e}", argv[0])))?;
+        .map_err(|e| ScanError::Down(format!("{}: {e}", argv[0])))?;
     let (Some(mut stdin), Some(mut stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err(ScanError::Scanner(format!("{}: no pipes", argv[0])));
+        return Err(ScanError::Down(format!("{}: no pipes", argv[0])));
     };
     // Read its answer while it is fed, so neither side waits on a full
     // pipe: all of it (a scanner that talks must not die of SIGPIPE), the
@@ -250,7 +253,7 @@ async fn exec(argv: &[String], mut bytes: ByteStream) -> Result<Outcome, ScanErr
     let status = child
         .wait()
         .await
-        .map_err(|e| ScanError::Scanner(format!("{}: {e}", argv[0])))?;
+        .map_err(|e| ScanError::Down(format!("{}: {e}", argv[0])))?;
     let out = answer.await.unwrap_or_default();
     match status.code() {
         Some(0) => Ok(Outcome::Clean),
@@ -264,7 +267,7 @@ async fn exec(argv: &[String], mut bytes: ByteStream) -> Result<Outcome, ScanErr
                 .collect();
             Ok(Outcome::Flagged(reason))
         }
-        _ => Err(ScanError::Scanner(format!("{} ended {status}", argv[0]))),
+        _ => Err(ScanError::NoVerdict(format!("{} ended {status}", argv[0]))),
     }
 }
 
@@ -284,21 +287,28 @@ async fn webhook(
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(10)))
         .build()
-        .map_err(|e| ScanError::Scanner(e.to_string()))?;
+        .map_err(|e| ScanError::Down(e.to_string()))?;
     let answer = client
         .post(url)
         .json(subject)
         .send()
         .await
-        .map_err(|e| ScanError::Scanner(format!("{url}: {e}")))?;
+        .map_err(|e| ScanError::Down(format!("{url}: {e}")))?;
     let status = answer.status();
     if !status.is_success() {
-        return Err(ScanError::Scanner(format!("{url} answered {status}")));
+        // Overloaded or down (a proxy in front of it answering for it):
+        // for every file alike. Any other refusal is about this file.
+        let why = format!("{url} answered {status}");
+        return Err(if status.as_u16() == 429 || status.is_server_error() {
+            ScanError::Down(why)
+        } else {
+            ScanError::NoVerdict(why)
+        });
     }
     let verdict: Verdict = answer
         .json()
         .await
-        .map_err(|e| ScanError::Scanner(format!("{url}: {e}")))?;
+        .map_err(|e| ScanError::NoVerdict(format!("{url}: {e}")))?;
     match verdict.verdict.as_str() {
         "clean" => Ok(Outcome::Clean),
         "flagged" => Ok(Outcome::Flagged(if verdict.reason.is_empty() {
@@ -306,7 +316,7 @@ async fn webhook(
         } else {
             verdict.reason.chars().take(200).collect()
         })),
-        other => Err(ScanError::Scanner(format!(
+        other => Err(ScanError::NoVerdict(format!(
             "{url}: unknown verdict {other:?}"
         ))),
     }

@@ -440,11 +440,13 @@ pub async fn picture(
             }
         }
         Some(r) if r.uploader == uid && r.state == files::State::Unavailable => Err(gone()),
-        // Someone's picture already (a client sending a group's current
+        // A profile's picture already (a client sending a group's current
         // photo again with a new name): readable by all, nothing to add.
+        // Only one a profile shows: the gateway's record of a picture it
+        // accepted may be released by its owner's next change.
         Some(r)
             if r.state == files::State::Stored
-                && files::is_picture(pool, &id)
+                && files::is_shown_picture(pool, &id)
                     .await
                     .map_err(Refusal::unavailable)? =>
         {

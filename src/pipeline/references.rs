@@ -1,9 +1,12 @@
 //! The references pipeline's handler: group events → the references that
 //! must keep finding their messages (seed 000 §12 item 8): which messages
 //! carry a file (`im_group_files`, with its audit verdict) and the
-//! moderation queue (`im_message_reports`). Records apply in log order per conversation (a
-//! report before its resolution); every write is an insert-if-absent or an
-//! update to fixed values, so redelivery and replay change nothing.
+//! moderation queue (`im_message_reports`), and a group's picture (its
+//! `@<group>` file reference). Records apply in log order per conversation
+//! (a report before its resolution); every write is an insert-if-absent, an
+//! update to fixed values, or (a recall, a delete, a replaced picture) the
+//! removal of references the event names, so redelivery changes nothing
+//! and a replay ends where the log does.
 
 use crate::events::{EventCodec, GroupEvent, GroupEventBody};
 use crate::failure::FailureKind;

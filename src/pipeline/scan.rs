@@ -5,10 +5,10 @@
 //! user event that the notify pipeline tells live to its uploader and to
 //! every conversation with a message referring to it. The scan's outcome
 //! is recorded last, so a crash in between scans the file again (the event
-//! may then be told twice; never not at all). A file the scanner does not
-//! decide on (twice), while it decides a clean check sample, is held
-//! unavailable the same way, its outcome `failed`; a scanner that decides
-//! nothing is waited for.
+//! may then be told twice; never not at all). A file the scanner answers
+//! about without a verdict (twice), while it decides a clean check sample,
+//! is held unavailable the same way, its outcome `failed`; a scanner that
+//! does not answer, or decides nothing, is waited for.
 
 use std::time::Duration;
 
@@ -23,8 +23,8 @@ use crate::tenant::{db_failure, TenantPools};
 use super::failure::{produce_failure, FailureKind};
 use super::records::{apply_in_order, Handler, Record, RecordFailure};
 
-/// Times the scanner is asked about a file it does not decide on (a
-/// second apart) before its check sample tells whose fault it is.
+/// Times the scanner is asked about a file it answers without a verdict
+/// on (a second apart) before its check sample tells whose fault it is.
 const SCANNER_ATTEMPTS: u32 = 2;
 
 pub struct ScanHandler {
@@ -82,14 +82,14 @@ impl ScanHandler {
         };
         let key = self.store.key(&e.tenant_id, record.uploader, &id);
         let started = std::time::Instant::now();
-        // The store unreadable: retried, in order, never skipped. The
-        // scanner undecided (unreachable, failing, no verdict, too slow):
-        // asked once more; still undecided, the check sample tells whose
-        // fault it is. The scanner decides the sample: this file is at
-        // fault, held unavailable, fail-closed (a file crafted to make the
-        // scanner fail neither passes nor holds every later upload
-        // unscanned). It does not: the scanner is down, retried like the
-        // store, and no file is failed for it.
+        // No answer (the store or the scanner down, overloaded, too
+        // slow): retried, in order, never skipped, no file failed for it.
+        // An answer without a verdict on this file: asked once more; then
+        // the check sample tells whose fault it is. The scanner decides
+        // the sample: this file is at fault, held unavailable, fail-closed
+        // (a file crafted to make the scanner fail neither passes nor
+        // holds every later upload unscanned). It does not: the scanner
+        // is broken, waited for like a down one.
         let (mut attempt, mut undecided) = (1, false);
         let outcome = loop {
             match self
@@ -98,18 +98,18 @@ impl ScanHandler {
                 .await
             {
                 Ok(outcome) => break outcome,
-                Err(ScanError::Store(why)) => {
+                Err(ScanError::Down(why)) => {
                     return Err((
                         FailureKind::Outage,
-                        format!("scan of {id}: the store: {why}"),
+                        format!("scan of {id}: no answer: {why}"),
                     ))
                 }
-                Err(ScanError::Scanner(why)) if attempt < SCANNER_ATTEMPTS => {
-                    tracing::warn!(tenant = %e.tenant_id, file = %id, attempt, %why, "the scanner did not decide; asked again");
+                Err(ScanError::NoVerdict(why)) if attempt < SCANNER_ATTEMPTS => {
+                    tracing::warn!(tenant = %e.tenant_id, file = %id, attempt, %why, "the scanner gave no verdict; asked again");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     attempt += 1;
                 }
-                Err(ScanError::Scanner(why)) => {
+                Err(ScanError::NoVerdict(why)) => {
                     match self.scanner.check(&self.store, self.timeout).await {
                         Ok(Outcome::Clean) => {
                             undecided = true;
