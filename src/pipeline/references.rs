@@ -65,8 +65,6 @@ impl ReferencesHandler {
                         .map_err(db)?;
                 }
             }
-            // The message's uploads: unreachable for readers already (the
-            // read path), now queued to go once nothing else refers to them.
             // The group's picture: the new one recorded, the old released.
             GroupEventBody::GroupProfileChanged(p) => {
                 if let Some(photo) = &p.photo {
@@ -75,6 +73,8 @@ impl ReferencesHandler {
                         .map_err(db)?;
                 }
             }
+            // The message's uploads: unreachable for readers already (the
+            // read path), now queued to go once nothing else refers to them.
             GroupEventBody::MessageRecalled(r) => {
                 crate::files::unrefer(pool()?, &e.topic, r.seq, r.seq + 1, self.retention_secs)
                     .await
